@@ -1,0 +1,1 @@
+"""AYCI: wiring, adapters and the CLI shared by the services."""

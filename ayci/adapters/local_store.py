@@ -1,0 +1,69 @@
+"""The object store as a local folder (the embedded default). Same keys as S3."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from ayci.ports import NotFound
+
+
+class LocalFolderStore:
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, key: str) -> Path:
+        path = (self.root / key).resolve()
+        if self.root.resolve() not in path.parents:
+            raise ValueError(f"key {key!r} leaves the store")
+        return path
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def get_bytes(self, key: str) -> bytes:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError as exc:
+            raise NotFound(key) from exc
+
+    def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> bool:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        if if_absent:
+            try:
+                os.link(tmp, path)  # atomic: fails if the key exists
+            except FileExistsError:
+                return False
+            finally:
+                os.unlink(tmp)
+            return True
+        os.replace(tmp, path)
+        return True
+
+    def get_file(self, key: str, path: Path) -> None:
+        source = self._path(key)
+        if not source.is_file():
+            raise NotFound(key)
+        shutil.copyfile(source, path)
+
+    def put_file(self, key: str, path: Path) -> None:
+        target = self._path(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".tmp-{os.getpid()}-{target.name}")
+        shutil.copyfile(path, tmp)
+        os.replace(tmp, target)
+
+    def list_keys(self, prefix: str) -> list[str]:
+        base = self._path(prefix) if prefix else self.root
+        folder = base if base.is_dir() else base.parent
+        if not folder.exists():
+            return []
+        keys = (str(p.relative_to(self.root)) for p in folder.rglob("*") if p.is_file() and not p.name.startswith(".tmp-"))
+        return sorted(k for k in keys if k.startswith(prefix))

@@ -1,0 +1,101 @@
+"""What every service shares, whatever the transport: idempotent handling, the event log,
+and turning a handler's returned payloads into envelopes.
+
+A handler is `handler(event: Envelope, deps) -> list[Payload | Delayed]`: pure with respect to
+transport; it reads and writes through the ports in `deps`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import structlog
+
+from ayci.ports import EventPublisher, ObjectStore
+from schemas.events import Envelope, Payload
+
+
+@dataclass(frozen=True)
+class Delayed:
+    """A payload to deliver no earlier than `when` (e.g. the archiver's deadline)."""
+
+    payload: Payload
+    when: datetime
+
+
+Handler = Callable[[Envelope, Any], list[Payload | Delayed]]
+
+
+@dataclass
+class Service:
+    """A service: its name and one handler per event type it consumes."""
+
+    name: str
+    handlers: dict[str, Handler]
+    deps: Any = None
+
+
+def event_log_key(envelope: Envelope) -> str:
+    """`runs/{run_id}/events/{seq}-{type}-{event_id}.json`: the log replay reads, in order."""
+    seq = f"{int(envelope.time.timestamp() * 1_000_000):020d}"
+    return f"runs/{envelope.run_id}/events/{seq}-{envelope.type}-{envelope.event_id}.json"
+
+
+class LoggedPublisher:
+    """Keeps every published event in the run's event log, then hands it to the transport."""
+
+    def __init__(self, store: ObjectStore, transport: EventPublisher) -> None:
+        self.store = store
+        self.transport = transport
+
+    def publish(self, envelopes: list[Envelope]) -> None:
+        for envelope in envelopes:
+            self.store.put_bytes(event_log_key(envelope), envelope.to_json().encode(), if_absent=True)
+        if envelopes:
+            self.transport.publish(envelopes)
+
+    def publish_at(self, envelope: Envelope, when: datetime) -> None:
+        self.transport.publish_at(envelope, when)
+
+
+@dataclass
+class ServiceRunner:
+    """Runs one service's handlers, idempotent on the event id: an event already handled
+    (its marker `processed/{service}/{event_id}` exists) changes nothing the second time.
+    The marker is written after publishing, so a crash in between re-handles the event and
+    re-publishes the same (deterministic) event ids, which consumers downstream drop."""
+
+    service: Service
+    store: ObjectStore
+    publisher: LoggedPublisher
+    log: Any = field(default_factory=lambda: structlog.get_logger())
+
+    def marker_key(self, envelope: Envelope) -> str:
+        return f"processed/{self.service.name}/{envelope.event_id}"
+
+    def handle(self, envelope: Envelope) -> list[Envelope]:
+        log = self.log.bind(service=self.service.name, run_id=envelope.run_id, event_id=envelope.event_id, event_type=envelope.type)
+        combo_key = getattr(envelope.payload, "combo_key", None)
+        if combo_key:
+            log = log.bind(combo_key=combo_key)
+        handler = self.service.handlers.get(envelope.type)
+        if handler is None:
+            raise LookupError(f"{self.service.name} does not consume {envelope.type}")
+        if self.store.exists(self.marker_key(envelope)):
+            log.info("duplicate_event_skipped")
+            return []
+        started = time.perf_counter()
+        outputs = handler(envelope, self.service.deps)
+        emitted = [envelope.caused(o.payload if isinstance(o, Delayed) else o, producer=self.service.name, index=i) for i, o in enumerate(outputs)]
+        now_events = [e for e, o in zip(emitted, outputs, strict=True) if not isinstance(o, Delayed)]
+        self.publisher.publish(now_events)
+        for envelope_out, output in zip(emitted, outputs, strict=True):
+            if isinstance(output, Delayed):
+                self.publisher.publish_at(envelope_out, output.when)
+        self.store.put_bytes(self.marker_key(envelope), b"", if_absent=True)
+        log.info("event_handled", emitted=[e.type for e in emitted], seconds=round(time.perf_counter() - started, 3))
+        return emitted

@@ -1,0 +1,54 @@
+"""Engines: one module per optimizer (`base`, `onnx`, `tvm`) behind one small interface.
+
+Conversion side: `convert(job) -> Conversion` writes one artifact file into `job.out_dir`.
+Runtime side: `load(path, threads) -> Runner`; a runner maps named numpy inputs to a list of
+numpy outputs. Importing this package imports no engine; each is imported on use, so a
+measuring process loads only the engine it measures.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Protocol
+
+import numpy as np
+
+from schemas.combos import Hardware, ModelRef, Optimizer
+
+
+class ConversionError(Exception):
+    """The model cannot be converted for this combination; the message says why."""
+
+
+class Runner(Protocol):
+    def __call__(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]: ...
+
+
+@dataclass
+class ConversionJob:
+    model: ModelRef
+    model_path: Path  # the stored model file (.pt2 or .onnx)
+    hardware: Hardware
+    batch_size: int
+    target_cpu: str
+    out_dir: Path
+    tuning_trials: int = 0
+    tuning_dir: Path | None = None  # where stored tuning records are read and written
+    progress: Callable[[str], None] = lambda message: None
+
+
+@dataclass
+class Conversion:
+    artifact_file: str  # a file name inside the job's out_dir
+    conversion_s: float
+    tuning_s: float = 0.0
+    details: dict = field(default_factory=dict)
+
+
+def engine_module(optimizer: Optimizer | str) -> ModuleType:
+    """The module implementing `optimizer` (`engines.base`, `engines.onnx`, `engines.tvm`)."""
+    return importlib.import_module(f"engines.{Optimizer(optimizer).value}_engine")

@@ -1,0 +1,50 @@
+"""`base`: plain PyTorch running the user's exported program as it is.
+
+For a `.pt2` model the artifact is the archive itself (it serves every batch size). For an
+ONNX model there is no PyTorch graph, so `base` is ONNX Runtime with every graph
+optimization disabled: the unoptimized reference the optimized engines are compared with.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from engines import Conversion, ConversionJob
+from schemas.combos import ModelFormat
+
+
+def convert(job: ConversionJob) -> Conversion:
+    started = time.perf_counter()
+    name = "model.pt2" if job.model.format == ModelFormat.pt2 else "model.onnx"
+    if job.model.format == ModelFormat.pt2:
+        from engines.model_files import load_exported_program
+
+        load_exported_program(job.model_path)  # refuse now what would fail at measurement
+    shutil.copyfile(job.model_path, job.out_dir / name)
+    return Conversion(artifact_file=name, conversion_s=time.perf_counter() - started)
+
+
+def load(path: Path, threads: int):
+    if path.suffix == ".onnx":
+        from engines.onnx_engine import load_session
+
+        return load_session(path, threads, optimize=False)
+    import torch
+
+    from engines.model_files import load_exported_program
+
+    torch.set_num_threads(threads)
+    torch.set_num_interop_threads(1) if torch.get_num_interop_threads() != 1 else None
+    module = load_exported_program(path).module()
+
+    def run(inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+        with torch.inference_mode():
+            out = module(**{k: torch.from_numpy(v) for k, v in inputs.items()})
+        flat = out if isinstance(out, (tuple, list)) else [out]
+        return [t.detach().numpy() for t in flat]
+
+    return run

@@ -1,0 +1,76 @@
+"""`onnx`: ONNX Runtime with full graph optimization.
+
+The converter exports the program to ONNX (torch's dynamo exporter) and applies the
+portable optimizations offline (EXTENDED). The hardware-specific ones (ORT_ENABLE_ALL: layout
+transforms for this CPU) happen when the measuring worker loads the model, because a model
+saved with them only runs on the CPU that saved it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from engines import Conversion, ConversionError, ConversionJob
+from schemas.combos import ModelFormat
+
+
+def convert(job: ConversionJob) -> Conversion:
+    import onnxruntime as ort
+
+    started = time.perf_counter()
+    exported = job.out_dir / "exported.onnx"
+    if job.model.format == ModelFormat.onnx:
+        shutil.copyfile(job.model_path, exported)
+    else:
+        export_to_onnx(job.model_path, exported)
+    optimized = job.out_dir / "model.onnx"
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    options.optimized_model_filepath = str(optimized)
+    try:
+        ort.InferenceSession(str(exported), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        raise ConversionError(f"ONNX Runtime cannot load the model: {exc}") from exc
+    exported.unlink()
+    return Conversion(artifact_file="model.onnx", conversion_s=time.perf_counter() - started)
+
+
+def export_to_onnx(pt2_path: Path, onnx_path: Path) -> None:
+    """Export a `.pt2` program to ONNX with torch's dynamo exporter (dynamic axes kept)."""
+    import torch
+
+    from engines.model_files import load_exported_program
+
+    program = load_exported_program(pt2_path)
+    try:
+        torch.onnx.export(program, (), str(onnx_path), dynamo=True, external_data=False, verbose=False)
+    except Exception as exc:
+        raise ConversionError(f"torch.onnx.export failed: {str(exc).splitlines()[0][:300]}") from exc
+
+
+def load_session(path: Path, threads: int, optimize: bool = True):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = (
+        ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    )
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+
+    def run(inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+        feed = dict(zip(names, inputs.values(), strict=True)) if set(inputs) != set(names) else inputs
+        return session.run(None, feed)
+
+    return run
+
+
+def load(path: Path, threads: int):
+    return load_session(path, threads, optimize=True)

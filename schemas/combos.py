@@ -1,0 +1,164 @@
+"""What a run measures: the model, the matrix of choices, one combination, and their keys.
+
+Keys are deterministic hashes, so a result or an artifact is found by a direct GET/HEAD
+on its key and never by listing a prefix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# Names the engine versions and the measuring method: a result from an older engine or
+# method gets another combination key, so it is never reused silently.
+MEASUREMENT_VERSION = "m1"
+ENGINE_VERSION = "e1"
+
+LAMBDA_MIN_MEMORY_MB = 128
+LAMBDA_MAX_MEMORY_MB = 10240
+
+SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
+
+
+class Hardware(StrEnum):
+    intel = "intel"
+    arm = "arm"
+
+
+class Optimizer(StrEnum):
+    base = "base"
+    onnx = "onnx"
+    tvm = "tvm"
+
+
+class Workload(StrEnum):
+    image_classification = "image_classification"
+    nlp = "nlp"
+    object_detection = "object_detection"
+
+
+class ModelFormat(StrEnum):
+    pt2 = "pt2"  # torch.export archive: graph + weights, no pickled code
+    onnx = "onnx"
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+MemoryMb = Annotated[int, Field(ge=LAMBDA_MIN_MEMORY_MB, le=LAMBDA_MAX_MEMORY_MB, strict=True)]
+BatchSize = Annotated[int, Field(ge=1, le=4096, strict=True)]
+
+
+class ModelRef(Frozen):
+    """A stored model: its content hash names it (`models/{sha256}`)."""
+
+    sha256: str
+    size_bytes: int = Field(gt=0)
+    format: ModelFormat
+    workload: Workload
+    # image classification and detection: [height, width]; nlp: [sequence length]
+    input_size: list[Annotated[int, Field(ge=1, le=8192)]] = Field(min_length=1, max_length=2)
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex_digest(cls, value: str) -> str:
+        if not SHA256_PATTERN.match(value):
+            raise ValueError("sha256 must be 64 lowercase hex characters")
+        return value
+
+    @model_validator(mode="after")
+    def _input_size_fits_workload(self) -> ModelRef:
+        wanted = 1 if self.workload == Workload.nlp else 2
+        if len(self.input_size) != wanted:
+            shape = "[sequence_length]" if wanted == 1 else "[height, width]"
+            raise ValueError(f"input_size for {self.workload.value} must be {shape}")
+        return self
+
+
+class Matrix(Frozen):
+    """The user's choices; every combination of them is measured."""
+
+    optimizers: dict[Hardware, list[Optimizer]] = Field(min_length=1)
+    batch_sizes: list[BatchSize] = Field(min_length=1, max_length=16)
+    memory_sizes_mb: list[MemoryMb] = Field(min_length=1, max_length=16)
+
+    @field_validator("optimizers")
+    @classmethod
+    def _some_optimizer(cls, value: dict[Hardware, list[Optimizer]]) -> dict[Hardware, list[Optimizer]]:
+        if not any(value.values()):
+            raise ValueError("the matrix names no optimizer for any hardware")
+        return {hw: sorted(set(opts), key=list(Optimizer).index) for hw, opts in value.items()}
+
+    @field_validator("batch_sizes", "memory_sizes_mb")
+    @classmethod
+    def _unique_sorted(cls, value: list[int]) -> list[int]:
+        return sorted(set(value))
+
+    def combos(self) -> list[Combo]:
+        """Every hardware x optimizer x batch size x memory size, in a stable order."""
+        return [
+            Combo(hardware=hw, optimizer=opt, batch_size=batch, memory_mb=memory)
+            for hw, opts in sorted(self.optimizers.items())
+            for opt in opts
+            for batch in self.batch_sizes
+            for memory in self.memory_sizes_mb
+        ]
+
+
+class Combo(Frozen):
+    hardware: Hardware
+    optimizer: Optimizer
+    batch_size: BatchSize
+    memory_mb: MemoryMb
+
+    @property
+    def label(self) -> str:
+        return f"{self.hardware.value}/{self.optimizer.value}/b{self.batch_size}/{self.memory_mb}MB"
+
+
+def _digest(fields: dict) -> str:
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+def combo_key(model: ModelRef, combo: Combo) -> str:
+    """The key of one measured result: `results/{combo_key}.json`."""
+    return _digest(
+        {
+            "model": model.sha256,
+            "workload": model.workload.value,
+            "input_size": model.input_size,
+            "hardware": combo.hardware.value,
+            "optimizer": combo.optimizer.value,
+            "batch": combo.batch_size,
+            "memory_mb": combo.memory_mb,
+            "measurement": MEASUREMENT_VERSION,
+        }
+    )
+
+
+def artifact_key(model: ModelRef, combo: Combo, target_cpu: str) -> str:
+    """The key of a converted artifact. Memory size never changes an artifact, and a
+    `base` artifact serves every batch size."""
+    return _digest(
+        {
+            "model": model.sha256,
+            "input_size": model.input_size,
+            "hardware": combo.hardware.value,
+            "optimizer": combo.optimizer.value,
+            "batch": None if combo.optimizer == Optimizer.base else combo.batch_size,
+            "engine": ENGINE_VERSION,
+            "target_cpu": target_cpu,
+        }
+    )
+
+
+def reference_key(model: ModelRef, batch_size: int) -> str:
+    """The key of the base model's outputs on the fixed example inputs of one batch size."""
+    return _digest({"model": model.sha256, "input_size": model.input_size, "batch": batch_size, "engine": ENGINE_VERSION})

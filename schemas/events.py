@@ -1,0 +1,236 @@
+"""The event contract: versioned payloads in one envelope.
+
+Every payload class names its `TYPE` and current `VERSION`. Stored and replayed events of
+an older version are upcast step by step when read (`UPCASTERS`), so they stay readable.
+An unknown type or version is a `SchemaError`, never a guess.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError
+
+from schemas.combos import Combo, Matrix, ModelRef
+
+
+class SchemaError(ValueError):
+    """An event that cannot be read: unknown type or version, or a payload that does not fit."""
+
+
+class Payload(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    TYPE: ClassVar[str]
+    VERSION: ClassVar[int] = 1
+
+
+class RequestSubmitted(Payload):
+    """A user asked to measure `matrix` on `model`. Version 2 carries the matrix per hardware."""
+
+    TYPE = "RequestSubmitted"
+    VERSION = 2
+    model: ModelRef
+    matrix: Matrix
+    slo_p99_ms: float | None = Field(default=None, gt=0)
+    min_agreement: float = Field(default=0.99, ge=0, le=1)
+    balance_weight: float = Field(default=0.5, ge=0, le=1)  # weight of cost against p99
+    tuning_trials: int = Field(default=64, ge=0, le=20000)
+    email: str | None = None
+    owner: str = "local"
+    force: bool = False  # measure again even where a stored result exists
+    replay_of: str | None = None  # the run this one replays
+    deadline_s: float = Field(default=3600, gt=0)
+
+
+class RunPlanned(Payload):
+    TYPE = "RunPlanned"
+    model: ModelRef
+    combos: dict[str, Combo]  # combination key -> combination
+    deadline: datetime
+    request: RequestSubmitted
+
+
+class ComboPending(Payload):
+    TYPE = "ComboPending"
+    model: ModelRef
+    combo: Combo
+    combo_key: str
+    artifact_key: str
+    tuning_trials: int = 64
+
+
+class ModelConverted(Payload):
+    TYPE = "ModelConverted"
+    model: ModelRef
+    combo: Combo
+    combo_key: str
+    artifact_key: str
+    artifact_file: str
+    conversion_s: float
+    tuning_s: float = 0.0
+    artifact_reused: bool = False
+
+
+class InferenceDone(Payload):
+    TYPE = "InferenceDone"
+    combo: Combo
+    combo_key: str
+    result_key: str
+    p50_ms: float
+    p99_ms: float
+    reused: bool = False
+
+
+class FailureStage(StrEnum):
+    request = "request"
+    dedup = "dedup"
+    converter = "converter"
+    inference = "inference"
+    dead_letter = "dead_letter"
+    deadline = "deadline"
+
+
+class ComboFailed(Payload):
+    TYPE = "ComboFailed"
+    combo: Combo
+    combo_key: str
+    stage: FailureStage
+    reason: str
+
+
+class RunDeadlineReached(Payload):
+    TYPE = "RunDeadlineReached"
+    deadline: datetime
+
+
+class RunStatus(StrEnum):
+    complete = "complete"
+    partial = "partial"
+    failed = "failed"
+
+
+class RunArchived(Payload):
+    TYPE = "RunArchived"
+    status: RunStatus
+    summary_key: str  # `runs/{run_id}/summary.json`
+    succeeded: int
+    failed: int
+    failures: dict[str, str] = {}  # combination label -> reason
+    recommendation: dict[str, Any] | None = None
+    email: str | None = None
+
+
+PAYLOAD_TYPES: dict[str, type[Payload]] = {
+    cls.TYPE: cls
+    for cls in (
+        RequestSubmitted,
+        RunPlanned,
+        ComboPending,
+        ModelConverted,
+        InferenceDone,
+        ComboFailed,
+        RunDeadlineReached,
+        RunArchived,
+    )
+}
+
+
+def _request_submitted_v1_to_v2(old: dict[str, Any]) -> dict[str, Any]:
+    """v1 listed `hardware` and `optimizers` separately (every optimizer on every hardware)
+    and called memory sizes `memory_mb`; v2 has a matrix per hardware."""
+    new = {k: v for k, v in old.items() if k not in ("hardware", "optimizers", "batch_sizes", "memory_mb")}
+    new["matrix"] = {
+        "optimizers": {hw: list(old["optimizers"]) for hw in old["hardware"]},
+        "batch_sizes": old["batch_sizes"],
+        "memory_sizes_mb": old["memory_mb"],
+    }
+    return new
+
+
+# (type, version it reads) -> function giving the payload of the next version
+UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
+    ("RequestSubmitted", 1): _request_submitted_v1_to_v2,
+}
+
+
+class Envelope(BaseModel):
+    """What travels: one payload with the facts every consumer needs to trace and dedupe it."""
+
+    model_config = ConfigDict(frozen=True)
+    event_id: str
+    type: str
+    schema_version: int
+    run_id: str
+    time: datetime
+    producer: str
+    causation_id: str | None = None
+    payload: SerializeAsAny[Payload]
+
+    @classmethod
+    def wrap(
+        cls,
+        payload: Payload,
+        *,
+        run_id: str,
+        producer: str,
+        causation_id: str | None = None,
+        event_id: str | None = None,
+    ) -> Envelope:
+        return cls(
+            event_id=event_id or str(uuid.uuid4()),
+            type=payload.TYPE,
+            schema_version=payload.VERSION,
+            run_id=run_id,
+            time=datetime.now(UTC),
+            producer=producer,
+            causation_id=causation_id,
+            payload=payload,
+        )
+
+    def caused(self, payload: Payload, *, producer: str, index: int) -> Envelope:
+        """The envelope of an event this one caused. Its id derives from this event's id, the
+        producer and its position, so handling a redelivered event yields the same ids and
+        consumers downstream see a duplicate, not a new event."""
+        event_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{self.event_id}/{producer}/{index}/{payload.TYPE}"))
+        return Envelope.wrap(payload, run_id=self.run_id, producer=producer, causation_id=self.event_id, event_id=event_id)
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def parse(cls, data: str | bytes | dict[str, Any]) -> Envelope:
+        """Read an envelope of any known version, upcasting its payload to the current one."""
+        if not isinstance(data, dict):
+            try:
+                data = json.loads(data)
+            except ValueError as exc:
+                raise SchemaError(f"not JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise SchemaError("an event must be a JSON object")
+        event_type = data.get("type")
+        version = data.get("schema_version")
+        payload_cls = PAYLOAD_TYPES.get(event_type) if isinstance(event_type, str) else None
+        if payload_cls is None:
+            raise SchemaError(f"unknown event type {event_type!r}")
+        if not isinstance(version, int) or not 1 <= version <= payload_cls.VERSION:
+            raise SchemaError(f"unknown version {version!r} of {event_type} (known: 1..{payload_cls.VERSION})")
+        payload = data.get("payload")
+        if not isinstance(payload, dict):
+            raise SchemaError(f"{event_type} has no payload object")
+        while version < payload_cls.VERSION:
+            payload = UPCASTERS[(event_type, version)](payload)
+            version += 1
+        try:
+            return cls(
+                **{k: v for k, v in data.items() if k not in ("payload", "schema_version")},
+                schema_version=version,
+                payload=payload_cls.model_validate(payload),
+            )
+        except ValidationError as exc:
+            raise SchemaError(f"{event_type} v{data.get('schema_version')} does not fit the schema: {exc}") from exc
+

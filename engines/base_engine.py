@@ -16,6 +16,8 @@ import numpy as np
 from engines import Conversion, ConversionJob
 from schemas.combos import ModelFormat
 
+RUNTIME_IMPORTS = ("torch",)
+
 
 def convert(job: ConversionJob) -> Conversion:
     started = time.perf_counter()

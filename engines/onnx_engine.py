@@ -17,6 +17,8 @@ import numpy as np
 from engines import Conversion, ConversionError, ConversionJob
 from schemas.combos import ModelFormat
 
+RUNTIME_IMPORTS = ("onnxruntime",)
+
 
 def convert(job: ConversionJob) -> Conversion:
     import onnxruntime as ort

@@ -61,6 +61,7 @@ class ComboPending(Payload):
     combo: Combo
     combo_key: str
     artifact_key: str
+    target_cpu: str  # what the artifact is built for (part of its key)
     tuning_trials: int = 64
 
 

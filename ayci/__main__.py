@@ -1,0 +1,5 @@
+import sys
+
+from ayci.cli import main
+
+sys.exit(main())

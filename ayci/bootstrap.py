@@ -1,0 +1,67 @@
+"""The one wiring point: services, their handlers and deps, and the transport they run on.
+
+`embedded(settings)` is the default: every service in this process, an in-process bus and a
+local-folder store. The AWS path (`ayci.adapters.aws`) wires the same services to
+EventBridge + SQS, S3 and SES.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ayci.adapters.inprocess_bus import InProcessBus
+from ayci.adapters.local_store import LocalFolderStore
+from ayci.ports import Mailer, ObjectStore
+from ayci.runtime import LoggedPublisher, Service, ServiceRunner
+from ayci.settings import Settings
+from services.archiver import handlers as archiver
+from services.converter import handlers as converter
+from services.dedup import handlers as dedup
+from services.inference import handlers as inference
+from services.notifier import handlers as notifier
+
+# service name -> the queues it consumes (the routing table's names)
+QUEUES: dict[str, tuple[str, ...]] = {
+    "dedup": ("dedup",),
+    "converter": ("converter",),
+    "inference": ("inference-intel", "inference-arm"),
+    "archiver": ("archiver",),
+    "notifier": ("notifier",),
+}
+
+
+def build_service(name: str, store: ObjectStore, settings: Settings, mailer: Mailer | None = None) -> Service:
+    """One service with its handlers and the deps they need."""
+    if name == "dedup":
+        return Service(name, dedup.HANDLERS, dedup.DedupDeps(store=store, settings=settings))
+    if name == "converter":
+        return Service(name, converter.HANDLERS, converter.ConverterDeps(store=store))
+    if name == "inference":
+        return Service(name, inference.HANDLERS, inference.InferenceDeps(store=store, settings=settings))
+    if name == "archiver":
+        return Service(name, archiver.HANDLERS, archiver.ArchiverDeps(store=store))
+    if name == "notifier":
+        return Service(name, notifier.HANDLERS, notifier.NotifierDeps(store=store, mailer=mailer, results_url=settings.results_url))
+    raise ValueError(f"unknown service {name!r}")
+
+
+@dataclass
+class EmbeddedApp:
+    store: LocalFolderStore
+    bus: InProcessBus
+    publisher: LoggedPublisher
+    runners: dict[str, ServiceRunner]
+
+
+def embedded(settings: Settings, mailer: Mailer | None = None) -> EmbeddedApp:
+    store = LocalFolderStore(settings.data_dir)
+    bus = InProcessBus()
+    publisher = LoggedPublisher(store, bus)
+    bus.on_dead_letter = publisher.publish
+    runners = {}
+    for name, queues in QUEUES.items():
+        runner = ServiceRunner(build_service(name, store, settings, mailer), store, publisher)
+        runners[name] = runner
+        for queue in queues:
+            bus.subscribe(queue, runner)
+    return EmbeddedApp(store=store, bus=bus, publisher=publisher, runners=runners)

@@ -1,0 +1,199 @@
+"""The command line: `python -m ayci run` measures a matrix on a model (the example
+ResNet-18 by default) on the embedded default and prints the table.
+
+Bad input (unknown hardware or optimizer, an empty matrix, a file that is not a model, a
+memory size outside Lambda's range) is a clear error before any work starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ayci.logs import configure_logging
+from ayci.settings import Settings
+from engines.model_files import NotAModelError
+from schemas.combos import Matrix, Workload
+from schemas.events import RequestSubmitted
+from services.archiver.handlers import summary_key
+from services.archiver.report import COLUMNS, format_cell, summary_rows
+
+err = Console(stderr=True)
+
+
+class UsageError(Exception):
+    pass
+
+
+def parse_matrix(specs: list[str]) -> dict[str, list[str]]:
+    """`["intel=base,onnx", "arm=tvm"]` -> `{"intel": ["base", "onnx"], "arm": ["tvm"]}`."""
+    matrix: dict[str, list[str]] = {}
+    for spec in specs:
+        hardware, sep, optimizers = spec.partition("=")
+        if not sep or not hardware:
+            raise UsageError(f"--matrix takes HARDWARE=OPT[,OPT...], got {spec!r}")
+        matrix.setdefault(hardware.strip(), []).extend(o.strip() for o in optimizers.split(",") if o.strip())
+    return matrix
+
+
+def parse_ints(text: str, name: str) -> list[int]:
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError as exc:
+        raise UsageError(f"--{name} takes comma-separated integers, got {text!r}") from exc
+
+
+def validation_message(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        field = ".".join(str(p) for p in error["loc"]) or "request"
+        parts.append(f"{field}: {error['msg']}")
+    return "; ".join(parts)
+
+
+def build_request(args: argparse.Namespace, model) -> RequestSubmitted:
+    matrix = Matrix(
+        optimizers=parse_matrix(args.matrix),
+        batch_sizes=parse_ints(args.batch, "batch"),
+        memory_sizes_mb=parse_ints(args.memory, "memory"),
+    )
+    return RequestSubmitted(
+        model=model, matrix=matrix, slo_p99_ms=args.slo, min_agreement=args.min_agreement,
+        tuning_trials=args.trials, email=args.email, force=args.force,
+    )
+
+
+def example_model_path(settings: Settings, workload: Workload, input_size: list[int]) -> Path:
+    from workloads.examples import export_example
+
+    path = settings.data_dir.parent / "examples" / f"{workload.value}-{'x'.join(map(str, input_size))}.pt2"
+    if not path.exists():
+        err.print(f"building the example {workload.value} model ({path})")
+        export_example(workload, input_size, path)
+    return path
+
+
+def print_table(summary: dict, console: Console) -> None:
+    table = Table(title=f"run {summary['run_id']}: {summary['status']}")
+    for _, header in COLUMNS:
+        table.add_column(header, overflow="fold")
+    for row in summary_rows(summary):
+        table.add_row(*(format_cell(key, row.get(key)) for key, _ in COLUMNS))
+    console.print(table)
+    rec = summary.get("recommendation") or {}
+    for kind in ("fastest", "cheapest", "balanced"):
+        if kind in rec:
+            console.print(f"{kind}: {rec[kind] or 'none qualifies'}")
+    for label, why in (rec.get("excluded") or {}).items():
+        console.print(f"  not recommended {label}: {why}")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from ayci.bootstrap import embedded
+    from schemas.combos import ModelRef
+    from services.request.submission import new_run, store_model
+
+    settings = Settings(data_dir=args.data_dir) if args.data_dir else Settings()
+    try:
+        workload = Workload(args.workload)
+    except ValueError:
+        raise UsageError(f"--workload must be one of {', '.join(w.value for w in Workload)}") from None
+    from workloads import workload_module
+
+    input_size = parse_ints(args.input_size, "input-size") if args.input_size else workload_module(workload).DEFAULT_INPUT_SIZE
+    # validate the matrix before touching the model (an error here loses nothing)
+    placeholder = ModelRef(sha256="0" * 64, size_bytes=1, format="pt2", workload=workload, input_size=input_size)
+    build_request(args, placeholder)
+    model_path = Path(args.model) if args.model else example_model_path(settings, workload, input_size)
+    if not model_path.is_file():
+        raise UsageError(f"--model {model_path}: no such file")
+
+    app = embedded(settings)
+    model = store_model(app.store, model_path, workload, input_size)
+    request = build_request(args, model)
+    envelope = new_run(request)
+    total = len(request.matrix.combos())
+    err.print(f"run {envelope.run_id}: {total} combinations of {model_path.name} (sha256 {model.sha256[:12]})")
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err) as progress:
+        task = progress.add_task("planning", total=total)
+
+        def observe(queue: str, event) -> None:
+            combo = getattr(event.payload, "combo", None)
+            if event.type == "ComboPending":
+                progress.update(task, description=f"converting {combo.label}")
+            elif event.type == "ModelConverted":
+                progress.update(task, description=f"measuring {combo.label}")
+            elif event.type in ("InferenceDone", "ComboFailed") and queue == "archiver":
+                progress.advance(task)
+
+        app.bus.observers.append(observe)
+        app.publisher.publish([envelope])
+        app.bus.run_until_idle()
+    summary = json.loads(app.store.get_bytes(summary_key(envelope.run_id)))
+    print_table(summary, Console(width=max(Console().width, 170)))
+    err.print(f"results: {settings.data_dir / summary_key(envelope.run_id)}")
+    return {"complete": 0, "partial": 0, "failed": 2}[summary["status"]]
+
+
+def cmd_example_model(args: argparse.Namespace) -> int:
+    from workloads import workload_module
+    from workloads.examples import export_example
+
+    workload = Workload(args.workload)
+    size = parse_ints(args.input_size, "input-size") if args.input_size else workload_module(workload).DEFAULT_INPUT_SIZE
+    print(export_example(workload, size, Path(args.out)))
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="ayci", description="All You Can Inference: which compiler, hardware, batch and Lambda memory size?")
+    top.add_argument("-v", "--verbose", action="store_true", help="log every event")
+    sub = top.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="measure a matrix on the embedded default and print the table")
+    run.add_argument("--model", help="a .pt2 (torch.export) or .onnx file; default: the example model of the workload")
+    run.add_argument("--workload", default="image_classification", help="image_classification | nlp | object_detection")
+    run.add_argument("--input-size", help="H,W for images and detection; sequence length for nlp")
+    run.add_argument("--matrix", nargs="+", default=["intel=base,onnx"], help="HARDWARE=OPT[,OPT] ... e.g. intel=base,onnx,tvm arm=onnx")
+    run.add_argument("--batch", default="1", help="batch sizes, e.g. 1,4")
+    run.add_argument("--memory", default="1769", help="Lambda memory sizes in MB, e.g. 1024,1769,3538")
+    run.add_argument("--trials", type=int, default=64, help="TVM tuning trials per model (MetaSchedule)")
+    run.add_argument("--slo", type=float, help="p99 SLO in ms")
+    run.add_argument("--min-agreement", type=float, default=0.99)
+    run.add_argument("--email")
+    run.add_argument("--force", action="store_true", help="measure again even where results are stored")
+    run.add_argument("--data-dir", help="the local object store (default .ayci/data)")
+    run.set_defaults(func=cmd_run)
+    example = sub.add_parser("example-model", help="write an example model as .pt2")
+    example.add_argument("--workload", default="image_classification")
+    example.add_argument("--input-size")
+    example.add_argument("--out", required=True)
+    example.set_defaults(func=cmd_example_model)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    configure_logging("console", logging.INFO if args.verbose else logging.WARNING)
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        err.print(f"error: {exc}")
+        return 2
+    except ValidationError as exc:
+        err.print(f"error: {validation_message(exc)}")
+        return 2
+    except NotAModelError as exc:
+        err.print(f"error: --model is not an accepted model: {exc}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

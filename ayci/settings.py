@@ -1,0 +1,54 @@
+"""Settings from the environment (prefix `AYCI_`), read once at the wiring point."""
+
+from __future__ import annotations
+
+import functools
+import platform
+from pathlib import Path
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from schemas.combos import Hardware, Optimizer
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="AYCI_", extra="ignore")
+
+    data_dir: Path = Path(".ayci/data")  # the local-folder object store of the embedded default
+    intel_cpu: str | None = None  # LLVM CPU name TVM compiles `intel` for; None = this machine's
+    arm_cpu: str = "neoverse-n1"  # Graviton2
+    arm_sysroot: Path = Path(".arm-sysroot")
+    measure_time_cap_s: float = 20.0  # per combination, warm iterations
+    measure_min_iterations: int = 10
+    log_format: str = "console"  # console | json
+
+    # the real path
+    bus_name: str = "ayci-bus"
+    bucket: str = "ayci-data"
+    queue_prefix: str = "ayci"
+    sender_email: str = "ayci@example.com"
+    results_url: str = "http://127.0.0.1:8000"
+
+    def target_cpu(self, hardware: Hardware, optimizer: Optimizer) -> str:
+        """What an artifact is built for. TVM compiles for an exact CPU; `base` and `onnx`
+        artifacts are portable within an architecture."""
+        if optimizer != Optimizer.tvm:
+            return "aarch64" if hardware == Hardware.arm else "x86_64"
+        if hardware == Hardware.arm:
+            return self.arm_cpu
+        return self.intel_cpu or host_cpu_name()
+
+
+@functools.cache
+def host_cpu_name() -> str:
+    """This machine's CPU as LLVM names it (what TVM targets for `intel`)."""
+    try:
+        from engines.tvm_engine import host_cpu_name as llvm_host_cpu
+
+        return llvm_host_cpu()
+    except Exception:  # TVM not importable here: the architecture is the best we know
+        return platform.machine()
+
+
+def native_hardware() -> Hardware:
+    return Hardware.arm if platform.machine() in ("aarch64", "arm64") else Hardware.intel

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Sets up everything the tests need (venv, LocalStack, the aarch64 emulation root, Chromium),
+# starts LocalStack, runs the whole test suite, and stops LocalStack again.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+scripts/setup.sh
+scripts/system-packages.sh
+scripts/localstack.sh install
+scripts/localstack.sh start
+trap 'scripts/localstack.sh stop || true' EXIT
+export AYCI_REQUIRE_LOCALSTACK=1
+.venv/bin/python -m pytest "$@"

@@ -1,0 +1,139 @@
+"""Archiver: collects what arrives for a run and ends every run with a stored summary
+(`runs/{run id}/summary.json`) and an explicit status.
+
+It learns what to wait for from `RunPlanned`. Each arrival (a result or a failure) is kept
+under `runs/{run id}/outcomes/{combo key}.json` (first one wins). The run ends when every
+planned combination has an outcome, or at its deadline, when the missing ones are failed as
+never reported. Only the archiver whose conditional write of the summary succeeds announces
+`RunArchived`, so two workers racing on the last arrivals archive a run once.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import structlog
+
+from ayci.ports import ObjectStore
+from ayci.runtime import Delayed
+from schemas.events import (
+    ComboFailed,
+    Envelope,
+    FailureStage,
+    InferenceDone,
+    Payload,
+    RunArchived,
+    RunDeadlineReached,
+    RunPlanned,
+    RunStatus,
+)
+from services.archiver.recommendation import recommend
+
+log = structlog.get_logger()
+
+
+@dataclass
+class ArchiverDeps:
+    store: ObjectStore
+    now: callable = lambda: datetime.now(UTC)
+
+
+def plan_key(run_id: str) -> str:
+    return f"runs/{run_id}/plan.json"
+
+
+def outcome_key(run_id: str, combo_key: str) -> str:
+    return f"runs/{run_id}/outcomes/{combo_key}.json"
+
+
+def summary_key(run_id: str) -> str:
+    return f"runs/{run_id}/summary.json"
+
+
+def on_run_planned(event: Envelope, deps: ArchiverDeps) -> list[Payload | Delayed]:
+    planned: RunPlanned = event.payload
+    deps.store.put_bytes(plan_key(event.run_id), planned.model_dump_json().encode(), if_absent=True)
+    return [Delayed(RunDeadlineReached(deadline=planned.deadline), planned.deadline), *_archive_if_complete(event.run_id, deps)]
+
+
+def on_inference_done(event: Envelope, deps: ArchiverDeps) -> list[Payload]:
+    done: InferenceDone = event.payload
+    outcome = {"status": "done", "result_key": done.result_key, "reused": done.reused}
+    deps.store.put_bytes(outcome_key(event.run_id, done.combo_key), json.dumps(outcome).encode(), if_absent=True)
+    return _archive_if_complete(event.run_id, deps)
+
+
+def on_combo_failed(event: Envelope, deps: ArchiverDeps) -> list[Payload]:
+    failed: ComboFailed = event.payload
+    outcome = {"status": "failed", "stage": failed.stage.value, "reason": failed.reason}
+    deps.store.put_bytes(outcome_key(event.run_id, failed.combo_key), json.dumps(outcome).encode(), if_absent=True)
+    return _archive_if_complete(event.run_id, deps)
+
+
+def on_deadline_reached(event: Envelope, deps: ArchiverDeps) -> list[Payload | Delayed]:
+    deadline: RunDeadlineReached = event.payload
+    if deps.store.exists(summary_key(event.run_id)):
+        return []
+    if deps.now() < deadline.deadline:  # a delayed message can only wait so long: wait again
+        return [Delayed(deadline, deadline.deadline)]
+    if not deps.store.exists(plan_key(event.run_id)):
+        return []
+    return _archive(event.run_id, deps, at_deadline=True)
+
+
+def _archive_if_complete(run_id: str, deps: ArchiverDeps) -> list[Payload]:
+    if not deps.store.exists(plan_key(run_id)) or deps.store.exists(summary_key(run_id)):
+        return []
+    plan = RunPlanned.model_validate_json(deps.store.get_bytes(plan_key(run_id)))
+    if all(deps.store.exists(outcome_key(run_id, key)) for key in plan.combos):
+        return _archive(run_id, deps, at_deadline=False)
+    return []
+
+
+def _archive(run_id: str, deps: ArchiverDeps, *, at_deadline: bool) -> list[Payload]:
+    plan = RunPlanned.model_validate_json(deps.store.get_bytes(plan_key(run_id)))
+    results, failures = [], []
+    for key, combo in plan.combos.items():
+        if deps.store.exists(outcome_key(run_id, key)):
+            outcome = json.loads(deps.store.get_bytes(outcome_key(run_id, key)))
+        else:
+            outcome = {"status": "failed", "stage": FailureStage.deadline.value, "reason": "never reported before the run's deadline"}
+        if outcome["status"] == "done":
+            result = json.loads(deps.store.get_bytes(outcome["result_key"]))
+            results.append({**result, "reused": outcome.get("reused", False)})
+        else:
+            failures.append({"combo_key": key, "combo": combo.model_dump(mode="json"), "label": combo.label, "stage": outcome["stage"], "reason": outcome["reason"]})
+    status = RunStatus.failed if not results else RunStatus.partial if failures else RunStatus.complete
+    request = plan.request
+    recommendation = recommend(results, slo_p99_ms=request.slo_p99_ms, min_agreement=request.min_agreement, balance_weight=request.balance_weight)
+    summary = {
+        "run_id": run_id,
+        "status": status.value,
+        "archived_at": deps.now().isoformat(),
+        "closed_at_deadline": at_deadline,
+        "model": plan.model.model_dump(mode="json"),
+        "request": request.model_dump(mode="json"),
+        "results": results,
+        "failures": failures,
+        "recommendation": recommendation,
+    }
+    if not deps.store.put_bytes(summary_key(run_id), json.dumps(summary, indent=1).encode(), if_absent=True):
+        return []  # another archiver got there first
+    log.info("run_archived", run_id=run_id, status=status.value, succeeded=len(results), failed=len(failures))
+    return [
+        RunArchived(
+            status=status, summary_key=summary_key(run_id), succeeded=len(results), failed=len(failures),
+            failures={f["label"]: f"{f['stage']}: {f['reason']}" for f in failures},
+            recommendation=recommendation, email=request.email,
+        )
+    ]
+
+
+HANDLERS = {
+    "RunPlanned": on_run_planned,
+    "InferenceDone": on_inference_done,
+    "ComboFailed": on_combo_failed,
+    "RunDeadlineReached": on_deadline_reached,
+}

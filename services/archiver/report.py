@@ -1,0 +1,53 @@
+"""A run's summary as table rows (CLI, CSV, email and web page all use these)."""
+
+from __future__ import annotations
+
+COLUMNS = [
+    ("combination", "combination"),
+    ("status", "status"),
+    ("p50_ms", "p50 ms"),
+    ("p90_ms", "p90 ms"),
+    ("p99_ms", "p99 ms"),
+    ("cold_start_ms", "cold start ms"),
+    ("peak_rss_mb", "peak MB"),
+    ("cost_per_million_usd", "$ / 1M inf."),
+    ("agreement", "agreement"),
+    ("note", "note"),
+]
+
+
+def _label(combo: dict) -> str:
+    return f"{combo['hardware']}/{combo['optimizer']}/b{combo['batch_size']}/{combo['memory_mb']}MB"
+
+
+def summary_rows(summary: dict) -> list[dict]:
+    """One row per combination, measured ones first (by p99), then the failed ones."""
+    rows = []
+    for r in sorted(summary["results"], key=lambda r: r["latency_ms"]["p99"]):
+        notes = [n for n in ("reused" if r.get("reused") else "", "emulated" if r.get("emulated") else "") if n]
+        cost = r.get("cost", {}).get("per_million_inferences_usd")
+        rows.append(
+            {
+                "combination": _label(r["combo"]), "status": "measured",
+                "p50_ms": r["latency_ms"]["p50"], "p90_ms": r["latency_ms"]["p90"], "p99_ms": r["latency_ms"]["p99"],
+                "cold_start_ms": r["cold_start_ms"]["total"], "peak_rss_mb": r["peak_rss_mb"],
+                "cost_per_million_usd": cost,
+                "agreement": r["agreement"]["score"], "agreement_metric": r["agreement"]["metric"],
+                "note": ", ".join(notes),
+            }
+        )
+    for f in summary["failures"]:
+        rows.append({"combination": f["label"], "status": "failed", "note": f"{f['stage']}: {f['reason']}"})
+    return rows
+
+
+def format_cell(key: str, value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if key == "agreement":
+            return f"{value:.4f}"
+        if key == "cost_per_million_usd":
+            return f"{value:.4f}"
+        return f"{value:.1f}" if value >= 10 else f"{value:.2f}"
+    return str(value)

@@ -1,0 +1,149 @@
+"""Converter: turns the stored model into the artifact of one combination's optimizer and
+hardware (`artifacts/{artifact key}/`), and makes sure the base model's reference outputs for
+its batch size exist (`references/{reference key}.npz`) so inference can judge agreement.
+
+An artifact is converted once: a stored manifest means it is reused.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import structlog
+
+from ayci.ports import ObjectStore
+from engines import ConversionError, ConversionJob, engine_module
+from engines.model_files import NotAModelError
+from schemas.combos import ModelRef, Optimizer, reference_key
+from schemas.events import ComboFailed, ComboPending, Envelope, FailureStage, ModelConverted, Payload
+from workloads import workload_module
+
+log = structlog.get_logger()
+
+
+@dataclass
+class ConverterDeps:
+    store: ObjectStore
+    work_dir: Path | None = None
+    # runs a conversion; the embedded default calls the engine in-process
+    convert: Callable[[Optimizer, ConversionJob], object] = lambda optimizer, job: engine_module(optimizer).convert(job)
+
+
+def manifest_key(key: str) -> str:
+    return f"artifacts/{key}/manifest.json"
+
+
+def tuning_prefix(model: ModelRef, target_cpu: str, batch: int) -> str:
+    """Where TVM tuning records live: by model, target, batch size and input shape."""
+    shape = "x".join(map(str, model.input_size))
+    return f"tuning/{model.sha256}/{target_cpu}/b{batch}-{shape}"
+
+
+def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
+    pending: ComboPending = event.payload
+    combo, model = pending.combo, pending.model
+    bound = log.bind(run_id=event.run_id, combo_key=pending.combo_key, combo=combo.label)
+    with tempfile.TemporaryDirectory(dir=deps.work_dir, prefix="convert-") as tmp:
+        work = Path(tmp)
+        model_path = work / f"model.{model.format.value}"
+        deps.store.get_file(f"models/{model.sha256}", model_path)
+        try:
+            ensure_reference(deps.store, model, model_path, combo.batch_size, work)
+        except (NotAModelError, ConversionError, ValueError, RuntimeError) as exc:
+            return [_failed(pending, f"the base model does not run on the workload's inputs: {_first_line(exc)}")]
+        if deps.store.exists(manifest_key(pending.artifact_key)):
+            manifest = json.loads(deps.store.get_bytes(manifest_key(pending.artifact_key)))
+            bound.info("artifact_reused", artifact_key=pending.artifact_key)
+            return [_converted(pending, manifest, reused=True)]
+        out_dir = work / "artifact"
+        out_dir.mkdir()
+        tuning_dir = _fetch_tuning_records(deps.store, pending, work) if combo.optimizer == Optimizer.tvm else None
+        job = ConversionJob(
+            model=model, model_path=model_path, hardware=combo.hardware, batch_size=combo.batch_size,
+            target_cpu=pending.target_cpu, out_dir=out_dir, tuning_trials=pending.tuning_trials,
+            tuning_dir=tuning_dir, progress=lambda message: bound.info("conversion_progress", message=message),
+        )
+        bound.info("conversion_started", optimizer=combo.optimizer.value, hardware=combo.hardware.value)
+        try:
+            conversion = deps.convert(combo.optimizer, job)
+        except (ConversionError, NotAModelError) as exc:
+            bound.warning("conversion_failed", reason=str(exc))
+            return [_failed(pending, str(exc))]
+        if tuning_dir is not None:
+            _store_tuning_records(deps.store, pending, tuning_dir)
+        deps.store.put_file(f"artifacts/{pending.artifact_key}/{conversion.artifact_file}", out_dir / conversion.artifact_file)
+        manifest = {
+            "artifact_file": conversion.artifact_file,
+            "optimizer": combo.optimizer.value,
+            "hardware": combo.hardware.value,
+            "target_cpu": job.target_cpu,
+            "conversion_s": conversion.conversion_s,
+            "tuning_s": conversion.tuning_s,
+            "details": conversion.details,
+        }
+        deps.store.put_bytes(manifest_key(pending.artifact_key), json.dumps(manifest).encode(), if_absent=True)
+        bound.info("conversion_done", conversion_s=round(conversion.conversion_s, 2), tuning_s=round(conversion.tuning_s, 2))
+        return [_converted(pending, manifest, reused=False)]
+
+
+def ensure_reference(store: ObjectStore, model: ModelRef, model_path: Path, batch: int, work: Path) -> str:
+    """Store the base model's outputs on the workload's fixed example inputs for `batch`
+    (once), and return its key. Raises if the base model does not run on those inputs."""
+    key = f"references/{reference_key(model, batch)}.npz"
+    if store.exists(key):
+        return key
+    workload = workload_module(model.workload)
+    inputs = workload.example_inputs(batch, model.input_size)
+    artifact = work / "reference-base"
+    artifact.mkdir(exist_ok=True)
+    base = engine_module(Optimizer.base)
+    conversion = base.convert(ConversionJob(model=model, model_path=model_path, hardware=None, batch_size=batch, target_cpu="", out_dir=artifact))
+    outputs = base.load(artifact / conversion.artifact_file, threads=1)(inputs)
+    buffer = io.BytesIO()
+    np.savez(buffer, **{f"input:{k}": v for k, v in inputs.items()}, **{f"output:{i}": o for i, o in enumerate(outputs)})
+    store.put_bytes(key, buffer.getvalue(), if_absent=True)
+    return key
+
+
+def _fetch_tuning_records(store: ObjectStore, pending: ComboPending, work: Path) -> Path:
+    tuning_dir = work / "tuning"
+    tuning_dir.mkdir()
+    prefix = tuning_prefix(pending.model, pending.target_cpu, pending.combo.batch_size)
+    index_key = f"{prefix}/index.json"
+    if store.exists(index_key):
+        for name in json.loads(store.get_bytes(index_key)):
+            store.get_file(f"{prefix}/{name}", tuning_dir / name)
+    return tuning_dir
+
+
+def _store_tuning_records(store: ObjectStore, pending: ComboPending, tuning_dir: Path) -> None:
+    prefix = tuning_prefix(pending.model, pending.target_cpu, pending.combo.batch_size)
+    names = sorted(p.name for p in tuning_dir.iterdir() if p.is_file())
+    for name in names:
+        store.put_file(f"{prefix}/{name}", tuning_dir / name)
+    store.put_bytes(f"{prefix}/index.json", json.dumps(names).encode())
+
+
+def _converted(pending: ComboPending, manifest: dict, *, reused: bool) -> ModelConverted:
+    return ModelConverted(
+        model=pending.model, combo=pending.combo, combo_key=pending.combo_key, artifact_key=pending.artifact_key,
+        artifact_file=manifest["artifact_file"], conversion_s=manifest["conversion_s"],
+        tuning_s=manifest.get("tuning_s", 0.0), artifact_reused=reused,
+    )
+
+
+def _failed(pending: ComboPending, reason: str) -> ComboFailed:
+    return ComboFailed(combo=pending.combo, combo_key=pending.combo_key, stage=FailureStage.converter, reason=reason)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+
+
+HANDLERS = {"ComboPending": on_combo_pending}

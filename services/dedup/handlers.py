@@ -1,0 +1,83 @@
+"""Dedup: expands a request into combinations and skips what is already known.
+
+For each combination: a stored result (`results/{combo key}.json`, found by key) is reused
+unless the request forces a new measurement; a stored artifact (`artifacts/{artifact key}/
+manifest.json`) skips conversion; everything else goes to the converter. It also tells the
+archiver what to wait for (`RunPlanned`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import timedelta
+
+from ayci.ports import ObjectStore
+from ayci.settings import Settings
+from schemas.combos import artifact_key, combo_key
+from schemas.events import (
+    ComboFailed,
+    ComboPending,
+    Envelope,
+    FailureStage,
+    InferenceDone,
+    ModelConverted,
+    Payload,
+    RequestSubmitted,
+    RunPlanned,
+)
+
+
+@dataclass
+class DedupDeps:
+    store: ObjectStore
+    settings: Settings
+
+
+def result_key(key: str) -> str:
+    return f"results/{key}.json"
+
+
+def manifest_key(key: str) -> str:
+    return f"artifacts/{key}/manifest.json"
+
+
+def on_request_submitted(event: Envelope, deps: DedupDeps) -> list[Payload]:
+    request: RequestSubmitted = event.payload
+    model = request.model
+    combos = {combo_key(model, c): c for c in request.matrix.combos()}
+    planned = RunPlanned(
+        model=model, combos=combos, deadline=event.time + timedelta(seconds=request.deadline_s), request=request
+    )
+    out: list[Payload] = [planned]
+    model_stored = deps.store.exists(f"models/{model.sha256}")
+    for key, combo in combos.items():
+        if not model_stored:
+            out.append(ComboFailed(combo=combo, combo_key=key, stage=FailureStage.dedup, reason=f"model {model.sha256[:12]} is not stored"))
+            continue
+        if not request.force and deps.store.exists(result_key(key)):
+            stored = json.loads(deps.store.get_bytes(result_key(key)))
+            out.append(
+                InferenceDone(
+                    combo=combo, combo_key=key, result_key=result_key(key),
+                    p50_ms=stored["latency_ms"]["p50"], p99_ms=stored["latency_ms"]["p99"], reused=True,
+                )
+            )
+            continue
+        target_cpu = deps.settings.target_cpu(combo.hardware, combo.optimizer)
+        art_key = artifact_key(model, combo, target_cpu)
+        if deps.store.exists(manifest_key(art_key)):
+            manifest = json.loads(deps.store.get_bytes(manifest_key(art_key)))
+            out.append(
+                ModelConverted(
+                    model=model, combo=combo, combo_key=key, artifact_key=art_key,
+                    artifact_file=manifest["artifact_file"], conversion_s=manifest["conversion_s"],
+                    tuning_s=manifest.get("tuning_s", 0.0), artifact_reused=True,
+                )
+            )
+            continue
+        out.append(ComboPending(model=model, combo=combo, combo_key=key, artifact_key=art_key, target_cpu=target_cpu, tuning_trials=request.tuning_trials))
+    return out
+
+
+HANDLERS = {"RequestSubmitted": on_request_submitted}

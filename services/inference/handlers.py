@@ -1,0 +1,87 @@
+"""Inference: measures one converted combination under its memory size and stores the result
+(`results/{combo key}.json`). A measurement that fails (out of memory, crash, timeout) is
+that combination's failure; the run goes on."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import structlog
+
+from ayci.ports import ObjectStore
+from ayci.settings import Settings, native_hardware
+from schemas.combos import MEASUREMENT_VERSION, Hardware, reference_key
+from schemas.events import ComboFailed, Envelope, FailureStage, InferenceDone, ModelConverted, Payload
+from services.inference.launcher import MeasureSpec, MeasurementFailed, measure
+
+log = structlog.get_logger()
+
+
+@dataclass
+class InferenceDeps:
+    store: ObjectStore
+    settings: Settings
+    measure: Callable[..., dict] = measure
+    work_dir: Path | None = None
+    # how this worker runs code of a hardware: (python command, emulated) or None if it cannot
+    runtime_for: Callable[[Hardware], tuple[list[str], bool] | None] = lambda hardware: native_runtime(hardware)
+
+
+def native_runtime(hardware: Hardware) -> tuple[list[str], bool] | None:
+    """This machine's own Python, if it is of `hardware`'s architecture."""
+    return ([sys.executable], False) if hardware == native_hardware() else None
+
+
+def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload]:
+    converted: ModelConverted = event.payload
+    combo, model = converted.combo, converted.model
+    bound = log.bind(run_id=event.run_id, combo_key=converted.combo_key, combo=combo.label)
+    key = f"results/{converted.combo_key}.json"
+    runtime = deps.runtime_for(combo.hardware)
+    if runtime is None:
+        reason = f"no {combo.hardware.value} worker here and no emulation of it available"
+        return [ComboFailed(combo=combo, combo_key=converted.combo_key, stage=FailureStage.inference, reason=reason)]
+    python_command, emulated = runtime
+    with tempfile.TemporaryDirectory(dir=deps.work_dir, prefix="infer-") as tmp:
+        work = Path(tmp)
+        artifact = work / converted.artifact_file
+        deps.store.get_file(f"artifacts/{converted.artifact_key}/{converted.artifact_file}", artifact)
+        reference = work / "reference.npz"
+        deps.store.get_file(f"references/{reference_key(model, combo.batch_size)}.npz", reference)
+        spec = MeasureSpec(
+            optimizer=combo.optimizer.value, workload=model.workload.value, artifact_path=artifact,
+            reference_path=reference, memory_mb=combo.memory_mb, time_cap_s=deps.settings.measure_time_cap_s,
+            min_iterations=deps.settings.measure_min_iterations,
+        )
+        bound.info("measurement_started", threads=spec.threads)
+        try:
+            report = deps.measure(spec, python_command=python_command)
+        except MeasurementFailed as exc:
+            bound.warning("measurement_failed", reason=exc.reason)
+            return [ComboFailed(combo=combo, combo_key=converted.combo_key, stage=FailureStage.inference, reason=exc.reason)]
+    result = {
+        "combo_key": converted.combo_key,
+        "combo": combo.model_dump(mode="json"),
+        "model": model.model_dump(mode="json"),
+        "measurement_version": MEASUREMENT_VERSION,
+        "measured_at": datetime.now(UTC).isoformat(),
+        "run_id": event.run_id,
+        "conversion_s": converted.conversion_s,
+        "tuning_s": converted.tuning_s,
+        "artifact_key": converted.artifact_key,
+        "emulated": emulated,
+        **report,
+    }
+    deps.store.put_bytes(key, json.dumps(result, indent=1).encode())
+    lat = report["latency_ms"]
+    bound.info("measurement_done", p50_ms=round(lat["p50"], 2), p99_ms=round(lat["p99"], 2), iterations=lat["iterations"])
+    return [InferenceDone(combo=combo, combo_key=converted.combo_key, result_key=key, p50_ms=lat["p50"], p99_ms=lat["p99"])]
+
+
+HANDLERS = {"ModelConverted": on_model_converted}

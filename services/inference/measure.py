@@ -1,0 +1,137 @@
+"""The measuring process: `python -m services.inference.measure SPEC.json SPAWNED_AT`.
+
+Runs in a process of its own (started, and confined, by `launcher.py`), so its cold start
+and peak memory are its own. Loads one artifact with one engine, checks its outputs against
+the base model's reference outputs, warms up until timings settle, then times until the
+p50's 95 % confidence interval is within +-2 % (or the time cap). Prints one JSON object.
+
+Imports stay minimal before the clock starts: the cold-start split is
+process start -> engine imports -> model load -> first inference.
+"""
+
+import time
+
+_MAIN_STARTED = time.time()
+
+import importlib  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import resource  # noqa: E402
+import sys  # noqa: E402
+
+RELATIVE_CI_TARGET = 0.02
+WARMUP_WINDOW = 5
+WARMUP_SETTLE = 0.05  # warm-up ends when a window's median moves less than this
+
+
+def median_ci(samples: list[float]) -> tuple[float, float, float]:
+    """Median and its distribution-free 95 % confidence interval (order statistics)."""
+    ordered = sorted(samples)
+    n = len(ordered)
+    median = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+    half = 1.96 * math.sqrt(n) / 2
+    low = ordered[max(0, math.floor(n / 2 - half) - 1)]
+    high = ordered[min(n - 1, math.ceil(n / 2 + half))]
+    return median, low, high
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    rank = q / 100 * (len(ordered) - 1)
+    lo, hi = math.floor(rank), math.ceil(rank)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo)
+
+
+def timed(run, inputs) -> float:
+    started = time.perf_counter()
+    run(inputs)
+    return (time.perf_counter() - started) * 1000
+
+
+def warm_up(run, inputs, cap_s: float) -> int:
+    """Run until the median of consecutive windows settles; returns iterations run."""
+    deadline = time.perf_counter() + cap_s
+    previous, count = None, 0
+    while time.perf_counter() < deadline:
+        window = sorted(timed(run, inputs) for _ in range(WARMUP_WINDOW))
+        count += WARMUP_WINDOW
+        current = window[WARMUP_WINDOW // 2]
+        if previous is not None and abs(current - previous) <= WARMUP_SETTLE * previous:
+            break
+        previous = current
+    return count
+
+
+def measure_warm(run, inputs, min_iterations: int, cap_s: float) -> dict:
+    samples: list[float] = []
+    deadline = time.perf_counter() + cap_s
+    converged = False
+    while time.perf_counter() < deadline:
+        samples.append(timed(run, inputs))
+        if len(samples) >= min_iterations and len(samples) % 5 == 0:
+            median, low, high = median_ci(samples)
+            if (high - low) / 2 <= RELATIVE_CI_TARGET * median:
+                converged = True
+                break
+    while len(samples) < 3:  # a run slower than its cap still reports something
+        samples.append(timed(run, inputs))
+    median, low, high = median_ci(samples)
+    mean = sum(samples) / len(samples)
+    std = math.sqrt(sum((s - mean) ** 2 for s in samples) / max(1, len(samples) - 1))
+    return {
+        "p50": median, "p90": percentile(samples, 90), "p99": percentile(samples, 99),
+        "mean": mean, "min": min(samples), "max": max(samples),
+        "ci95_low": low, "ci95_high": high, "cv": std / mean if mean else 0.0,
+        "iterations": len(samples), "converged": converged,
+    }
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory. VmHWM starts afresh at exec; `ru_maxrss` would
+    carry over the parent's peak from before the fork."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main(spec_path: str, spawned_at: float) -> dict:
+    spec = json.loads(open(spec_path).read())
+    t_imports = time.time()
+    import numpy as np
+
+    engine = importlib.import_module(f"engines.{spec['optimizer']}_engine")
+    for name in getattr(engine, "RUNTIME_IMPORTS", ()):
+        importlib.import_module(name)
+    t_load = time.time()
+    run = engine.load(__import__("pathlib").Path(spec["artifact_path"]), int(spec["threads"]))
+    t_first = time.time()
+    reference = np.load(spec["reference_path"])
+    inputs = {k.split(":", 1)[1]: reference[k] for k in reference.files if k.startswith("input:")}
+    ref_outputs = [reference[f"output:{i}"] for i in range(sum(k.startswith("output:") for k in reference.files))]
+    outputs = run(inputs)
+    t_done = time.time()
+    from workloads import workload_module
+
+    agreement = workload_module(spec["workload"]).agreement(ref_outputs, [np.asarray(o) for o in outputs])
+    warmup_iterations = warm_up(run, inputs, cap_s=float(spec["time_cap_s"]) / 4)
+    latency = measure_warm(run, inputs, int(spec["min_iterations"]), float(spec["time_cap_s"]))
+    return {
+        "cold_start_ms": {
+            "process_start": (_MAIN_STARTED - spawned_at) * 1000,
+            "imports": (t_load - t_imports) * 1000,
+            "model_load": (t_first - t_load) * 1000,
+            "first_inference": (t_done - t_first) * 1000,
+            "total": (t_done - spawned_at) * 1000,
+        },
+        "latency_ms": latency,
+        "warmup_iterations": warmup_iterations,
+        "agreement": agreement.as_dict(),
+        "peak_rss_mb": peak_rss_mb(),
+    }
+
+
+if __name__ == "__main__":
+    result = main(sys.argv[1], float(sys.argv[2]))
+    sys.stdout.write("\n@@RESULT@@" + json.dumps(result) + "\n")

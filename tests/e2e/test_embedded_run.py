@@ -1,0 +1,111 @@
+"""Whole runs on the embedded default, with real engines (torch, ONNX Runtime) on a tiny model."""
+
+import json
+
+import pytest
+
+from ayci.bootstrap import embedded
+from ayci.cli import main as cli_main
+from ayci.settings import Settings
+from schemas.combos import Matrix
+from schemas.events import RequestSubmitted
+from services.archiver.handlers import summary_key
+from services.request.submission import new_run, store_model
+from tests.conftest import TINY_IMAGE_SIZE
+
+
+def run(app, request):
+    envelope = new_run(request)
+    app.publisher.publish([envelope])
+    app.bus.run_until_idle()
+    return json.loads(app.store.get_bytes(summary_key(envelope.run_id))), envelope.run_id
+
+
+@pytest.fixture
+def app(tmp_path):
+    return embedded(Settings(data_dir=tmp_path / "data", measure_time_cap_s=1.0, measure_min_iterations=5))
+
+
+def request_for(app, model_path, optimizers, memory=(1769,), batches=(1,), **extra):
+    model = store_model(app.store, model_path, "image_classification", TINY_IMAGE_SIZE)
+    matrix = Matrix(optimizers={"intel": list(optimizers)}, batch_sizes=list(batches), memory_sizes_mb=list(memory))
+    return RequestSubmitted(model=model, matrix=matrix, **extra)
+
+
+def test_complete_run_then_reuse(app, tiny_image_model):
+    summary, run_id = run(app, request_for(app, tiny_image_model, ["base", "onnx"], batches=(1, 2)))
+    assert summary["status"] == "complete"
+    assert len(summary["results"]) == 4 and not summary["failures"]
+    for result in summary["results"]:
+        assert result["agreement"]["score"] == 1.0
+        assert result["agreement"]["max_abs_diff"] < 1e-3
+        lat = result["latency_ms"]
+        assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"]
+        cold = result["cold_start_ms"]
+        assert cold["total"] >= cold["imports"] + cold["model_load"] + cold["first_inference"]
+        assert result["peak_rss_mb"] > 20
+    assert summary["recommendation"]["fastest"] is not None
+    # every event of the run is in its log, in order, starting with the request
+    log = app.store.list_keys(f"runs/{run_id}/events/")
+    assert "RequestSubmitted" in log[0] and any("RunArchived" in k for k in log)
+
+    again, _ = run(app, request_for(app, tiny_image_model, ["base", "onnx"], batches=(1, 2)))
+    assert again["status"] == "complete"
+    assert all(r["reused"] for r in again["results"])  # nothing measured twice
+
+    forced, _ = run(app, request_for(app, tiny_image_model, ["onnx"], force=True))
+    assert not forced["results"][0]["reused"]
+
+
+def test_partial_run_failed_combination_drops_only_itself(app, tiny_image_model):
+    # torch alone needs far more than 128 MB: that combination fails, the other is measured
+    summary, _ = run(app, request_for(app, tiny_image_model, ["base"], memory=(128, 1769)))
+    assert summary["status"] == "partial"
+    assert [r["combo"]["memory_mb"] for r in summary["results"]] == [1769]
+    (failure,) = summary["failures"]
+    assert failure["combo"]["memory_mb"] == 128 and "out of memory at 128 MB" in failure["reason"]
+
+
+def test_all_failed_run_is_still_archived(app, tiny_image_model):
+    summary, run_id = run(app, request_for(app, tiny_image_model, ["base"], memory=(128,)))
+    assert summary["status"] == "failed"
+    assert summary["results"] == [] and len(summary["failures"]) == 1
+    assert app.store.exists(f"runs/{run_id}/summary.json")
+
+
+def test_crashing_handler_is_retried_then_dead_lettered(app, tiny_image_model):
+    calls = []
+
+    def crash(optimizer, job):
+        calls.append(optimizer)
+        raise RuntimeError("worker crashed")
+
+    app.runners["converter"].service.deps.convert = crash
+    summary, _ = run(app, request_for(app, tiny_image_model, ["onnx"]))
+    assert len(calls) == 3  # delivered three times, then dead-lettered
+    assert summary["status"] == "failed"
+    assert summary["failures"][0]["stage"] == "dead_letter"
+    assert "worker crashed" in summary["failures"][0]["reason"]
+
+
+def test_duplicate_delivery_changes_nothing(app, tiny_image_model):
+    request = request_for(app, tiny_image_model, ["onnx"])
+    envelope = new_run(request)
+    app.publisher.publish([envelope, envelope])
+    app.bus.run_until_idle()
+    summary = json.loads(app.store.get_bytes(summary_key(envelope.run_id)))
+    assert summary["status"] == "complete" and len(summary["results"]) == 1
+
+
+def test_cli_rejects_bad_input_before_any_work(tmp_path, capsys):
+    not_a_model = tmp_path / "model.pt2"
+    not_a_model.write_bytes(b"definitely not a model" * 10)
+    data = tmp_path / "data"
+    assert cli_main(["run", "--model", str(not_a_model), "--data-dir", str(data)]) == 2
+    assert "not an accepted model" in capsys.readouterr().err
+    assert not (data / "models").exists()
+    assert cli_main(["run", "--matrix", "quantum=base", "--data-dir", str(data)]) == 2
+    assert "optimizers" in capsys.readouterr().err
+    assert cli_main(["run", "--memory", "64", "--data-dir", str(data)]) == 2
+    assert "memory_sizes_mb" in capsys.readouterr().err
+    assert cli_main(["run", "--matrix", "intel=", "--data-dir", str(data)]) == 2

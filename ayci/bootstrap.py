@@ -30,7 +30,7 @@ QUEUES: dict[str, tuple[str, ...]] = {
 }
 
 
-def build_service(name: str, store: ObjectStore, settings: Settings, mailer: Mailer | None = None) -> Service:
+def build_service(name: str, store: ObjectStore, settings: Settings, mailer: Mailer | None = None, now=None) -> Service:
     """One service with its handlers and the deps they need."""
     if name == "dedup":
         return Service(name, dedup.HANDLERS, dedup.DedupDeps(store=store, settings=settings))
@@ -39,7 +39,7 @@ def build_service(name: str, store: ObjectStore, settings: Settings, mailer: Mai
     if name == "inference":
         return Service(name, inference.HANDLERS, inference.InferenceDeps(store=store, settings=settings))
     if name == "archiver":
-        return Service(name, archiver.HANDLERS, archiver.ArchiverDeps(store=store))
+        return Service(name, archiver.HANDLERS, archiver.ArchiverDeps(store=store, **({"now": now} if now else {})))
     if name == "notifier":
         return Service(name, notifier.HANDLERS, notifier.NotifierDeps(store=store, mailer=mailer, results_url=settings.results_url))
     raise ValueError(f"unknown service {name!r}")
@@ -60,8 +60,33 @@ def embedded(settings: Settings, mailer: Mailer | None = None) -> EmbeddedApp:
     bus.on_dead_letter = publisher.publish
     runners = {}
     for name, queues in QUEUES.items():
-        runner = ServiceRunner(build_service(name, store, settings, mailer), store, publisher)
+        runner = ServiceRunner(build_service(name, store, settings, mailer, now=bus.now), store, publisher)
         runners[name] = runner
         for queue in queues:
             bus.subscribe(queue, runner)
     return EmbeddedApp(store=store, bus=bus, publisher=publisher, runners=runners)
+
+
+@dataclass
+class AwsWiring:
+    store: ObjectStore
+    publisher: LoggedPublisher
+
+
+def aws(settings: Settings) -> AwsWiring:
+    """The real path: S3 for objects, EventBridge (+ SQS for delayed events) for events."""
+    from ayci.adapters.aws import EventBridgePublisher, S3Store
+
+    store = S3Store(settings.bucket)
+    return AwsWiring(store=store, publisher=LoggedPublisher(store, EventBridgePublisher(settings.bus_name, settings.queue_prefix, copies=settings.publish_copies)))
+
+
+def aws_runner(name: str, settings: Settings, wiring: AwsWiring | None = None) -> ServiceRunner:
+    """One service wired to AWS (its queue worker or Lambda handler drives it)."""
+    wiring = wiring or aws(settings)
+    mailer = None
+    if name == "notifier":
+        from ayci.adapters.ses import SesMailer
+
+        mailer = SesMailer(settings.sender_email)
+    return ServiceRunner(build_service(name, wiring.store, settings, mailer), wiring.store, wiring.publisher)

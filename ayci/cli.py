@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -116,12 +117,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not model_path.is_file():
         raise UsageError(f"--model {model_path}: no such file")
 
+    if args.localstack:
+        return run_on_localstack(args, settings, model_path, workload, input_size)
     app = embedded(settings)
     model = store_model(app.store, model_path, workload, input_size)
     request = build_request(args, model)
     envelope = new_run(request)
-    total = len(request.matrix.combos())
-    err.print(f"run {envelope.run_id}: {total} combinations of {model_path.name} (sha256 {model.sha256[:12]})")
+    return follow_embedded(app, [envelope], len(request.matrix.combos()), settings, f"{model_path.name} (sha256 {model.sha256[:12]})")
+
+
+def follow_embedded(app, envelopes: list, total: int, settings: Settings, what: str) -> int:
+    """Publish `envelopes` on the embedded default, drive the run with progress shown, print
+    the table."""
+    run_id = envelopes[0].run_id
+    err.print(f"run {run_id}: {total} combinations of {what}")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err) as progress:
         task = progress.add_task("planning", total=total)
 
@@ -135,12 +144,82 @@ def cmd_run(args: argparse.Namespace) -> int:
                 progress.advance(task)
 
         app.bus.observers.append(observe)
-        app.publisher.publish([envelope])
+        app.publisher.publish(envelopes)
         app.bus.run_until_idle()
-    summary = json.loads(app.store.get_bytes(summary_key(envelope.run_id)))
+    summary = json.loads(app.store.get_bytes(summary_key(run_id)))
     print_table(summary, Console(width=max(Console().width, 170)))
-    err.print(f"results: {settings.data_dir / summary_key(envelope.run_id)}")
+    err.print(f"results: {settings.data_dir / summary_key(run_id)}")
     return {"complete": 0, "partial": 0, "failed": 2}[summary["status"]]
+
+
+def run_on_localstack(args: argparse.Namespace, settings: Settings, model_path: Path, workload: Workload, input_size: list[int]) -> int:
+    """Start LocalStack, deploy the stack, start one process per service, submit, follow."""
+    from ayci import cloud
+    from ayci.bootstrap import aws
+    from services.request.submission import new_run, store_model
+
+    err.print("starting LocalStack and deploying the stack")
+    cloud.start_localstack()
+    outputs = cloud.deploy(args.stack)
+    env = cloud.service_env(outputs, args.stack)
+    processes = cloud.ServiceProcesses(env=env, log_dir=settings.data_dir.parent / "logs")
+    processes.start_all()
+    try:
+        os.environ.update({"AYCI_BUCKET": outputs.bucket, "AYCI_BUS_NAME": outputs.bus_name, "AYCI_QUEUE_PREFIX": args.stack})
+        wiring = aws(Settings())
+        model = store_model(wiring.store, model_path, workload, input_size)
+        request = build_request(args, model)
+        envelope = new_run(request)
+        wiring.publisher.publish([envelope])
+        return follow_store(wiring.store, envelope.run_id, model, request.matrix.combos(), settings, args.timeout)
+    finally:
+        processes.stop_all()
+        err.print(f"service logs: {processes.log_dir}")
+
+
+def follow_store(store, run_id: str, model, combos: list, settings: Settings, timeout_s: float) -> int:
+    """Wait for a run on the real path, showing its progress, and print the table. Reads
+    each planned combination's outcome by key."""
+    import time
+
+    from schemas.combos import combo_key
+    from services.archiver.handlers import outcome_key
+
+    keys = [combo_key(model, c) for c in combos]
+    err.print(f"run {run_id}: {len(keys)} combinations")
+    deadline = time.monotonic() + timeout_s
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err) as progress:
+        task = progress.add_task("running on LocalStack", total=len(keys))
+        while not store.exists(summary_key(run_id)):
+            if time.monotonic() > deadline:
+                raise UsageError(f"run {run_id} did not end within --timeout {timeout_s:.0f} s")
+            progress.update(task, completed=sum(store.exists(outcome_key(run_id, k)) for k in keys))
+            time.sleep(1)
+        progress.update(task, completed=len(keys))
+    summary = json.loads(store.get_bytes(summary_key(run_id)))
+    print_table(summary, Console(width=max(Console().width, 170)))
+    return {"complete": 0, "partial": 0, "failed": 2}[summary["status"]]
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from ayci.bootstrap import embedded
+    from services.request.replay import ReplayError, replay
+
+    settings = Settings(data_dir=args.data_dir) if args.data_dir else Settings()
+    app = embedded(settings)
+    try:
+        envelopes = replay(app.store, args.run_id, args.from_type, force=args.force)
+    except ReplayError as exc:
+        raise UsageError(str(exc)) from exc
+    planned = next((e.payload for e in envelopes if e.type == "RunPlanned"), None)
+    total = len(planned.combos) if planned else len(envelopes[0].payload.matrix.combos())
+    return follow_embedded(app, envelopes, total, settings, f"a replay of run {args.run_id} from {args.from_type}")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from ayci.serve import serve_embedded
+
+    return serve_embedded(args.host, args.port, args.data_dir)
 
 
 def cmd_example_model(args: argparse.Namespace) -> int:
@@ -170,12 +249,26 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--email")
     run.add_argument("--force", action="store_true", help="measure again even where results are stored")
     run.add_argument("--data-dir", help="the local object store (default .ayci/data)")
+    run.add_argument("--localstack", action="store_true", help="run on the real path: LocalStack, the stack, one process per service")
+    run.add_argument("--stack", default="ayci", help="stack name and resource prefix (with --localstack)")
+    run.add_argument("--timeout", type=float, default=3600, help="seconds to wait for the run (with --localstack)")
     run.set_defaults(func=cmd_run)
+    replay = sub.add_parser("replay", help="re-run a stored run from one stage, as a new run linked to it")
+    replay.add_argument("run_id")
+    replay.add_argument("--from", dest="from_type", default="ModelConverted", help="RequestSubmitted | ComboPending | ModelConverted")
+    replay.add_argument("--force", action="store_true", help="measure again even where results are stored")
+    replay.add_argument("--data-dir", help="the local object store (default .ayci/data)")
+    replay.set_defaults(func=cmd_replay)
     example = sub.add_parser("example-model", help="write an example model as .pt2")
     example.add_argument("--workload", default="image_classification")
     example.add_argument("--input-size")
     example.add_argument("--out", required=True)
     example.set_defaults(func=cmd_example_model)
+    serve = sub.add_parser("serve", help="the web page and HTTP API on the embedded default (every service in this process)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--data-dir", help="the local object store (default .ayci/data)")
+    serve.set_defaults(func=cmd_serve)
     return top
 
 

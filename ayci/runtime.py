@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 
 from ayci.ports import EventPublisher, ObjectStore
-from schemas.events import Envelope, Payload
+from schemas.events import ComboFailed, Envelope, FailureStage, Payload
 
 
 @dataclass(frozen=True)
@@ -99,3 +99,14 @@ class ServiceRunner:
         self.store.put_bytes(self.marker_key(envelope), b"", if_absent=True)
         log.info("event_handled", emitted=[e.type for e in emitted], seconds=round(time.perf_counter() - started, 3))
         return emitted
+
+
+def dead_letter_failure(envelope: Envelope, reason: str) -> Envelope | None:
+    """The `ComboFailed` that reports a dead-lettered event of one combination (None if the
+    event belongs to no single combination)."""
+    payload = envelope.payload
+    combo, key = getattr(payload, "combo", None), getattr(payload, "combo_key", None)
+    if combo is None or key is None or envelope.type == "ComboFailed":
+        return None
+    failed = ComboFailed(combo=combo, combo_key=key, stage=FailureStage.dead_letter, reason=f"dead-lettered after retries: {reason[:300]}")
+    return envelope.caused(failed, producer="dead-letter", index=0)

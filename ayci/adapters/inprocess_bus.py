@@ -7,13 +7,13 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import deque
-from datetime import datetime
+from datetime import UTC, datetime
 
 import structlog
 
 from ayci.routing import consumers
-from ayci.runtime import ServiceRunner
-from schemas.events import ComboFailed, Envelope, FailureStage
+from ayci.runtime import ServiceRunner, dead_letter_failure
+from schemas.events import Envelope
 
 log = structlog.get_logger()
 
@@ -28,6 +28,7 @@ class InProcessBus:
         self.dead_letters: list[tuple[str, Envelope, str]] = []
         self.on_dead_letter = None  # set by bootstrap: publishes the failure through the event log
         self.observers: list = []  # called with (queue name, envelope) before each delivery
+        self._skipped_to: datetime | None = None
 
     def subscribe(self, queue_name: str, runner: ServiceRunner) -> None:
         self.runners[queue_name] = runner
@@ -43,12 +44,19 @@ class InProcessBus:
     def publish_at(self, envelope: Envelope, when: datetime) -> None:
         heapq.heappush(self.delayed, (when, next(self._order), envelope))
 
+    def now(self) -> datetime:
+        """The bus's clock: real time, except that once idle it skips ahead to the next
+        delayed event (nothing else can happen in between in one process)."""
+        real = datetime.now(UTC)
+        return max(real, self._skipped_to) if self._skipped_to else real
+
     def run_until_idle(self) -> None:
         """Deliver until nothing is queued. Delayed events are delivered once the queue is
         idle: in one process nothing else can arrive, so their time has effectively come."""
         while self.queue or self.delayed:
             if not self.queue:
-                _, _, envelope = heapq.heappop(self.delayed)
+                when, _, envelope = heapq.heappop(self.delayed)
+                self._skipped_to = max(when, self._skipped_to or when)
                 self.publish([envelope])
                 continue
             name, envelope, receives = self.queue.popleft()
@@ -69,13 +77,3 @@ class InProcessBus:
         if failure is not None:
             (self.on_dead_letter or self.publish)([failure])
 
-
-def dead_letter_failure(envelope: Envelope, reason: str) -> Envelope | None:
-    """The `ComboFailed` that reports a dead-lettered event of one combination (None if the
-    event belongs to no single combination)."""
-    payload = envelope.payload
-    combo, key = getattr(payload, "combo", None), getattr(payload, "combo_key", None)
-    if combo is None or key is None or envelope.type == "ComboFailed":
-        return None
-    failed = ComboFailed(combo=combo, combo_key=key, stage=FailureStage.dead_letter, reason=f"dead-lettered after retries: {reason[:300]}")
-    return envelope.caused(failed, producer="dead-letter", index=0)

@@ -1,0 +1,99 @@
+"""The real path on this machine: LocalStack, the stack from `infra/template.yaml`, and one
+process per service. Used by `python -m ayci run --localstack`, the integration tests and
+`bench/`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ayci.infra import StackOutputs, deploy_stack
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+LOCALSTACK_ENV = {
+    "AWS_ENDPOINT_URL": "http://127.0.0.1:4566",
+    "AWS_ACCESS_KEY_ID": "test",
+    "AWS_SECRET_ACCESS_KEY": "test",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+def start_localstack() -> None:
+    """Install (once) and start LocalStack; returns when it is ready."""
+    subprocess.run([str(REPO_ROOT / "scripts/localstack.sh"), "install"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([str(REPO_ROOT / "scripts/localstack.sh"), "start"], check=True, stdout=subprocess.DEVNULL)
+
+
+def use_localstack() -> None:
+    for name, value in LOCALSTACK_ENV.items():
+        os.environ.setdefault(name, value)
+
+
+def service_env(outputs: StackOutputs, prefix: str, extra: dict | None = None) -> dict[str, str]:
+    """The environment a service process needs to find its stack."""
+    return {
+        **os.environ,
+        "AYCI_BUCKET": outputs.bucket,
+        "AYCI_BUS_NAME": outputs.bus_name,
+        "AYCI_QUEUE_PREFIX": prefix,
+        "AYCI_LOG_FORMAT": "json",
+        "PYTHONPATH": str(REPO_ROOT),
+        **(extra or {}),
+    }
+
+
+@dataclass
+class ServiceProcesses:
+    """Service processes (`python -m services.<name>`) started and stopped together."""
+
+    env: dict[str, str]
+    log_dir: Path
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    def start(self, name: str, service: str | None = None, args: list[str] | None = None) -> subprocess.Popen:
+        service = service or name
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_dir / f"{name}.log", "ab")
+        process = subprocess.Popen(
+            [sys.executable, "-m", f"services.{service}", *(args or [])],
+            cwd=REPO_ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        self.processes[name] = process
+        return process
+
+    def start_all(self, inference_hardware: tuple[str, ...] = ("intel",)) -> None:
+        for service in ("dedup", "converter", "archiver", "notifier"):
+            self.start(service)
+        for hardware in inference_hardware:
+            self.start(f"inference-{hardware}", "inference", ["--hardware", hardware])
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        process = self.processes[name]
+        os.killpg(process.pid, sig)
+        process.wait(timeout=30)
+
+    def stop_all(self, timeout: float = 30) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+    def log_text(self, name: str) -> str:
+        path = self.log_dir / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+
+def deploy(prefix: str = "ayci") -> StackOutputs:
+    use_localstack()
+    return deploy_stack(stack_name=prefix, prefix=prefix)

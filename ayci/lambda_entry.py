@@ -1,0 +1,31 @@
+"""Lambda entrypoints: one per service, for an SQS event. Powertools' batch utility reports
+only the failed records back (`batchItemFailures`), so one bad message never fails a batch."""
+
+from __future__ import annotations
+
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+
+from ayci.adapters.aws import envelope_from_sqs_body
+from ayci.logs import configure_logging
+from ayci.settings import Settings
+
+
+def make_handler(service: str):
+    """`handler(event, context)` for `service`'s SQS event source mapping."""
+    processor = BatchProcessor(event_type=EventType.SQS)
+    runner = None
+
+    def record_handler(record: SQSRecord) -> None:
+        nonlocal runner
+        if runner is None:
+            from ayci.bootstrap import aws_runner
+
+            configure_logging("json")
+            runner = aws_runner(service, Settings())
+        runner.handle(envelope_from_sqs_body(record.body))
+
+    def handler(event: dict, context) -> dict:
+        return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
+
+    return handler

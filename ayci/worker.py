@@ -1,0 +1,36 @@
+"""`python -m services.<name>`: one service as its own process on the real path, consuming its
+queue(s) until SIGTERM. Several processes of one service share its queue's work.
+
+The archiver process also watches every DLQ (see `DeadLetterWatcher`)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+
+from ayci.adapters.sqs_worker import DeadLetterWatcher, QueueWorker, run_until_signalled
+from ayci.bootstrap import QUEUES, aws, aws_runner
+from ayci.logs import configure_logging
+from ayci.settings import Settings, native_hardware
+
+# long work: a smaller batch, so messages are not held while others are handled
+BATCH_SIZE = {"converter": 1, "inference": 1}
+
+
+def main(service: str, argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog=f"python -m services.{service}")
+    if service == "inference":
+        parser.add_argument("--hardware", choices=["intel", "arm"], default=native_hardware().value, help="which combinations this worker measures")
+    parser.add_argument("--visibility", type=int, default=30, help="seconds a received message stays invisible between heartbeats")
+    args = parser.parse_args(argv)
+    settings = Settings()
+    configure_logging(settings.log_format if settings.log_format != "console" else "json", logging.INFO)
+    wiring = aws(settings)
+    runner = aws_runner(service, settings, wiring)
+    queues = [f"inference-{args.hardware}"] if service == "inference" else list(QUEUES[service])
+    workers: list = [QueueWorker(runner, queues, settings.queue_prefix, visibility_s=args.visibility, batch_size=BATCH_SIZE.get(service, 10))]
+    if service == "archiver":
+        every_queue = [q for qs in QUEUES.values() for q in qs]
+        workers.append(DeadLetterWatcher(wiring.store, wiring.publisher, every_queue, settings.queue_prefix))
+    asyncio.run(run_until_signalled(*workers))

@@ -1,0 +1,3 @@
+from ayci.worker import main
+
+main("dedup")

@@ -1,0 +1,182 @@
+"""The real path on LocalStack: every service its own process (`python -m services.<name>`),
+events through EventBridge -> SQS, objects in S3. Real engines on a tiny model."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+import uuid
+
+import boto3
+import pytest
+
+from ayci import cloud
+from ayci.bootstrap import aws
+from ayci.settings import Settings
+from schemas.combos import Combo, Matrix, combo_key
+from schemas.events import ComboPending, RequestSubmitted, RunPlanned
+from services.archiver.handlers import summary_key
+from services.request.replay import replay
+from services.request.submission import new_run, store_model
+from tests.conftest import TINY_IMAGE_SIZE
+
+pytestmark = pytest.mark.localstack
+RUN_TIMEOUT_S = 240
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    prefix = f"t{uuid.uuid4().hex[:6]}"
+    outputs = cloud.deploy(prefix)
+    env = cloud.service_env(outputs, prefix, {"AYCI_MEASURE_TIME_CAP_S": "1", "AYCI_MEASURE_MIN_ITERATIONS": "5"})
+    processes = cloud.ServiceProcesses(env=env, log_dir=tmp_path_factory.mktemp("service-logs"))
+    processes.start_all()
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("AYCI_BUCKET", "AYCI_BUS_NAME", "AYCI_QUEUE_PREFIX"):
+            patch.setenv(name, env[name])
+        yield {"prefix": prefix, "outputs": outputs, "processes": processes, "wiring": aws(Settings())}
+    processes.stop_all()
+    from ayci.infra import delete_stack
+
+    delete_stack(prefix, empty_bucket=True)
+
+
+def submit(stack, model_path, optimizers=("onnx",), memory=(1769,), **extra) -> tuple[str, RequestSubmitted]:
+    wiring = stack["wiring"]
+    model = store_model(wiring.store, model_path, "image_classification", TINY_IMAGE_SIZE)
+    matrix = Matrix(optimizers={"intel": list(optimizers)}, batch_sizes=[1], memory_sizes_mb=list(memory))
+    request = RequestSubmitted(model=model, matrix=matrix, **extra)
+    envelope = new_run(request)
+    wiring.publisher.publish([envelope])
+    return envelope.run_id, request
+
+
+def wait_summary(stack, run_id: str, timeout: float = RUN_TIMEOUT_S) -> dict:
+    store = stack["wiring"].store
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if store.exists(summary_key(run_id)):
+            return json.loads(store.get_bytes(summary_key(run_id)))
+        for name, process in stack["processes"].processes.items():
+            assert process.poll() is None, f"{name} died:\n{stack['processes'].log_text(name)[-3000:]}"
+        time.sleep(1)
+    logs = "\n".join(f"--- {n}\n{stack['processes'].log_text(n)[-2000:]}" for n in stack["processes"].processes)
+    raise AssertionError(f"run {run_id} did not end in {timeout} s\n{logs}")
+
+
+def test_complete_run_then_replay_from_model_converted(stack, tiny_image_model):
+    run_id, _ = submit(stack, tiny_image_model, optimizers=("base", "onnx"), force=True)
+    summary = wait_summary(stack, run_id)
+    assert summary["status"] == "complete", summary["failures"]
+    assert len(summary["results"]) == 2
+    assert all(r["agreement"]["score"] == 1.0 and not r["reused"] for r in summary["results"])
+    store, publisher = stack["wiring"].store, stack["wiring"].publisher
+    log = store.list_keys(f"runs/{run_id}/events/")
+    assert {k.split("-")[1] for k in (key.rsplit("/", 1)[1] for key in log)} >= {
+        "RequestSubmitted", "RunPlanned", "ComboPending", "ModelConverted", "InferenceDone", "RunArchived"
+    }
+
+    # replay from ModelConverted, forced: a new run linked to the original, measured again
+    envelopes = replay(store, run_id, "ModelConverted", force=True)
+    publisher.publish(envelopes)
+    forced = wait_summary(stack, envelopes[0].run_id)
+    assert forced["status"] == "complete" and forced["request"]["replay_of"] == run_id
+    assert len(forced["results"]) == 2 and not any(r["reused"] for r in forced["results"])
+    assert {r["measured_at"] for r in forced["results"]}.isdisjoint(r["measured_at"] for r in summary["results"])
+    # without --force the stored results are reused
+    envelopes = replay(store, run_id, "ModelConverted")
+    publisher.publish(envelopes)
+    reused = wait_summary(stack, envelopes[0].run_id)
+    assert reused["status"] == "complete" and all(r["reused"] for r in reused["results"])
+
+
+def test_partial_and_all_failed_runs_end_with_a_status(stack, tiny_image_model):
+    partial_id, _ = submit(stack, tiny_image_model, optimizers=("base",), memory=(128, 1769))
+    all_failed_id, _ = submit(stack, tiny_image_model, optimizers=("onnx",), memory=(128,))
+    partial = wait_summary(stack, partial_id)
+    assert partial["status"] == "partial"
+    assert [f["combo"]["memory_mb"] for f in partial["failures"]] == [128]
+    assert "out of memory at 128 MB" in partial["failures"][0]["reason"]
+    failed = wait_summary(stack, all_failed_id)
+    assert failed["status"] == "failed" and not failed["results"]
+
+
+def test_every_event_delivered_twice_changes_nothing(stack, tiny_image_model):
+    """Publish every event of a run twice (the request included) while it runs: one result per
+    combination, one summary, an event log without duplicates."""
+    copies_env = {**stack["processes"].env, "AYCI_PUBLISH_COPIES": "2"}
+    doubled = cloud.ServiceProcesses(env=copies_env, log_dir=stack["processes"].log_dir / "doubled")
+    stack["processes"].stop_all()
+    doubled.start_all()
+    try:
+        wiring = aws(Settings(publish_copies=2))
+        model = store_model(wiring.store, tiny_image_model, "image_classification", TINY_IMAGE_SIZE)
+        matrix = Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1, 2], memory_sizes_mb=[1769])
+        envelope = new_run(RequestSubmitted(model=model, matrix=matrix, force=True))
+        wiring.publisher.publish([envelope])
+        stack_view = {**stack, "processes": doubled}
+        summary = wait_summary(stack_view, envelope.run_id)
+        time.sleep(5)  # let the second copies drain
+        assert summary["status"] == "complete" and len(summary["results"]) == 2
+        log = wiring.store.list_keys(f"runs/{envelope.run_id}/events/")
+        event_ids = [key.rsplit("-", 5)[-5:] for key in log]
+        assert len(log) == len({tuple(e) for e in event_ids})
+        assert sum("RunArchived" in k for k in log) == 1
+        assert sum("InferenceDone" in k for k in log) == 2
+        assert json.loads(wiring.store.get_bytes(summary_key(envelope.run_id))) == summary
+    finally:
+        doubled.stop_all()
+        stack["processes"].processes.clear()
+        stack["processes"].start_all()
+
+
+def test_poison_messages_go_to_the_dlq_and_the_run_still_ends(stack, tiny_image_model):
+    store, publisher = stack["wiring"].store, stack["wiring"].publisher
+    sqs = boto3.client("sqs")
+    dedup_url = sqs.get_queue_url(QueueName=f"{stack['prefix']}-dedup")["QueueUrl"]
+    sqs.send_message(QueueUrl=dedup_url, MessageBody="{this is not json")
+    sqs.send_message(QueueUrl=dedup_url, MessageBody=json.dumps({"detail": {"type": "Mystery", "schema_version": 1}}))
+
+    # a planned run whose one combination names a model that is not stored: the converter
+    # fails on it every time, SQS dead-letters it after 3 receives, the run ends partial
+    model = store_model(store, tiny_image_model, "image_classification", TINY_IMAGE_SIZE)
+    ghost = model.model_copy(update={"sha256": "f" * 64})
+    good = Combo(hardware="intel", optimizer="onnx", batch_size=1, memory_mb=1769)
+    bad = Combo(hardware="intel", optimizer="onnx", batch_size=2, memory_mb=1769)
+    good_key, bad_key = combo_key(model, good), combo_key(ghost, bad)
+    request = RequestSubmitted(model=model, matrix=Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1769]), force=True)
+    start = new_run(request)
+    from datetime import UTC, datetime, timedelta
+
+    plan = RunPlanned(model=model, combos={good_key: good, bad_key: bad}, deadline=datetime.now(UTC) + timedelta(minutes=10), request=request)
+    pending = [
+        ComboPending(model=model, combo=good, combo_key=good_key, artifact_key=uuid.uuid4().hex, target_cpu="x86_64"),
+        ComboPending(model=ghost, combo=bad, combo_key=bad_key, artifact_key=uuid.uuid4().hex, target_cpu="x86_64"),
+    ]
+    publisher.publish([start.caused(p, producer="test", index=i) for i, p in enumerate([plan, *pending])])
+    summary = wait_summary(stack, start.run_id)
+    assert summary["status"] == "partial"
+    (failure,) = summary["failures"]
+    assert failure["combo_key"] == bad_key and failure["stage"] == "dead_letter"
+    assert "NotFound" in failure["reason"] or "models/" in failure["reason"]
+    letters = [json.loads(store.get_bytes(k)) for k in store.list_keys("dead-letters/")]
+    reasons = " ".join(letter["reason"] for letter in letters)
+    assert "not JSON" in reasons and "unknown event type 'Mystery'" in reasons
+    for name in ("dedup", "converter", "archiver"):
+        assert stack["processes"].processes[name].poll() is None  # nothing else stopped
+
+
+def test_worker_killed_mid_combination_is_retried(stack, tiny_image_model):
+    processes = stack["processes"]
+    run_id, _ = submit(stack, tiny_image_model, optimizers=("onnx",), memory=(1769, 3538), force=True)
+    deadline = time.monotonic() + 120
+    while "measurement_started" not in processes.log_text("inference-intel").split("worker_started")[-1]:
+        assert time.monotonic() < deadline, processes.log_text("inference-intel")[-2000:]
+        time.sleep(0.2)
+    processes.kill("inference-intel", signal.SIGKILL)
+    processes.start("inference-intel", "inference", ["--hardware", "intel"])
+    summary = wait_summary(stack, run_id)
+    assert summary["status"] == "complete", summary["failures"]
+    assert len(summary["results"]) == 2
+    assert sum("InferenceDone" in k for k in stack["wiring"].store.list_keys(f"runs/{run_id}/events/")) == 2

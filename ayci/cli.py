@@ -222,6 +222,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return serve_embedded(args.host, args.port, args.data_dir)
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from ayci.serve import serve_embedded
+
+    return serve_embedded(args.host, args.port, args.data_dir)
+
+
 def cmd_example_model(args: argparse.Namespace) -> int:
     from workloads import workload_module
     from workloads.examples import export_example
@@ -264,6 +270,11 @@ def parser() -> argparse.ArgumentParser:
     example.add_argument("--input-size")
     example.add_argument("--out", required=True)
     example.set_defaults(func=cmd_example_model)
+    serve = sub.add_parser("serve", help="the web page and HTTP API on the embedded default (every service in this process)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--data-dir", help="the local object store (default .ayci/data)")
+    serve.set_defaults(func=cmd_serve)
     serve = sub.add_parser("serve", help="the web page and HTTP API on the embedded default (every service in this process)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)

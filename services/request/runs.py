@@ -1,0 +1,136 @@
+"""A run as the user sees it: its record, its progress per combination, its results (JSON
+or CSV) and the Pareto front of p99 against cost. Read by key from the store, never by
+listing: `runs/{run_id}/run.json` (written at submission), then the archiver's
+`plan.json`, `outcomes/{combo_key}.json` and `summary.json`."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import UTC, datetime
+
+from ayci.ports import NotFound, ObjectStore
+from schemas.combos import Combo, combo_key
+from schemas.events import RequestSubmitted, RunPlanned
+from services.archiver.handlers import outcome_key, plan_key, summary_key
+from services.archiver.report import COLUMNS, summary_rows
+
+RECOMMENDATION_KINDS = ("fastest", "cheapest", "balanced")
+
+
+def run_record_key(run_id: str) -> str:
+    return f"runs/{run_id}/run.json"
+
+
+def record_run(store: ObjectStore, run_id: str, request: RequestSubmitted) -> bool:
+    """Write the run's record (owner, combinations); False if a run with this id exists."""
+    record = {
+        "run_id": run_id,
+        "owner": request.owner,
+        "submitted_at": datetime.now(UTC).isoformat(),
+        "combos": {combo_key(request.model, c): c.model_dump(mode="json") for c in request.matrix.combos()},
+        "request": request.model_dump(mode="json"),
+    }
+    return store.put_bytes(run_record_key(run_id), json.dumps(record).encode(), if_absent=True)
+
+
+def load_run(store: ObjectStore, run_id: str, owner: str) -> dict | None:
+    """The run's record, or None if there is none or it belongs to another owner (the two
+    look the same from outside)."""
+    try:
+        record = json.loads(store.get_bytes(run_record_key(run_id)))
+    except NotFound:
+        return None
+    return record if record.get("owner") == owner else None
+
+
+def load_summary(store: ObjectStore, run_id: str) -> dict | None:
+    try:
+        return json.loads(store.get_bytes(summary_key(run_id)))
+    except NotFound:
+        return None
+
+
+def run_progress(store: ObjectStore, record: dict) -> dict:
+    """Status and one entry per combination: `queued`, `measured` or `failed` (with the
+    reason), with p50/p99 as soon as a combination is measured."""
+    run_id = record["run_id"]
+    summary = load_summary(store, run_id)
+    try:
+        combos = {k: c.model_dump(mode="json") for k, c in RunPlanned.model_validate_json(store.get_bytes(plan_key(run_id))).combos.items()}
+    except NotFound:
+        combos = record["combos"]
+    entries = []
+    for key, combo in combos.items():
+        entry = {"combo_key": key, "label": Combo.model_validate(combo).label, **combo, "state": "queued"}
+        try:
+            outcome = json.loads(store.get_bytes(outcome_key(run_id, key)))
+        except NotFound:
+            outcome = None
+        if outcome and outcome["status"] == "done":
+            result = json.loads(store.get_bytes(outcome["result_key"]))
+            entry.update(state="measured", p50_ms=result["latency_ms"]["p50"], p99_ms=result["latency_ms"]["p99"], reused=outcome.get("reused", False))
+        elif outcome:
+            entry.update(state="failed", reason=f"{outcome['stage']}: {outcome['reason']}")
+        entries.append(entry)
+    if summary:  # the archiver's word is final (e.g. combinations failed at the deadline)
+        failed = {f["combo_key"]: f for f in summary["failures"]}
+        for entry in entries:
+            if entry["combo_key"] in failed and entry["state"] == "queued":
+                f = failed[entry["combo_key"]]
+                entry.update(state="failed", reason=f"{f['stage']}: {f['reason']}")
+    counts = {state: sum(e["state"] == state for e in entries) for state in ("queued", "measured", "failed")}
+    return {
+        "run_id": run_id,
+        "status": summary["status"] if summary else "running",
+        "submitted_at": record["submitted_at"],
+        "total": len(entries),
+        **counts,
+        "combinations": entries,
+    }
+
+
+def pareto_front(rows: list[dict]) -> list[str]:
+    """Labels of the measured rows that no other row beats on both p99 and cost (ties kept),
+    ordered by cost. Rows without a cost are left out."""
+    points = [r for r in rows if r.get("p99_ms") is not None and r.get("cost_per_million_usd") is not None]
+    front = [
+        p for p in points
+        if not any(
+            q["p99_ms"] <= p["p99_ms"] and q["cost_per_million_usd"] <= p["cost_per_million_usd"]
+            and (q["p99_ms"] < p["p99_ms"] or q["cost_per_million_usd"] < p["cost_per_million_usd"])
+            for q in points
+        )
+    ]
+    return [p["combination"] for p in sorted(front, key=lambda p: (p["cost_per_million_usd"], p["p99_ms"]))]
+
+
+def results_document(summary: dict, results_url: str) -> dict:
+    """The results as JSON: the table rows (the same as the CLI's and the email's), the
+    recommendation, the Pareto front and the failures."""
+    rows = summary_rows(summary)
+    recommendation = summary.get("recommendation") or {}
+    return {
+        "run_id": summary["run_id"],
+        "status": summary["status"],
+        "archived_at": summary.get("archived_at"),
+        "model": summary.get("model"),
+        "columns": [{"key": key, "title": title} for key, title in COLUMNS],
+        "rows": rows,
+        "recommendation": recommendation,
+        "recommended": {kind: recommendation[kind] for kind in RECOMMENDATION_KINDS if recommendation.get(kind)},
+        "pareto_front": pareto_front(rows),
+        "failures": [{"combination": f["label"], "stage": f["stage"], "reason": f["reason"]} for f in summary.get("failures", [])],
+        "results_url": results_url,
+    }
+
+
+def results_csv(summary: dict) -> str:
+    """The table rows as CSV, one column per table column, raw numbers (not rounded)."""
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow([key for key, _ in COLUMNS])
+    for row in summary_rows(summary):
+        writer.writerow(["" if row.get(key) is None else row[key] for key, _ in COLUMNS])
+    return out.getvalue()

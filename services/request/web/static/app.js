@@ -1,0 +1,386 @@
+// AYCI's page: pick a model (SHA-256 computed here with WebCrypto), choose the matrix, submit,
+// follow the run per combination, then read the table and the p99-against-cost chart.
+// Plain JS, no library, no CDN. Every URL is relative, so the page works under an API
+// Gateway stage path as well as at the root of a local server.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const state = { file: null, sha256: null, memory: new Set([1769]), runId: null, results: null, sort: { key: null, dir: 1 } };
+const COLORS = { intel: "#2456c7", arm: "#d9480f" };
+
+// ---------------------------------------------------------------- API
+function apiKey() { return $("api-key").value.trim(); }
+
+async function api(path, options = {}) {
+  const headers = { "X-API-Key": apiKey(), ...(options.headers || {}) };
+  if (options.json !== undefined) { headers["Content-Type"] = "application/json"; options.body = JSON.stringify(options.json); }
+  const response = await fetch(path, { ...options, headers });
+  if (!response.ok) throw new Error(await problemText(response));
+  return response;
+}
+
+async function problemText(response) {
+  let detail = response.statusText;
+  try {
+    const body = await response.json();
+    detail = Array.isArray(body.detail)
+      ? body.detail.map((e) => `${(e.loc || []).filter((p) => p !== "body").join(".")}: ${e.msg}`).join("\n")
+      : body.detail;
+  } catch (_) { /* not JSON */ }
+  return `${response.status}: ${detail}`;
+}
+
+// ---------------------------------------------------------------- the model
+async function sha256Hex(file) {
+  const digest = await crypto.subtle.digest("SHA-256", await file.arrayBuffer());
+  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+function humanBytes(n) {
+  const units = ["bytes", "KiB", "MiB", "GiB"];
+  let i = 0, v = n;
+  while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+  return i === 0 ? `${n} bytes` : `${v.toFixed(1)} ${units[i]} (${n.toLocaleString("en")} bytes)`;
+}
+
+async function onModelChosen() {
+  const file = $("model-file").files[0];
+  state.file = file || null; state.sha256 = null;
+  $("model-size").textContent = file ? humanBytes(file.size) : "–";
+  $("model-sha256").textContent = file ? "computing…" : "–";
+  $("model-stored").textContent = "–";
+  if (!file) return;
+  const sha = await sha256Hex(file);
+  if (state.file !== file) return; // another file was chosen meanwhile
+  state.sha256 = sha;
+  $("model-sha256").textContent = sha;
+  if (apiKey()) {
+    try {
+      const info = await (await api(`models/${sha}`)).json();
+      $("model-stored").textContent = info.stored ? `yes (${info.format}): it will not be uploaded again` : "no: it will be uploaded";
+    } catch (error) { $("model-stored").textContent = String(error.message); }
+  }
+}
+
+async function ensureModelStored() {
+  const offer = await (await api("models/uploads", { method: "POST", json: { sha256: state.sha256, size_bytes: state.file.size } })).json();
+  if (offer.stored) return;
+  status(`uploading the model (${humanBytes(state.file.size)})…`);
+  const upload = offer.upload;
+  if (upload.method === "PUT") {
+    await api(upload.url, { method: "PUT", body: state.file, headers: { "Content-Type": "application/octet-stream" } });
+  } else {
+    const form = new FormData();
+    Object.entries(upload.fields).forEach(([k, v]) => form.append(k, v));
+    form.append("file", state.file);
+    const response = await fetch(upload.url, { method: "POST", body: form });
+    if (!response.ok) throw new Error(`the upload failed: ${response.status} ${await response.text()}`);
+  }
+  status("checking the upload…");
+  await api(`models/${state.sha256}/verify`, { method: "POST", json: { size_bytes: state.file.size } });
+  $("model-stored").textContent = "yes (uploaded now)";
+}
+
+// ---------------------------------------------------------------- the form
+function renderMemoryChips() {
+  const list = $("memory-chips");
+  list.replaceChildren(...[...state.memory].sort((a, b) => a - b).map((mb) => {
+    const item = document.createElement("li");
+    item.dataset.mb = mb;
+    item.append(`${mb} MB`);
+    const remove = document.createElement("button");
+    remove.type = "button"; remove.textContent = "×"; remove.title = `remove ${mb} MB`;
+    remove.addEventListener("click", () => { state.memory.delete(mb); renderMemoryChips(); });
+    item.append(remove);
+    return item;
+  }));
+}
+
+function addMemory(value) {
+  const mb = Number(value);
+  if (!Number.isInteger(mb) || mb < 128 || mb > 10240) { status("a Lambda memory size is a whole number of MB from 128 to 10240", true); return; }
+  state.memory.add(mb); renderMemoryChips(); status("");
+}
+
+function numbers(text) { return text.split(",").map((s) => s.trim()).filter(Boolean).map(Number); }
+
+function runRequest() {
+  const matrix = {};
+  for (const hw of ["intel", "arm"]) {
+    const chosen = [...document.querySelectorAll(`input[name=opt-${hw}]:checked`)].map((c) => c.value);
+    if (chosen.length) matrix[hw] = chosen;
+  }
+  const body = {
+    model: { sha256: state.sha256, size_bytes: state.file.size },
+    workload: $("workload").value,
+    input_size: numbers($("input-size").value),
+    matrix,
+    batch_sizes: numbers($("batch-sizes").value),
+    memory_sizes_mb: [...state.memory].sort((a, b) => a - b),
+  };
+  if ($("email").value.trim()) body.email = $("email").value.trim();
+  if ($("slo").value) body.slo_p99_ms = Number($("slo").value);
+  return body;
+}
+
+function status(text, isError = false) {
+  $("form-status").textContent = text;
+  $("form-status").classList.toggle("error", isError);
+}
+
+async function onSubmit(event) {
+  event.preventDefault();
+  if (!apiKey()) return status("enter your API key first", true);
+  if (!state.file) return status("choose a model file first", true);
+  if (!state.sha256) return status("still computing the model's SHA-256…", true);
+  $("submit").disabled = true;
+  try {
+    await ensureModelStored();
+    const created = await (await api("runs", { method: "POST", json: runRequest() })).json();
+    status(`run ${created.run_id} submitted: ${created.combinations} combinations`);
+    history.replaceState(null, "", `#run=${created.run_id}`);
+    follow(created.run_id);
+  } catch (error) {
+    status(error.message, true);
+  } finally {
+    $("submit").disabled = false;
+  }
+}
+
+// ---------------------------------------------------------------- progress
+async function follow(runId) {
+  state.runId = runId;
+  $("progress").hidden = false; $("results").hidden = true;
+  $("run-id").textContent = runId;
+  for (;;) {
+    if (state.runId !== runId) return;
+    let progress;
+    try {
+      progress = await (await api(`runs/${runId}`)).json();
+    } catch (error) {
+      status(error.message, true); return;
+    }
+    renderProgress(progress);
+    if (progress.status !== "running") break;
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+  }
+  const results = await (await api(`runs/${runId}/results`)).json();
+  if (state.runId === runId) renderResults(results);
+}
+
+function renderProgress(p) {
+  const badge = $("run-status");
+  badge.textContent = p.status; badge.className = `badge ${p.status}`;
+  $("run-bar").max = p.total; $("run-bar").value = p.measured + p.failed;
+  $("run-counts").textContent = `${p.measured} measured, ${p.failed} failed, ${p.queued} to go of ${p.total}`;
+  $("progress-table").tBodies[0].replaceChildren(...p.combinations.map((c) => row([
+    [c.label, "text"], [c.state + (c.reused ? " (reused)" : ""), `text state-${c.state}`],
+    [fmt("p50_ms", c.p50_ms)], [fmt("p99_ms", c.p99_ms)], [c.reason || "", "text"],
+  ], { "data-combo": c.label, "data-state": c.state })));
+}
+
+function row(cells, attributes = {}) {
+  const tr = document.createElement("tr");
+  Object.entries(attributes).forEach(([k, v]) => tr.setAttribute(k, v));
+  for (const [text, cls] of cells) {
+    const td = document.createElement("td");
+    td.textContent = text;
+    if (cls) td.className = cls;
+    tr.append(td);
+  }
+  return tr;
+}
+
+// ---------------------------------------------------------------- results
+function fmt(key, value) {
+  if (value === null || value === undefined || value === "") return "–";
+  if (typeof value !== "number") return String(value);
+  if (key === "agreement" || key === "cost_per_million_usd") return value.toFixed(4);
+  return value >= 10 ? value.toFixed(1) : value.toFixed(2);
+}
+
+const TEXT_COLUMNS = new Set(["combination", "status", "note"]);
+
+function renderResults(results) {
+  state.results = results;
+  $("results").hidden = false;
+  const badge = $("run-status");
+  badge.textContent = results.status; badge.className = `badge ${results.status}`;
+  renderRecommendation(results);
+  const head = document.createElement("tr");
+  for (const column of results.columns) {
+    const th = document.createElement("th");
+    th.textContent = column.title; th.dataset.key = column.key;
+    if (TEXT_COLUMNS.has(column.key)) th.className = "text";
+    th.addEventListener("click", () => sortBy(column.key));
+    head.append(th);
+  }
+  $("results-table").tHead.replaceChildren(head);
+  renderRows();
+  drawChart(results);
+}
+
+function renderRecommendation(results) {
+  const box = $("recommendation");
+  const lines = Object.entries(results.recommended).map(([kind, label]) => `<p><strong>${kind}:</strong> ${escapeHtml(label)}</p>`);
+  if (!lines.length) lines.push("<p><strong>no recommendation:</strong> no measured combination qualifies</p>");
+  const excluded = Object.entries(results.recommendation.excluded || {});
+  if (excluded.length) lines.push(`<p class="muted">not recommended: ${excluded.map(([l, why]) => `${escapeHtml(l)} (${escapeHtml(why)})`).join("; ")}</p>`);
+  box.innerHTML = lines.join("");
+}
+
+function escapeHtml(text) {
+  return String(text).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+}
+
+function sortBy(key) {
+  state.sort = { key, dir: state.sort.key === key ? -state.sort.dir : 1 };
+  renderRows();
+}
+
+function renderRows() {
+  const { columns, rows, recommended } = state.results;
+  const picked = new Set(Object.values(recommended));
+  const { key, dir } = state.sort;
+  const sorted = key === null ? rows.slice() : rows.slice().sort((a, b) => {
+    const x = a[key], y = b[key];
+    if (x === null || x === undefined) return 1; // missing values last, either way
+    if (y === null || y === undefined) return -1;
+    return (typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y))) * dir;
+  });
+  $("results-table").tHead.querySelectorAll("th").forEach((th) => {
+    if (th.dataset.key === key) th.setAttribute("aria-sort", dir > 0 ? "ascending" : "descending");
+    else th.removeAttribute("aria-sort");
+  });
+  $("results-table").tBodies[0].replaceChildren(...sorted.map((r) => {
+    const tr = row(columns.map((c) => [fmt(c.key, r[c.key]), TEXT_COLUMNS.has(c.key) ? `text ${c.key}-${r[c.key]}` : ""]), { "data-combo": r.combination });
+    if (picked.has(r.combination)) tr.classList.add("recommended");
+    return tr;
+  }));
+}
+
+// ---------------------------------------------------------------- the chart (hand-drawn SVG)
+const SVG = "http://www.w3.org/2000/svg";
+function svg(tag, attributes = {}, text) {
+  const node = document.createElementNS(SVG, tag);
+  Object.entries(attributes).forEach(([k, v]) => node.setAttribute(k, v));
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function niceTicks(lo, hi, count = 5) {
+  const span = hi - lo || Math.abs(hi) || 1;
+  const step0 = span / count, magnitude = 10 ** Math.floor(Math.log10(step0));
+  const step = [1, 2, 2.5, 5, 10].map((m) => m * magnitude).find((s) => span / s <= count) || magnitude * 10;
+  const ticks = [];
+  for (let t = Math.floor(lo / step) * step; t <= hi + step * 1e-9; t += step) ticks.push(+t.toPrecision(12));
+  return ticks;
+}
+
+function drawChart(results) {
+  const root = $("chart-svg");
+  root.replaceChildren();
+  const W = +root.getAttribute("width"), H = +root.getAttribute("height");
+  const m = { left: 64, right: 150, top: 20, bottom: 48 };
+  const points = results.rows.filter((r) => r.p99_ms != null && r.cost_per_million_usd != null);
+  const missing = results.rows.filter((r) => r.status === "measured").length - points.length;
+  if (!points.length) {
+    root.append(svg("text", { x: W / 2, y: H / 2, "text-anchor": "middle", id: "chart-empty" },
+      missing > 0 ? "no cost figures in these results: nothing to plot" : "no measured combination to plot"));
+    return;
+  }
+  const xs = points.map((p) => p.cost_per_million_usd), ys = points.map((p) => p.p99_ms);
+  const xTicks = niceTicks(0, Math.max(...xs) * 1.08), yTicks = niceTicks(0, Math.max(...ys) * 1.08);
+  const xMax = xTicks[xTicks.length - 1], yMax = yTicks[yTicks.length - 1];
+  const X = (v) => m.left + (v / xMax) * (W - m.left - m.right);
+  const Y = (v) => H - m.bottom - (v / yMax) * (H - m.top - m.bottom);
+
+  const grid = svg("g", { class: "grid" }), axis = svg("g", { class: "axis" });
+  for (const t of xTicks) {
+    grid.append(svg("line", { x1: X(t), x2: X(t), y1: Y(0), y2: Y(yMax) }));
+    axis.append(svg("text", { x: X(t), y: Y(0) + 16, "text-anchor": "middle" }, `$${+t.toPrecision(4)}`));
+  }
+  for (const t of yTicks) {
+    grid.append(svg("line", { x1: X(0), x2: X(xMax), y1: Y(t), y2: Y(t) }));
+    axis.append(svg("text", { x: X(0) - 6, y: Y(t) + 4, "text-anchor": "end" }, `${+t.toPrecision(4)}`));
+  }
+  axis.append(svg("line", { x1: X(0), x2: X(xMax), y1: Y(0), y2: Y(0) }), svg("line", { x1: X(0), x2: X(0), y1: Y(0), y2: Y(yMax) }));
+  axis.append(svg("text", { x: (X(0) + X(xMax)) / 2, y: H - 10, "text-anchor": "middle" }, "cost per 1 M inferences (USD)"));
+  axis.append(svg("text", { x: 14, y: (Y(0) + Y(yMax)) / 2, "text-anchor": "middle", transform: `rotate(-90 14 ${(Y(0) + Y(yMax)) / 2})` }, "p99 latency (ms)"));
+  root.append(grid, axis);
+
+  const byLabel = Object.fromEntries(points.map((p) => [p.combination, p]));
+  const front = results.pareto_front.map((label) => byLabel[label]).filter(Boolean);
+  if (front.length > 1) {
+    root.append(svg("polyline", {
+      id: "pareto-front", fill: "none", stroke: "#18794e", "stroke-width": 2, "stroke-dasharray": "6 4",
+      points: front.map((p) => `${X(p.cost_per_million_usd)},${Y(p.p99_ms)}`).join(" "),
+    }));
+  }
+  const onFront = new Set(results.pareto_front);
+  const recommended = Object.entries(results.recommended);
+  for (const p of points) {
+    const hardware = p.combination.split("/")[0];
+    const g = svg("g", { class: "point", "data-combo": p.combination });
+    g.append(svg("title", {}, `${p.combination}: p99 ${fmt("p99_ms", p.p99_ms)} ms, $${fmt("cost_per_million_usd", p.cost_per_million_usd)} per 1 M`));
+    g.append(svg("circle", {
+      cx: X(p.cost_per_million_usd), cy: Y(p.p99_ms), r: onFront.has(p.combination) ? 6 : 4.5,
+      fill: COLORS[hardware] || "#555", "fill-opacity": onFront.has(p.combination) ? 1 : 0.45,
+      stroke: onFront.has(p.combination) ? "#18794e" : "none", "stroke-width": 2,
+    }));
+    g.append(svg("text", { x: X(p.cost_per_million_usd) + 9, y: Y(p.p99_ms) - 7 }, p.combination.split("/").slice(1).join("/")));
+    root.append(g);
+  }
+  for (const [kind, label] of recommended) {
+    const p = byLabel[label];
+    if (!p) continue;
+    root.append(svg("circle", { class: "recommended", "data-kind": kind, cx: X(p.cost_per_million_usd), cy: Y(p.p99_ms), r: 12, fill: "none", stroke: "#b42318", "stroke-width": 2.5 }));
+    root.append(svg("text", { x: X(p.cost_per_million_usd) + 9, y: Y(p.p99_ms) + 20, fill: "#b42318", "font-weight": "bold" }, `★ ${kind}`));
+  }
+  // legend
+  const legend = svg("g", { transform: `translate(${W - m.right + 16}, ${m.top + 6})` });
+  const entries = [["intel", COLORS.intel, "circle"], ["arm", COLORS.arm, "circle"], ["Pareto front", "#18794e", "line"], ["recommended", "#b42318", "ring"]];
+  entries.forEach(([name, color, shape], i) => {
+    const y = i * 20;
+    if (shape === "circle") legend.append(svg("circle", { cx: 6, cy: y, r: 5, fill: color }));
+    if (shape === "line") legend.append(svg("line", { x1: 0, x2: 14, y1: y, y2: y, stroke: color, "stroke-width": 2, "stroke-dasharray": "4 3" }));
+    if (shape === "ring") legend.append(svg("circle", { cx: 7, cy: y, r: 6, fill: "none", stroke: color, "stroke-width": 2 }));
+    legend.append(svg("text", { x: 20, y: y + 4 }, name));
+  });
+  if (missing > 0) legend.append(svg("text", { x: 0, y: entries.length * 20 + 8 }, `${missing} without a cost: not shown`));
+  root.append(legend);
+}
+
+// ---------------------------------------------------------------- downloads
+async function download(kind) {
+  const accept = kind === "csv" ? "text/csv" : "application/json";
+  const blob = await (await api(`runs/${state.runId}/results`, { headers: { Accept: accept } })).blob();
+  const link = document.createElement("a");
+  link.href = URL.createObjectURL(blob);
+  link.download = `ayci-${state.runId}.${kind}`;
+  document.body.append(link); link.click(); link.remove();
+  setTimeout(() => URL.revokeObjectURL(link.href), 10000);
+}
+
+// ---------------------------------------------------------------- start
+function start() {
+  const hash = new URLSearchParams(location.hash.slice(1));
+  if (hash.get("key")) {
+    localStorage.setItem("ayci-api-key", hash.get("key"));
+    hash.delete("key");
+    history.replaceState(null, "", hash.toString() ? `#${hash}` : location.pathname + location.search);
+  }
+  $("api-key").value = localStorage.getItem("ayci-api-key") || "";
+  $("api-key").addEventListener("change", () => localStorage.setItem("ayci-api-key", apiKey()));
+  $("model-file").addEventListener("change", () => onModelChosen().catch((e) => status(e.message, true)));
+  $("memory-add-common").addEventListener("click", () => addMemory($("memory-common").value));
+  $("memory-add-free").addEventListener("click", () => { addMemory($("memory-free").value); $("memory-free").value = ""; });
+  $("memory-free").addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); $("memory-add-free").click(); } });
+  $("run-form").addEventListener("submit", onSubmit);
+  $("download-csv").addEventListener("click", () => download("csv").catch((e) => status(e.message, true)));
+  $("download-json").addEventListener("click", () => download("json").catch((e) => status(e.message, true)));
+  renderMemoryChips();
+  if (hash.get("run") && apiKey()) follow(hash.get("run"));
+}
+
+start();

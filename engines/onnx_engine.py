@@ -18,6 +18,7 @@ from engines import Conversion, ConversionError, ConversionJob
 from schemas.combos import ModelFormat
 
 RUNTIME_IMPORTS = ("onnxruntime",)
+COMPILES_ON_LOAD = True  # the CPU-specific graph optimizations run when a session is made
 
 
 def convert(job: ConversionJob) -> Conversion:

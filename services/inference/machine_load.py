@@ -1,0 +1,74 @@
+"""How busy the machine was around a measurement, so a disturbed one can be seen and repeated.
+
+`LoadSample.now()` before and after; `load_report(before, after, own_cpu_s)` gives the load
+averages, the CPU pressure (PSI, where the kernel has it) and the cores other work kept busy
+while the measurement ran (all CPU time on the machine minus the measurement's own).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+DISTURBED_OTHER_CORES = 0.25  # other work using more than this many cores on average disturbs a measurement
+
+
+def host_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _busy_cpu_s() -> float | None:
+    """CPU seconds spent not idle, summed over every core, since boot."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except (OSError, IndexError):
+        return None
+    values = [int(v) for v in fields]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+    busy = sum(values[:8]) - idle  # user nice system idle iowait irq softirq steal (guest is inside user)
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_pressure_avg10() -> float | None:
+    """Share of the last 10 s in which some runnable task waited for a CPU (percent)."""
+    try:
+        for line in Path("/proc/pressure/cpu").read_text().splitlines():
+            if line.startswith("some "):
+                return float(dict(p.split("=") for p in line.split()[1:])["avg10"])
+    except (OSError, ValueError, KeyError):
+        pass
+    return None
+
+
+@dataclass(frozen=True)
+class LoadSample:
+    at: float
+    loadavg_1m: float
+    cpu_pressure_avg10: float | None
+    busy_cpu_s: float | None
+
+    @classmethod
+    def now(cls) -> LoadSample:
+        return cls(time.monotonic(), os.getloadavg()[0], _cpu_pressure_avg10(), _busy_cpu_s())
+
+
+def load_report(before: LoadSample, after: LoadSample, own_cpu_s: float | None) -> dict:
+    """The machine's load around one measurement (see the module docstring)."""
+    elapsed = max(1e-6, after.at - before.at)
+    other = None
+    if before.busy_cpu_s is not None and after.busy_cpu_s is not None and own_cpu_s is not None:
+        other = max(0.0, (after.busy_cpu_s - before.busy_cpu_s - own_cpu_s) / elapsed)
+    return {
+        "host_cores": host_cores(),
+        "loadavg_1m_before": before.loadavg_1m,
+        "loadavg_1m_after": after.loadavg_1m,
+        "cpu_pressure_avg10_before": before.cpu_pressure_avg10,
+        "cpu_pressure_avg10_after": after.cpu_pressure_avg10,
+        "other_busy_cores": other,  # average cores busy with other work during the measurement
+        "disturbed": other is not None and other > DISTURBED_OTHER_CORES,
+    }

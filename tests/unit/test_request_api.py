@@ -1,0 +1,303 @@
+"""The request service's HTTP API, in process (no bus driven: the publisher records)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from mangum import Mangum
+
+from ayci.adapters.local_store import LocalFolderStore
+from ayci.settings import Settings
+from services.request.app import RequestDeps, create_app, parse_api_keys
+from services.request.runs import pareto_front
+from services.request.uploads import LocalUploader
+
+ALICE = {"X-API-Key": "alice-key-123"}
+BOB = {"X-API-Key": "bob-key-4567"}
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def tiny_onnx_model() -> bytes:
+    """A real (one-node) ONNX model: enough for the upload checks."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])],
+    )
+    return helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]).SerializeToString()
+
+
+class RecordingPublisher:
+    def __init__(self) -> None:
+        self.published = []
+
+    def publish(self, envelopes) -> None:
+        self.published.extend(envelopes)
+
+
+@pytest.fixture
+def deps(tmp_path):
+    settings = Settings(data_dir=tmp_path / "data", max_body_bytes=4096, max_model_bytes=10_000_000)
+    store = LocalFolderStore(settings.data_dir)
+    return RequestDeps(
+        store=store, publisher=RecordingPublisher(), api_keys=parse_api_keys("alice-key-123:alice,bob-key-4567:bob"),
+        uploader=LocalUploader(tmp_path / "uploads"), settings=settings,
+    )
+
+
+@pytest.fixture
+def client(deps):
+    return TestClient(create_app(deps))
+
+
+def upload(client, data: bytes, sha256: str | None = None, size: int | None = None, headers=ALICE):
+    sha256 = sha256 or hashlib.sha256(data).hexdigest()
+    size = len(data) if size is None else size
+    offer = client.post("/models/uploads", headers=headers, json={"sha256": sha256, "size_bytes": size})
+    assert offer.status_code in (200, 201), offer.text
+    if offer.json()["upload"]:
+        put = client.put("/" + offer.json()["upload"]["url"], headers=headers, content=data)
+        if put.status_code != 204:
+            return put
+    return client.post(f"/models/{sha256}/verify", headers=headers, json={"size_bytes": size})
+
+
+def run_body(sha256: str, size: int, **changes) -> dict:
+    body = {
+        "model": {"sha256": sha256, "size_bytes": size}, "workload": "image_classification", "input_size": [32, 32],
+        "matrix": {"intel": ["base", "onnx"]}, "batch_sizes": [1], "memory_sizes_mb": [1769],
+    }
+    return {**body, **changes}
+
+
+@pytest.fixture
+def stored_model(client):
+    data = tiny_onnx_model()
+    assert upload(client, data).status_code == 201
+    return hashlib.sha256(data).hexdigest(), len(data)
+
+
+PROTECTED = [
+    ("get", "/models/" + "a" * 64, None),
+    ("post", "/models/uploads", {"sha256": "a" * 64, "size_bytes": 1}),
+    ("post", f"/models/{'a' * 64}/verify", {"size_bytes": 1}),
+    ("post", "/runs", {}),
+    ("get", "/runs/00000000-0000-4000-8000-000000000000", None),
+    ("get", "/runs/00000000-0000-4000-8000-000000000000/results", None),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), PROTECTED)
+def test_every_route_but_the_page_needs_a_key(client, method, path, body):
+    kwargs = {"json": body} if body is not None else {}
+    missing = getattr(client, method)(path, **kwargs)
+    assert missing.status_code == 401 and "X-API-Key" in missing.json()["detail"]
+    wrong = getattr(client, method)(path, headers={"X-API-Key": "not-a-key"}, **kwargs)
+    assert wrong.status_code == 403 and "not valid" in wrong.json()["detail"]
+
+
+def test_a_body_that_is_not_json_still_needs_the_key(client):
+    response = client.post("/runs", content=b"{not json", headers={"Content-Type": "application/json"})
+    assert response.status_code == 401
+    assert client.post("/runs", content=b"{not json", headers={**ALICE, "Content-Type": "application/json"}).status_code == 422
+
+
+def test_the_page_and_the_openapi_document_need_no_key(client):
+    page = client.get("/")
+    assert page.status_code == 200 and "model-sha256" in page.text and "static/app.js" in page.text
+    assert "http" not in page.text.split("<body>")[1].replace("http://www.w3.org", "")  # nothing from a CDN
+    assert client.get("/static/app.js").status_code == 200
+    spec = client.get("/openapi.json").json()
+    assert {"/runs", "/runs/{run_id}", "/runs/{run_id}/results", "/models/{sha256}", "/models/uploads"} <= set(spec["paths"])
+    assert spec["components"]["securitySchemes"]["APIKeyHeader"]["name"] == "X-API-Key"
+
+
+def test_upload_verify_and_never_again(client, deps):
+    data = tiny_onnx_model()
+    sha = hashlib.sha256(data).hexdigest()
+    assert client.get(f"/models/{sha}", headers=ALICE).json()["stored"] is False
+    verified = upload(client, data)
+    assert verified.status_code == 201 and verified.json() == {"sha256": sha, "stored": True, "size_bytes": len(data), "format": "onnx"}
+    assert deps.store.get_bytes(f"models/{sha}") == data
+    assert client.get(f"/models/{sha}", headers=BOB).json()["stored"] is True
+    again = client.post("/models/uploads", headers=BOB, json={"sha256": sha, "size_bytes": len(data)})
+    assert again.status_code == 200 and again.json()["stored"] is True and again.json()["upload"] is None
+
+
+def test_an_upload_whose_sha256_does_not_match_is_rejected_and_nothing_stored(client, deps, tmp_path):
+    data = tiny_onnx_model()
+    claimed = hashlib.sha256(b"something else").hexdigest()
+    response = upload(client, data, sha256=claimed)
+    assert response.status_code == 422 and "SHA-256" in response.json()["detail"]
+    assert not deps.store.exists(f"models/{claimed}")
+    assert not any(p.is_file() for p in (tmp_path / "uploads").rglob("*"))  # the staged bytes are gone
+    assert client.post(f"/models/{claimed}/verify", headers=ALICE, json={"size_bytes": len(data)}).status_code == 409
+
+
+def test_a_file_that_is_not_a_model_is_rejected(client, deps):
+    data = b"just some text, not a model" * 10
+    response = upload(client, data)
+    assert response.status_code == 422 and "not an accepted model" in response.json()["detail"]
+    assert not deps.store.exists(f"models/{hashlib.sha256(data).hexdigest()}")
+
+
+def test_upload_size_limits(client, deps):
+    data = tiny_onnx_model()
+    sha = hashlib.sha256(data).hexdigest()
+    too_big = client.post("/models/uploads", headers=ALICE, json={"sha256": sha, "size_bytes": 10_000_001})
+    assert too_big.status_code == 413 and "at most" in too_big.json()["detail"]
+    # more bytes than announced: refused while streaming, nothing staged or stored
+    longer = upload(client, data, size=len(data) - 10)
+    assert longer.status_code == 413 and "larger than the announced" in longer.json()["detail"]
+    assert client.post(f"/models/{sha}/verify", headers=ALICE, json={"size_bytes": len(data) - 10}).status_code == 409
+    assert not deps.store.exists(f"models/{sha}")
+
+
+def test_a_body_too_large_is_413_and_the_service_stays_up(client, stored_model):
+    huge = json.dumps({**run_body(*stored_model), "email": "x" * 5000})
+    response = client.post("/runs", headers={**ALICE, "Content-Type": "application/json"}, content=huge)
+    assert response.status_code == 413 and "at most 4096 bytes" in response.json()["detail"]
+
+    def chunks():  # no Content-Length: counted while read
+        yield huge[:3000].encode()
+        yield huge[3000:].encode()
+
+    chunked = client.post("/runs", headers={**ALICE, "Content-Type": "application/json"}, content=chunks())
+    assert chunked.status_code == 413
+    assert client.post("/runs", headers=ALICE, json=run_body(*stored_model)).status_code == 201
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "words"),
+    [
+        ({"matrix": {}}, "matrix", "at least 1"),
+        ({"matrix": {"intel": []}}, "matrix", "no optimizer"),
+        ({"matrix": {"quantum": ["base"]}}, "matrix.quantum", "intel"),
+        ({"matrix": {"intel": ["tensorrt"]}}, "matrix.intel.0", "base"),
+        ({"memory_sizes_mb": [64]}, "memory_sizes_mb.0", "128"),
+        ({"batch_sizes": []}, "batch_sizes", "at least 1"),
+        ({"input_size": [128]}, "input_size", "[height, width]"),
+        ({"workload": "speech"}, "workload", "image_classification"),
+        ({"model": {"sha256": "xyz", "size_bytes": 1}}, "model.sha256", "pattern"),
+        ({"email": "not an email"}, "email", "pattern"),
+        ({"surprise": 1}, "surprise", "not permitted"),
+    ],
+)
+def test_bad_runs_are_422_naming_the_field_and_nothing_is_created(client, deps, stored_model, changes, field, words):
+    response = client.post("/runs", headers=ALICE, json=run_body(*stored_model, **changes))
+    assert response.status_code == 422, response.text
+    errors = response.json()["detail"]
+    assert any(".".join(map(str, e["loc"][1:])).startswith(field) and words in e["msg"] for e in errors), errors
+    assert deps.publisher.published == [] and not deps.store.list_keys("runs/")
+
+
+def test_a_run_needs_its_model_stored_with_that_size(client, deps, stored_model):
+    sha, size = stored_model
+    missing = client.post("/runs", headers=ALICE, json=run_body("b" * 64, size))
+    assert missing.status_code == 409 and "upload it first" in missing.json()["detail"]
+    wrong_size = client.post("/runs", headers=ALICE, json=run_body(sha, size + 1))
+    assert wrong_size.status_code == 422 and wrong_size.json()["detail"][0]["loc"] == ["body", "model", "size_bytes"]
+    too_many = client.post("/runs", headers=ALICE, json=run_body(sha, size, matrix={"intel": ["base", "onnx", "tvm"]}, batch_sizes=list(range(1, 17)), memory_sizes_mb=list(range(128, 144))))
+    assert too_many.status_code == 422 and "768 combinations; a run may have at most 512" in too_many.json()["detail"][0]["msg"]
+    assert deps.publisher.published == []
+
+
+def test_submit_then_follow_a_run_and_other_owners_see_nothing(client, deps, stored_model):
+    created = client.post("/runs", headers=ALICE, json=run_body(*stored_model, email="alice@example.com", slo_p99_ms=50))
+    assert created.status_code == 201
+    run_id = created.json()["run_id"]
+    assert created.json()["combinations"] == 2 and created.headers["location"] == f"runs/{run_id}"
+    (event,) = deps.publisher.published
+    assert event.type == "RequestSubmitted" and event.run_id == run_id
+    assert event.payload.owner == "alice" and event.payload.email == "alice@example.com" and event.payload.model.format == "onnx"
+    progress = client.get(f"/runs/{run_id}", headers=ALICE).json()
+    assert progress["status"] == "running" and progress["total"] == 2 and progress["queued"] == 2
+    assert {c["label"] for c in progress["combinations"]} == {"intel/base/b1/1769MB", "intel/onnx/b1/1769MB"}
+    assert client.get(f"/runs/{run_id}/results", headers=ALICE).status_code == 409
+    assert client.get(f"/runs/{run_id}", headers=BOB).status_code == 404
+    assert client.get(f"/runs/{run_id}/results", headers=BOB).status_code == 404
+    assert client.get("/runs/../../etc/passwd", headers=ALICE).status_code == 404
+    assert client.get("/runs/not-a-uuid", headers=ALICE).status_code == 422
+
+
+def fake_summary(run_id: str) -> dict:
+    def result(optimizer, memory, p99, cost):
+        return {
+            "combo": {"hardware": "intel", "optimizer": optimizer, "batch_size": 1, "memory_mb": memory},
+            "latency_ms": {"p50": p99 / 2, "p90": p99 * 0.8, "p99": p99}, "cold_start_ms": {"total": 900.0},
+            "peak_rss_mb": 300.0, "cost": {"per_million_inferences_usd": cost}, "agreement": {"score": 1.0, "metric": "top1"},
+        }
+
+    return {
+        "run_id": run_id, "status": "partial", "model": {"sha256": "a" * 64},
+        "results": [result("onnx", 1769, 5.0, 0.40), result("onnx", 3538, 4.0, 0.90), result("base", 1769, 20.0, 1.50)],
+        "failures": [{"combo_key": "k", "label": "intel/tvm/b1/1769MB", "stage": "converter", "reason": "TVM could not build"}],
+        "recommendation": {"fastest": "intel/onnx/b1/3538MB", "excluded": {}},
+    }
+
+
+def test_results_as_json_and_csv(client, deps, stored_model):
+    run_id = client.post("/runs", headers=ALICE, json=run_body(*stored_model)).json()["run_id"]
+    deps.store.put_bytes(f"runs/{run_id}/summary.json", json.dumps(fake_summary(run_id)).encode())
+    assert client.get(f"/runs/{run_id}", headers=ALICE).json()["status"] == "partial"
+    results = client.get(f"/runs/{run_id}/results", headers=ALICE).json()
+    assert [r["combination"] for r in results["rows"]] == ["intel/onnx/b1/3538MB", "intel/onnx/b1/1769MB", "intel/base/b1/1769MB", "intel/tvm/b1/1769MB"]
+    assert results["pareto_front"] == ["intel/onnx/b1/1769MB", "intel/onnx/b1/3538MB"]
+    assert results["recommended"] == {"fastest": "intel/onnx/b1/3538MB"}
+    assert results["failures"] == [{"combination": "intel/tvm/b1/1769MB", "stage": "converter", "reason": "TVM could not build"}]
+    csv = client.get(f"/runs/{run_id}/results", headers={**ALICE, "Accept": "text/csv"})
+    assert csv.headers["content-type"].startswith("text/csv")
+    lines = csv.text.splitlines()
+    assert lines[0].startswith("combination,status,p50_ms,p90_ms,p99_ms,cold_start_ms,peak_rss_mb,cost_per_million_usd,agreement")
+    assert lines[1].startswith("intel/onnx/b1/3538MB,measured,2.0,3.2,4.0,900.0,300.0,0.9,1.0")
+    assert lines[4].startswith("intel/tvm/b1/1769MB,failed,") and "TVM could not build" in lines[4]
+
+
+def test_pareto_front_keeps_ties_and_skips_rows_without_cost():
+    rows = [
+        {"combination": "a", "p99_ms": 5.0, "cost_per_million_usd": 1.0},
+        {"combination": "b", "p99_ms": 5.0, "cost_per_million_usd": 1.0},
+        {"combination": "c", "p99_ms": 6.0, "cost_per_million_usd": 1.0},
+        {"combination": "d", "p99_ms": 1.0, "cost_per_million_usd": None},
+        {"combination": "e", "p99_ms": 2.0, "cost_per_million_usd": 3.0},
+    ]
+    assert pareto_front(rows) == ["a", "b", "e"]
+
+
+def test_api_gateway_rest_proxy_event_through_mangum(deps, stored_model, client):
+    run_id = client.post("/runs", headers=ALICE, json=run_body(*stored_model)).json()["run_id"]
+    event = json.loads((FIXTURES / "apigw_rest_get_run.json").read_text().replace("RUN_ID", run_id))
+    response = Mangum(create_app(deps), lifespan="off")(event, None)
+    assert response["statusCode"] == 200, response
+    assert json.loads(response["body"])["run_id"] == run_id
+    del event["headers"]["X-API-Key"], event["multiValueHeaders"]["X-API-Key"]
+    assert Mangum(create_app(deps), lifespan="off")(event, None)["statusCode"] == 401
+
+
+def test_lambda_handler_builds_the_app_once(monkeypatch, deps, stored_model, client):
+    import ayci.serve
+    from services.request import lambda_handler
+
+    built = []
+    monkeypatch.setattr(ayci.serve, "aws_request_deps", lambda settings: built.append(1) or deps)
+    monkeypatch.setattr(lambda_handler, "_adapter", None)
+    run_id = client.post("/runs", headers=ALICE, json=run_body(*stored_model)).json()["run_id"]
+    event = json.loads((FIXTURES / "apigw_rest_get_run.json").read_text().replace("RUN_ID", run_id))
+    assert lambda_handler.handler(event, None)["statusCode"] == 200
+    assert lambda_handler.handler(event, None)["statusCode"] == 200
+    assert built == [1]
+
+
+def test_api_keys_setting():
+    assert parse_api_keys(" k1234567:alice , k7654321:bob ") == {"k1234567": "alice", "k7654321": "bob"}
+    assert parse_api_keys("") == {}
+    for bad in ("short:alice", "k1234567", "k1234567:has space"):
+        with pytest.raises(ValueError):
+            parse_api_keys(bad)

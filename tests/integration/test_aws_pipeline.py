@@ -180,3 +180,40 @@ def test_worker_killed_mid_combination_is_retried(stack, tiny_image_model):
     assert summary["status"] == "complete", summary["failures"]
     assert len(summary["results"]) == 2
     assert sum("InferenceDone" in k for k in stack["wiring"].store.list_keys(f"runs/{run_id}/events/")) == 2
+
+
+def test_two_converters_share_the_work(stack, tiny_image_model):
+    processes = stack["processes"]
+    processes.start("converter-2", "converter")
+    try:
+        wiring = stack["wiring"]
+        model = store_model(wiring.store, tiny_image_model, "image_classification", TINY_IMAGE_SIZE)
+        matrix = Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[3, 5, 6, 7], memory_sizes_mb=[1769])
+        envelope = new_run(RequestSubmitted(model=model, matrix=matrix, force=True))
+        wiring.publisher.publish([envelope])
+        summary = wait_summary(stack, envelope.run_id)
+        assert summary["status"] == "complete" and len(summary["results"]) == 4
+        conversions = {
+            name: sum(1 for line in processes.log_text(name).splitlines() if "conversion_done" in line and envelope.run_id in line)
+            for name in ("converter", "converter-2")
+        }
+        assert all(count >= 1 for count in conversions.values()), conversions
+        assert sum(conversions.values()) == 4
+    finally:
+        processes.kill("converter-2", signal.SIGTERM)
+        del processes.processes["converter-2"]
+
+
+def test_run_ends_at_its_deadline_naming_what_never_reported(stack, tiny_image_model):
+    """No arm worker runs here: the arm combination never reports, and the archiver closes the
+    run at its deadline (a delayed message) as partial."""
+    wiring = stack["wiring"]
+    model = store_model(wiring.store, tiny_image_model, "image_classification", TINY_IMAGE_SIZE)
+    matrix = Matrix(optimizers={"intel": ["onnx"], "arm": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1769])
+    envelope = new_run(RequestSubmitted(model=model, matrix=matrix, deadline_s=60))
+    wiring.publisher.publish([envelope])
+    summary = wait_summary(stack, envelope.run_id, timeout=180)
+    assert summary["status"] == "partial" and summary["closed_at_deadline"]
+    (missing,) = summary["failures"]
+    assert missing["combo"]["hardware"] == "arm" and missing["stage"] == "deadline"
+    assert "never reported" in missing["reason"]

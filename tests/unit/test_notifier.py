@@ -1,0 +1,99 @@
+"""The notifier's email: content, once per run, a retry after a failed send."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ayci.adapters.local_store import LocalFolderStore
+from schemas.events import Envelope, RunArchived, RunStatus
+from services.notifier.handlers import NotifierDeps, compose, email_key, on_run_archived
+
+RUN_ID = "6f1c1d2e-0000-4000-8000-000000000001"
+
+
+def summary(status="partial") -> dict:
+    result = {
+        "combo": {"hardware": "intel", "optimizer": "onnx", "batch_size": 1, "memory_mb": 1769},
+        "latency_ms": {"p50": 1.25, "p90": 1.5, "p99": 2.75}, "cold_start_ms": {"total": 812.0}, "peak_rss_mb": 222.5,
+        "cost": {"per_million_inferences_usd": 0.1234}, "agreement": {"score": 1.0, "metric": "top1"},
+    }
+    return {
+        "run_id": RUN_ID, "status": status, "model": {"sha256": "ab" * 32, "workload": "image_classification", "input_size": [32, 32]},
+        "results": [result] if status != "failed" else [],
+        "failures": [{"combo_key": "k", "label": "intel/base/b1/128MB", "stage": "inference", "reason": "out of memory at 128 MB (peak 400 MB)"}],
+        "recommendation": {"fastest": "intel/onnx/b1/1769MB" if status != "failed" else None, "excluded": {}},
+    }
+
+
+class FakeMailer:
+    def __init__(self, fail_times: int = 0) -> None:
+        self.sent, self.fail_times = [], fail_times
+
+    def send(self, *, to, subject, text, html) -> str:
+        if self.fail_times:
+            self.fail_times -= 1
+            raise ConnectionError("SES is unreachable")
+        self.sent.append({"to": to, "subject": subject, "text": text, "html": html})
+        return f"msg-{len(self.sent)}"
+
+
+@pytest.fixture
+def store(tmp_path):
+    return LocalFolderStore(tmp_path)
+
+
+def archived_event(store, status="partial", email="user@example.com") -> Envelope:
+    store.put_bytes(f"runs/{RUN_ID}/summary.json", json.dumps(summary(status)).encode())
+    payload = RunArchived(
+        status=RunStatus(status), summary_key=f"runs/{RUN_ID}/summary.json", succeeded=0 if status == "failed" else 1, failed=1,
+        failures={"intel/base/b1/128MB": "inference: out of memory"}, email=email,
+    )
+    return Envelope.wrap(payload, run_id=RUN_ID, producer="archiver")
+
+
+def test_the_email_has_the_table_recommendation_failures_and_link():
+    email = compose(summary(), f"http://ayci.example/runs/{RUN_ID}/results")
+    assert email["subject"] == f"AYCI run {RUN_ID[:8]}: partial, fastest intel/onnx/b1/1769MB"
+    for part in (email["text"], email["html"]):
+        assert "fastest" in part and "intel/onnx/b1/1769MB" in part
+        assert "2.75" in part and "0.1234" in part and "812.0" in part  # p99, cost, cold start, as the table formats them
+        assert "intel/base/b1/128MB" in part and "out of memory at 128 MB (peak 400 MB)" in part
+        assert f"http://ayci.example/runs/{RUN_ID}/results" in part
+    assert "p99 ms" in email["text"] and "<table" in email["html"] and "<th" in email["html"]
+
+
+def test_a_failed_run_gets_an_email_too(store):
+    mailer = FakeMailer()
+    on_run_archived(archived_event(store, "failed"), NotifierDeps(store=store, mailer=mailer))
+    (sent,) = mailer.sent
+    assert "failed" in sent["subject"] and "none qualifies" in sent["text"] and "out of memory" in sent["text"]
+
+
+def test_once_per_run_even_when_delivered_twice(store):
+    mailer = FakeMailer()
+    deps = NotifierDeps(store=store, mailer=mailer, results_url="http://x")
+    event = archived_event(store)
+    on_run_archived(event, deps)
+    on_run_archived(event, deps)
+    on_run_archived(Envelope.wrap(event.payload, run_id=RUN_ID, producer="archiver"), deps)  # another event id, same run
+    assert len(mailer.sent) == 1 and mailer.sent[0]["to"] == "user@example.com"
+    assert json.loads(store.get_bytes(email_key(RUN_ID))) == {"state": "sent", "message_id": "msg-1", "to": "user@example.com"}
+
+
+def test_a_failed_send_is_retried_by_the_redelivery(store):
+    mailer = FakeMailer(fail_times=1)
+    deps = NotifierDeps(store=store, mailer=mailer)
+    event = archived_event(store)
+    with pytest.raises(ConnectionError):
+        on_run_archived(event, deps)
+    assert json.loads(store.get_bytes(email_key(RUN_ID)))["state"] == "failed"
+    on_run_archived(event, deps)
+    assert len(mailer.sent) == 1
+
+
+def test_no_address_no_email(store):
+    mailer = FakeMailer()
+    on_run_archived(archived_event(store, email=None), NotifierDeps(store=store, mailer=mailer))
+    assert mailer.sent == [] and not store.exists(email_key(RUN_ID))

@@ -1,0 +1,150 @@
+"""The real path's transport and overhead, measured side by side in one run on LocalStack.
+
+1. Events per second through EventBridge -> SQS (PutEvents in batches of 10, one rule, one
+   queue) and the hop latency PutEvents -> message received, p50/p99.
+2. The wall time of the same small run (tiny ResNet-18, intel onnx b1+b2, forced) on LocalStack
+   with one process per service against the embedded default: the ratio.
+
+    .venv/bin/python bench/bench_transport.py [--events 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import boto3  # noqa: E402
+
+from ayci import cloud  # noqa: E402
+from ayci.infra import delete_stack  # noqa: E402
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def bench_events(prefix: str, outputs, count: int) -> dict:
+    events, sqs = boto3.client("events"), boto3.client("sqs")
+    url = outputs.queue_urls["archiver"]
+    sent_at: dict[str, float] = {}
+    started = time.perf_counter()
+    for start in range(0, count, 10):
+        entries = []
+        for i in range(start, min(count, start + 10)):
+            event_id = f"bench-{i}"
+            sent_at[event_id] = time.time()
+            detail = {"event_id": event_id, "type": "RunDeadlineReached", "schema_version": 1, "run_id": "bench", "time": "2026-01-01T00:00:00Z", "producer": "bench", "payload": {"deadline": "2026-01-01T00:00:00Z"}}
+            entries.append({"Source": "ayci", "DetailType": "RunDeadlineReached", "Detail": json.dumps(detail), "EventBusName": outputs.bus_name})
+        events.put_events(Entries=entries)
+    put_s = time.perf_counter() - started
+    latencies, received = [], 0
+    started = time.perf_counter()
+    while received < count and time.perf_counter() - started < 120:
+        messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", [])
+        now = time.time()
+        for m in messages:
+            detail = json.loads(m["Body"])["detail"]
+            latencies.append((now - sent_at[detail["event_id"]]) * 1000)
+        if messages:
+            sqs.delete_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)])
+        received += len(messages)
+    receive_s = time.perf_counter() - started
+    # the hop latency of single events, not queued behind a burst
+    hop = []
+    for i in range(30):
+        event_id = f"hop-{i}"
+        detail = {"event_id": event_id, "type": "RunDeadlineReached", "schema_version": 1, "run_id": "bench", "time": "2026-01-01T00:00:00Z", "producer": "bench", "payload": {"deadline": "2026-01-01T00:00:00Z"}}
+        t0 = time.time()
+        events.put_events(Entries=[{"Source": "ayci", "DetailType": "RunDeadlineReached", "Detail": json.dumps(detail), "EventBusName": outputs.bus_name}])
+        while True:
+            messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1, WaitTimeSeconds=5).get("Messages", [])
+            if messages:
+                hop.append((time.time() - t0) * 1000)
+                sqs.delete_message(QueueUrl=url, ReceiptHandle=messages[0]["ReceiptHandle"])
+                break
+    return {
+        "events": count, "put_events_per_s": count / put_s, "received": received, "receive_per_s": received / receive_s,
+        "hop_ms_p50": statistics.median(hop), "hop_ms_p99": percentile(hop, 99),
+        "burst_latency_ms_p50": statistics.median(latencies), "burst_latency_ms_p99": percentile(latencies, 99),
+    }
+
+
+def small_run_wall_times(prefix: str, outputs, model_path: Path) -> dict:
+    from ayci.bootstrap import aws, embedded
+    from ayci.settings import Settings
+    from schemas.combos import Matrix
+    from schemas.events import RequestSubmitted
+    from services.archiver.handlers import summary_key
+    from services.request.submission import new_run, store_model
+
+    def request(store):
+        model = store_model(store, model_path, "image_classification", [32, 32])
+        return RequestSubmitted(model=model, matrix=Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1, 2], memory_sizes_mb=[1769]), force=True)
+
+    caps = {"AYCI_MEASURE_TIME_CAP_S": "2", "AYCI_MEASURE_MIN_ITERATIONS": "10"}
+    with tempfile.TemporaryDirectory() as tmp:
+        app = embedded(Settings(data_dir=Path(tmp), measure_time_cap_s=2, measure_min_iterations=10))
+        envelope = new_run(request(app.store))
+        started = time.perf_counter()
+        app.publisher.publish([envelope])
+        app.bus.run_until_idle()
+        embedded_s = time.perf_counter() - started
+        assert json.loads(app.store.get_bytes(summary_key(envelope.run_id)))["status"] == "complete"
+
+    env = cloud.service_env(outputs, prefix, caps)
+    processes = cloud.ServiceProcesses(env=env, log_dir=Path(tempfile.mkdtemp()))
+    processes.start_all()
+    try:
+        import os
+
+        os.environ.update({"AYCI_BUCKET": outputs.bucket, "AYCI_BUS_NAME": outputs.bus_name, "AYCI_QUEUE_PREFIX": prefix})
+        wiring = aws(Settings())
+        time.sleep(8)  # let every worker import and start polling before the clock starts
+        envelope = new_run(request(wiring.store))
+        started = time.perf_counter()
+        wiring.publisher.publish([envelope])
+        while not wiring.store.exists(summary_key(envelope.run_id)):
+            time.sleep(0.2)
+        localstack_s = time.perf_counter() - started
+        summary = json.loads(wiring.store.get_bytes(summary_key(envelope.run_id)))
+        assert summary["status"] == "complete", summary["failures"]
+    finally:
+        processes.stop_all()
+    return {"embedded_s": embedded_s, "localstack_s": localstack_s, "ratio": localstack_s / embedded_s}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--events", type=int, default=300)
+    args = parser.parse_args()
+    cloud.use_localstack()
+    cloud.start_localstack()
+    prefix = f"bench{uuid.uuid4().hex[:4]}"
+    outputs = cloud.deploy(prefix)
+    try:
+        transport = bench_events(prefix, outputs, args.events)
+        from workloads.examples import export_example
+
+        model = export_example("image_classification", [32, 32], Path(tempfile.mkdtemp()) / "tiny.pt2")
+        walls = small_run_wall_times(prefix, outputs, model)
+    finally:
+        delete_stack(prefix, empty_bucket=True)
+    print(f"EventBridge -> SQS: {transport['put_events_per_s']:.0f} events/s put, {transport['receive_per_s']:.0f} msg/s received ({transport['received']}/{transport['events']})")
+    print(f"hop PutEvents -> received (single events): p50 {transport['hop_ms_p50']:.1f} ms, p99 {transport['hop_ms_p99']:.1f} ms")
+    print(f"latency within a burst of {transport['events']}: p50 {transport['burst_latency_ms_p50']:.0f} ms, p99 {transport['burst_latency_ms_p99']:.0f} ms")
+    print(f"same small run: LocalStack {walls['localstack_s']:.1f} s vs embedded {walls['embedded_s']:.1f} s -> ratio {walls['ratio']:.2f}x")
+    verdict = "transport overhead small" if walls["ratio"] < 1.5 else "transport overhead significant"
+    print(f"verdict: {verdict} (ratio {walls['ratio']:.2f})")
+
+
+if __name__ == "__main__":
+    main()

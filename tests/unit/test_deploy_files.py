@@ -1,0 +1,28 @@
+"""The deployment files name only things that exist."""
+
+import importlib.util
+import subprocess
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_compose_services_run_modules_that_exist():
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    modules = [s["command"][2] for s in compose["services"].values() if s.get("command", [None])[0] == "python"]
+    assert "services.inference" in modules and "services.request" in modules
+    for module in modules:
+        assert importlib.util.find_spec(f"{module}.__main__") is not None, module
+
+
+def test_template_lambda_handlers_exist_and_template_lints():
+    template = (ROOT / "infra/template.yaml").read_text()
+    handlers = [line.split("Handler:")[1].strip() for line in template.splitlines() if "Handler:" in line]
+    assert len(handlers) >= 6
+    for handler in handlers:
+        module, _, name = handler.rpartition(".")
+        assert importlib.util.find_spec(module) is not None, handler
+    lint = subprocess.run([str(Path(ROOT / ".venv/bin/cfn-lint")), str(ROOT / "infra/template.yaml")], capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout + lint.stderr

@@ -253,7 +253,7 @@ function renderRows() {
     else th.removeAttribute("aria-sort");
   });
   $("results-table").tBodies[0].replaceChildren(...sorted.map((r) => {
-    const tr = row(columns.map((c) => [fmt(c.key, r[c.key]), TEXT_COLUMNS.has(c.key) ? `text ${c.key}-${r[c.key]}` : ""]), { "data-combo": r.combination });
+    const tr = row(columns.map((c) => [fmt(c.key, r[c.key]), TEXT_COLUMNS.has(c.key) ? `text ${c.key}${c.key === "status" ? ` status-${r.status}` : ""}` : ""]), { "data-combo": r.combination });
     if (picked.has(r.combination)) tr.classList.add("recommended");
     return tr;
   }));
@@ -273,7 +273,8 @@ function niceTicks(lo, hi, count = 5) {
   const step0 = span / count, magnitude = 10 ** Math.floor(Math.log10(step0));
   const step = [1, 2, 2.5, 5, 10].map((m) => m * magnitude).find((s) => span / s <= count) || magnitude * 10;
   const ticks = [];
-  for (let t = Math.floor(lo / step) * step; t <= hi + step * 1e-9; t += step) ticks.push(+t.toPrecision(12));
+  const last = Math.ceil(hi / step - 1e-9) * step; // the axis ends on a tick at or above the data
+  for (let t = Math.floor(lo / step) * step; t <= last + step * 1e-9; t += step) ticks.push(+t.toPrecision(12));
   return ticks;
 }
 
@@ -331,11 +332,12 @@ function drawChart(results) {
     g.append(svg("text", { x: X(p.cost_per_million_usd) + 9, y: Y(p.p99_ms) - 7 }, p.combination.split("/").slice(1).join("/")));
     root.append(g);
   }
-  for (const [kind, label] of recommended) {
+  const kindsOf = {}; // one ring per recommended point, naming every kind it wins
+  for (const [kind, label] of recommended) if (byLabel[label]) (kindsOf[label] = kindsOf[label] || []).push(kind);
+  for (const [label, kinds] of Object.entries(kindsOf)) {
     const p = byLabel[label];
-    if (!p) continue;
-    root.append(svg("circle", { class: "recommended", "data-kind": kind, cx: X(p.cost_per_million_usd), cy: Y(p.p99_ms), r: 12, fill: "none", stroke: "#b42318", "stroke-width": 2.5 }));
-    root.append(svg("text", { x: X(p.cost_per_million_usd) + 9, y: Y(p.p99_ms) + 20, fill: "#b42318", "font-weight": "bold" }, `★ ${kind}`));
+    root.append(svg("circle", { class: "recommended", "data-kind": kinds.join(" "), cx: X(p.cost_per_million_usd), cy: Y(p.p99_ms), r: 12, fill: "none", stroke: "#b42318", "stroke-width": 2.5 }));
+    root.append(svg("text", { x: X(p.cost_per_million_usd) + 9, y: Y(p.p99_ms) + 22, fill: "#b42318", "font-weight": "bold" }, `★ ${kinds.join(", ")}`));
   }
   // legend
   const legend = svg("g", { transform: `translate(${W - m.right + 16}, ${m.top + 6})` });

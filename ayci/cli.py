@@ -2,12 +2,14 @@
 ResNet-18 by default) on the embedded default and prints the table.
 
 Bad input (unknown hardware or optimizer, an empty matrix, a file that is not a model, a
-memory size outside Lambda's range) is a clear error before any work starts.
+memory size outside Lambda's range, an SLO that is not a positive number, an unknown price
+region) is a clear error naming the field before any work starts.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -69,6 +71,8 @@ def build_request(args: argparse.Namespace, model) -> RequestSubmitted:
     return RequestSubmitted(
         model=model, matrix=matrix, slo_p99_ms=args.slo, min_agreement=args.min_agreement,
         tuning_trials=args.trials, email=args.email, force=args.force,
+        balance_weight=getattr(args, "balance_weight", 0.5),
+        **({"price_region": args.price_region} if getattr(args, "price_region", None) else {}),
     )
 
 
@@ -93,8 +97,20 @@ def print_table(summary: dict, console: Console) -> None:
     for kind in ("fastest", "cheapest", "balanced"):
         if kind in rec:
             console.print(f"{kind}: {rec[kind] or 'none qualifies'}")
+    if rec.get("pareto"):
+        console.print(f"pareto front (p99 against cost): {', '.join(rec['pareto'])}")
     for label, why in (rec.get("excluded") or {}).items():
         console.print(f"  not recommended {label}: {why}")
+
+
+@functools.cache
+def warn_if_unconfined() -> None:
+    """Say once, before a run, when measurements cannot be confined to their memory sizes."""
+    from services.inference.confinement import unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        err.print(f"warning: measurements will not be confined to their memory sizes ({reason}); results say confined: false")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -116,6 +132,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     model_path = Path(args.model) if args.model else example_model_path(settings, workload, input_size)
     if not model_path.is_file():
         raise UsageError(f"--model {model_path}: no such file")
+    warn_if_unconfined()
 
     if args.localstack:
         return run_on_localstack(args, settings, model_path, workload, input_size)
@@ -246,6 +263,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--model", help="a .pt2 (torch.export) or .onnx file; default: the example model of the workload")
     run.add_argument("--workload", default="image_classification", help="image_classification | nlp | object_detection")
     run.add_argument("--input-size", help="H,W for images and detection; sequence length for nlp")
+    run.add_argument("--balance-weight", type=float, default=0.5, help="weight of cost against p99 in the balanced pick, 0..1")
+    run.add_argument("--price-region", help="Lambda price region (default: the price table's, us-east-1)")
     run.add_argument("--matrix", nargs="+", default=["intel=base,onnx"], help="HARDWARE=OPT[,OPT] ... e.g. intel=base,onnx,tvm arm=onnx")
     run.add_argument("--batch", default="1", help="batch sizes, e.g. 1,4")
     run.add_argument("--memory", default="1769", help="Lambda memory sizes in MB, e.g. 1024,1769,3538")

@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 # Names the engine versions and the measuring method: a result from an older engine or
 # method gets another combination key, so it is never reused silently.
-MEASUREMENT_VERSION = "m1"
+# m2: measured confined to the memory size (CPU share and memory cap), one at a time per machine
+MEASUREMENT_VERSION = "m2"
 ENGINE_VERSION = "e1"
 
 LAMBDA_MIN_MEMORY_MB = 128

@@ -14,9 +14,11 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator
 
 from schemas.combos import Combo, Matrix, ModelRef
+from schemas.cost import default_region as default_price_region
+from schemas.cost import load_prices
 
 
 class SchemaError(ValueError):
@@ -36,15 +38,22 @@ class RequestSubmitted(Payload):
     VERSION = 2
     model: ModelRef
     matrix: Matrix
-    slo_p99_ms: float | None = Field(default=None, gt=0)
-    min_agreement: float = Field(default=0.99, ge=0, le=1)
-    balance_weight: float = Field(default=0.5, ge=0, le=1)  # weight of cost against p99
+    slo_p99_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    min_agreement: float = Field(default=0.99, ge=0, le=1, allow_inf_nan=False)
+    balance_weight: float = Field(default=0.5, ge=0, le=1, allow_inf_nan=False)  # weight of cost against p99
+    price_region: str = Field(default_factory=default_price_region)  # a region of the price table (schemas/cost.py)
     tuning_trials: int = Field(default=64, ge=0, le=20000)
     email: str | None = None
     owner: str = "local"
     force: bool = False  # measure again even where a stored result exists
     replay_of: str | None = None  # the run this one replays
     deadline_s: float = Field(default=3600, gt=0)
+
+    @field_validator("price_region")
+    @classmethod
+    def _known_price_region(cls, value: str) -> str:
+        load_prices().region(value)  # UnknownPriceRegion (a ValueError) names the known ones
+        return value
 
 
 class RunPlanned(Payload):

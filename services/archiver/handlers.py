@@ -29,6 +29,7 @@ from schemas.events import (
     RunPlanned,
     RunStatus,
 )
+from schemas.cost import UnknownPriceRegion, cost_block
 from services.archiver.recommendation import recommend
 
 log = structlog.get_logger()
@@ -102,7 +103,7 @@ def _archive(run_id: str, deps: ArchiverDeps, *, at_deadline: bool) -> list[Payl
             outcome = {"status": "failed", "stage": FailureStage.deadline.value, "reason": "never reported before the run's deadline"}
         if outcome["status"] == "done":
             result = json.loads(deps.store.get_bytes(outcome["result_key"]))
-            results.append({**result, "reused": outcome.get("reused", False)})
+            results.append(priced_for_region({**result, "reused": outcome.get("reused", False)}, plan.request.price_region))
         else:
             failures.append({"combo_key": key, "combo": combo.model_dump(mode="json"), "label": combo.label, "stage": outcome["stage"], "reason": outcome["reason"]})
     status = RunStatus.failed if not results else RunStatus.partial if failures else RunStatus.complete
@@ -129,6 +130,24 @@ def _archive(run_id: str, deps: ArchiverDeps, *, at_deadline: bool) -> list[Payl
             recommendation=recommendation, email=request.email,
         )
     ]
+
+
+def priced_for_region(result: dict, region: str) -> dict:
+    """`result` with its cost in the run's price region. A stored result was costed in the
+    region of the run that measured it; the billed durations are the same everywhere."""
+    cost = result.get("cost")
+    if not cost or cost.get("price_region") == region:
+        return result
+    try:
+        repriced = cost_block(
+            billed_ms_per_request=cost["billed_ms_per_request"], cold_start_ms=cost["cold_start_billed_ms"],
+            memory_mb=result["combo"]["memory_mb"], batch_size=result["combo"]["batch_size"],
+            hardware=result["combo"]["hardware"], region=region,
+        )
+    except UnknownPriceRegion as exc:  # the price table changed since the request was accepted
+        log.warning("price_region_unknown", region=region, reason=str(exc))
+        return result
+    return {**result, "cost": repriced}
 
 
 HANDLERS = {

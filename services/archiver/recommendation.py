@@ -1,27 +1,91 @@
-"""Which combination to deploy. Only results that agree with `base` within the run's
-threshold (and meet its p99 SLO, if any) are candidates; the others say why they are not."""
+"""Which combination to deploy.
+
+Candidates are the measured results that may be recommended: timed natively (never under
+emulation), costed, agreeing with `base` within the run's threshold and meeting its p99 SLO,
+if it has one. Every other result is listed under `excluded` with the reason. Among the
+candidates:
+- `fastest`: the lowest p99;
+- `cheapest`: the lowest cost per million inferences;
+- `balanced`: the lowest `w * cost' + (1 - w) * p99'`, where cost' and p99' are normalised
+  to 0..1 over the candidates and `w` is the run's balance weight (1: cost alone, 0: p99 alone);
+- `pareto`: the candidates no other one beats on both p99 and cost, by increasing p99.
+"""
 
 from __future__ import annotations
 
 
 def recommend(results: list[dict], *, slo_p99_ms: float | None, min_agreement: float, balance_weight: float = 0.5) -> dict:
+    """The recommendation for a run's `results` (stored result dicts with `combo`,
+    `latency_ms`, `agreement`, `cost`); combinations are named by their labels."""
     candidates, excluded = [], {}
     for result in results:
-        label = _label(result)
-        if result.get("emulated"):
-            excluded[label] = "timed under emulation: not a real latency"
-        elif result["agreement"]["score"] < min_agreement:
-            excluded[label] = f"agreement {result['agreement']['score']:.4f} below {min_agreement}"
-        elif slo_p99_ms is not None and result["latency_ms"]["p99"] > slo_p99_ms:
-            excluded[label] = f"p99 {result['latency_ms']['p99']:.1f} ms above the SLO {slo_p99_ms} ms"
+        why = exclusion(result, slo_p99_ms=slo_p99_ms, min_agreement=min_agreement)
+        if why:
+            excluded[label(result)] = why
         else:
             candidates.append(result)
+    recommendation = {
+        "fastest": None, "cheapest": None, "balanced": None, "pareto": [], "candidates": {}, "excluded": excluded,
+        "criteria": {"slo_p99_ms": slo_p99_ms, "min_agreement": min_agreement, "balance_weight": balance_weight, "fastest_by": "p99"},
+        "disturbed": sorted(label(r) for r in results if (r.get("load") or {}).get("disturbed")),
+    }
     if not candidates:
-        return {"fastest": None, "excluded": excluded}
-    fastest = min(candidates, key=lambda r: r["latency_ms"]["p99"])
-    return {"fastest": _label(fastest), "excluded": excluded}
+        return recommendation
+    p99 = {label(r): r["latency_ms"]["p99"] for r in candidates}
+    cost = {label(r): r["cost"]["per_million_inferences_usd"] for r in candidates}
+    scores = balance_scores(p99, cost, balance_weight)
+    recommendation.update(
+        fastest=min(p99, key=lambda k: (p99[k], cost[k])),
+        cheapest=min(cost, key=lambda k: (cost[k], p99[k])),
+        balanced=min(scores, key=lambda k: (scores[k], p99[k], cost[k])),
+        pareto=pareto_front(p99, cost),
+        candidates={k: {"p99_ms": p99[k], "per_million_inferences_usd": cost[k], "balance_score": scores[k]} for k in sorted(p99, key=p99.get)},
+    )
+    return recommendation
 
 
-def _label(result: dict) -> str:
+def exclusion(result: dict, *, slo_p99_ms: float | None, min_agreement: float) -> str | None:
+    """Why `result` cannot be recommended, or None if it can."""
+    if result.get("emulated"):
+        return "timed under emulation: neither its latency nor its cost is real"
+    agreement = (result.get("agreement") or {}).get("score")
+    if agreement is None:
+        return "no agreement with base was measured"
+    if agreement < min_agreement:
+        metric = result["agreement"].get("metric", "agreement")
+        return f"agrees with base only {agreement:.4f} ({metric}), below the threshold {min_agreement}"
+    if not (result.get("cost") or {}).get("per_million_inferences_usd"):
+        return "no cost (no price for it)"
+    if slo_p99_ms is not None and result["latency_ms"]["p99"] > slo_p99_ms:
+        return f"p99 {result['latency_ms']['p99']:.1f} ms above the SLO of {slo_p99_ms:g} ms"
+    return None
+
+
+def balance_scores(p99: dict[str, float], cost: dict[str, float], weight: float) -> dict[str, float]:
+    """`weight * cost' + (1 - weight) * p99'` per key, each normalised to 0..1 over the keys
+    (all equal: 0)."""
+
+    def normalised(values: dict[str, float]) -> dict[str, float]:
+        low, high = min(values.values()), max(values.values())
+        return {k: (v - low) / (high - low) if high > low else 0.0 for k, v in values.items()}
+
+    p, c = normalised(p99), normalised(cost)
+    return {k: weight * c[k] + (1 - weight) * p[k] for k in p99}
+
+
+def pareto_front(p99: dict[str, float], cost: dict[str, float]) -> list[str]:
+    """The keys no other key beats on both p99 and cost (at least as good on both, better on
+    one), by increasing p99."""
+    front = []
+    for k in p99:
+        dominated = any(
+            p99[o] <= p99[k] and cost[o] <= cost[k] and (p99[o] < p99[k] or cost[o] < cost[k]) for o in p99 if o != k
+        )
+        if not dominated:
+            front.append(k)
+    return sorted(front, key=lambda k: (p99[k], cost[k]))
+
+
+def label(result: dict) -> str:
     c = result["combo"]
     return f"{c['hardware']}/{c['optimizer']}/b{c['batch_size']}/{c['memory_mb']}MB"

@@ -11,6 +11,7 @@ COLUMNS = [
     ("cold_start_ms", "cold start ms"),
     ("peak_rss_mb", "peak MB"),
     ("cost_per_million_usd", "$ / 1M inf."),
+    ("cold_start_usd", "$ / cold start"),
     ("agreement", "agreement"),
     ("note", "note"),
 ]
@@ -24,21 +25,35 @@ def summary_rows(summary: dict) -> list[dict]:
     """One row per combination, measured ones first (by p99), then the failed ones."""
     rows = []
     for r in sorted(summary["results"], key=lambda r: r["latency_ms"]["p99"]):
-        notes = [n for n in ("reused" if r.get("reused") else "", "emulated" if r.get("emulated") else "") if n]
-        cost = r.get("cost", {}).get("per_million_inferences_usd")
+        cost = r.get("cost") or {}
         rows.append(
             {
                 "combination": _label(r["combo"]), "status": "measured",
                 "p50_ms": r["latency_ms"]["p50"], "p90_ms": r["latency_ms"]["p90"], "p99_ms": r["latency_ms"]["p99"],
                 "cold_start_ms": r["cold_start_ms"]["total"], "peak_rss_mb": r["peak_rss_mb"],
-                "cost_per_million_usd": cost,
+                "cost_per_million_usd": cost.get("per_million_inferences_usd"), "cold_start_usd": cost.get("cold_start_usd"),
                 "agreement": r["agreement"]["score"], "agreement_metric": r["agreement"]["metric"],
-                "note": ", ".join(notes),
+                "note": ", ".join(_notes(r)),
             }
         )
     for f in summary["failures"]:
         rows.append({"combination": f["label"], "status": "failed", "note": f"{f['stage']}: {f['reason']}"})
     return rows
+
+
+def _notes(result: dict) -> list[str]:
+    """What to keep in mind reading a result's row."""
+    notes = []
+    if result.get("reused"):
+        notes.append("reused")
+    if result.get("emulated"):
+        notes.append("emulated: timings not real, not costed")
+    elif result.get("confined") is False:
+        notes.append(f"unconfined: {result.get('confinement_reason')}")
+    load = result.get("load") or {}
+    if load.get("disturbed"):
+        notes.append(f"disturbed: other work used {load['other_busy_cores']:.1f} cores")
+    return notes
 
 
 def format_cell(key: str, value) -> str:
@@ -49,5 +64,7 @@ def format_cell(key: str, value) -> str:
             return f"{value:.4f}"
         if key == "cost_per_million_usd":
             return f"{value:.4f}"
+        if key == "cold_start_usd":
+            return f"{value:.7f}"
         return f"{value:.1f}" if value >= 10 else f"{value:.2f}"
     return str(value)

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import structlog
 
+from ayci import measurement_lock
 from ayci.ports import ObjectStore
 from engines import ConversionError, ConversionJob, engine_module
 from engines.model_files import NotAModelError
@@ -71,7 +72,8 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
         )
         bound.info("conversion_started", optimizer=combo.optimizer.value, hardware=combo.hardware.value)
         try:
-            conversion = deps.convert(combo.optimizer, job)
+            with measurement_lock.shared():  # never beside a measurement: it would disturb it
+                conversion = deps.convert(combo.optimizer, job)
         except (ConversionError, NotAModelError) as exc:
             bound.warning("conversion_failed", reason=str(exc))
             return [_failed(pending, str(exc))]

@@ -17,6 +17,8 @@ import structlog
 from ayci.ports import ObjectStore
 from ayci.settings import Settings, native_hardware
 from schemas.combos import MEASUREMENT_VERSION, Hardware, reference_key
+from schemas.cost import cost_block
+from schemas.cost import default_region as default_price_region
 from schemas.events import ComboFailed, Envelope, FailureStage, InferenceDone, ModelConverted, Payload
 from services.inference.launcher import MeasureSpec, MeasurementFailed, measure
 
@@ -58,8 +60,10 @@ def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload]:
             optimizer=combo.optimizer.value, workload=model.workload.value, artifact_path=artifact,
             reference_path=reference, memory_mb=combo.memory_mb, time_cap_s=deps.settings.measure_time_cap_s,
             min_iterations=deps.settings.measure_min_iterations,
+            # under emulation neither the CPU share nor the memory of a Lambda function is real
+            confine=not emulated, extra={"unconfined_reason": "emulated: timings and memory under emulation are not Lambda's"},
         )
-        bound.info("measurement_started", threads=spec.threads)
+        bound.info("measurement_started", threads=spec.threads, vcpus=round(spec.vcpus, 3))
         try:
             report = deps.measure(spec, python_command=python_command)
         except MeasurementFailed as exc:
@@ -77,11 +81,24 @@ def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload]:
         "artifact_key": converted.artifact_key,
         "emulated": emulated,
         **report,
+        "cost": None if emulated else result_cost(report, combo, default_price_region()),
     }
+    if not report.get("confined", True):
+        bound.info("measurement_unconfined", reason=report.get("confinement_reason"))
+    if (report.get("load") or {}).get("disturbed"):
+        bound.info("measurement_disturbed", other_busy_cores=round(report["load"]["other_busy_cores"], 2))
     deps.store.put_bytes(key, json.dumps(result, indent=1).encode())
     lat = report["latency_ms"]
     bound.info("measurement_done", p50_ms=round(lat["p50"], 2), p99_ms=round(lat["p99"], 2), iterations=lat["iterations"])
     return [InferenceDone(combo=combo, combo_key=converted.combo_key, result_key=key, p50_ms=lat["p50"], p99_ms=lat["p99"])]
+
+
+def result_cost(report: dict, combo, region: str) -> dict:
+    """The `cost` of a measured result in `region` (see `schemas.cost`)."""
+    return cost_block(
+        billed_ms_per_request=report["latency_ms"]["billed_ms_mean"], cold_start_ms=report["cold_start_ms"]["total"],
+        memory_mb=combo.memory_mb, batch_size=combo.batch_size, hardware=combo.hardware, region=region,
+    )
 
 
 HANDLERS = {"ModelConverted": on_model_converted}

@@ -44,7 +44,16 @@ def test_complete_run_then_reuse(app, tiny_image_model):
         cold = result["cold_start_ms"]
         assert cold["total"] >= cold["imports"] + cold["model_load"] + cold["first_inference"]
         assert result["peak_rss_mb"] > 20
-    assert summary["recommendation"]["fastest"] is not None
+        assert result["threads"] == 1 and result["vcpus"] == 1.0
+        assert isinstance(result["confined"], bool) and (result["confined"] or result["confinement_reason"])
+        assert result["load"]["host_cores"] >= 1 and "disturbed" in result["load"]
+        cost = result["cost"]
+        assert cost["price_region"] == "us-east-1" and cost["billed_ms_per_request"] >= 1
+        assert cost["per_million_inferences_usd"] > 0.2 / result["combo"]["batch_size"]  # at least the request price
+        assert cost["cold_start_usd"] > cost["per_request_usd"]
+    rec = summary["recommendation"]
+    assert rec["fastest"] is not None and rec["cheapest"] is not None and rec["balanced"] is not None
+    assert rec["pareto"] and set(rec["pareto"]) <= set(rec["candidates"])
     # every event of the run is in its log, in order, starting with the request
     log = app.store.list_keys(f"runs/{run_id}/events/")
     assert "RequestSubmitted" in log[0] and any("RunArchived" in k for k in log)
@@ -58,16 +67,18 @@ def test_complete_run_then_reuse(app, tiny_image_model):
 
 
 def test_partial_run_failed_combination_drops_only_itself(app, tiny_image_model):
-    # torch alone needs far more than 128 MB: that combination fails, the other is measured
-    summary, _ = run(app, request_for(app, tiny_image_model, ["base"], memory=(128, 1769)))
+    # Python with ONNX Runtime alone needs more than 128 MB: confined, the kernel kills that
+    # measurement at its cap (unconfined, its peak says so); the other one is measured
+    summary, _ = run(app, request_for(app, tiny_image_model, ["onnx"], memory=(128, 1769)))
     assert summary["status"] == "partial"
     assert [r["combo"]["memory_mb"] for r in summary["results"]] == [1769]
     (failure,) = summary["failures"]
     assert failure["combo"]["memory_mb"] == 128 and "out of memory at 128 MB" in failure["reason"]
+    assert failure["stage"] == "inference"
 
 
 def test_all_failed_run_is_still_archived(app, tiny_image_model):
-    summary, run_id = run(app, request_for(app, tiny_image_model, ["base"], memory=(128,)))
+    summary, run_id = run(app, request_for(app, tiny_image_model, ["onnx"], memory=(128,)))
     assert summary["status"] == "failed"
     assert summary["results"] == [] and len(summary["failures"]) == 1
     assert app.store.exists(f"runs/{run_id}/summary.json")
@@ -109,3 +120,16 @@ def test_cli_rejects_bad_input_before_any_work(tmp_path, capsys):
     assert cli_main(["run", "--memory", "64", "--data-dir", str(data)]) == 2
     assert "memory_sizes_mb" in capsys.readouterr().err
     assert cli_main(["run", "--matrix", "intel=", "--data-dir", str(data)]) == 2
+    assert cli_main(["run", "--memory", "10241", "--data-dir", str(data)]) == 2
+    assert "memory_sizes_mb" in capsys.readouterr().err
+    assert cli_main(["run", "--memory", "1769.5", "--data-dir", str(data)]) == 2
+    assert "--memory" in capsys.readouterr().err
+    assert cli_main(["run", "--slo", "-5", "--data-dir", str(data)]) == 2
+    assert "slo_p99_ms" in capsys.readouterr().err
+    assert cli_main(["run", "--slo", "nan", "--data-dir", str(data)]) == 2
+    assert "slo_p99_ms" in capsys.readouterr().err
+    assert cli_main(["run", "--price-region", "mars-north-1", "--data-dir", str(data)]) == 2
+    assert "price_region" in (message := capsys.readouterr().err) and "us-east-1" in message
+    assert cli_main(["run", "--balance-weight", "1.5", "--data-dir", str(data)]) == 2
+    assert "balance_weight" in capsys.readouterr().err
+    assert not (data / "models").exists()

@@ -217,3 +217,27 @@ def test_run_ends_at_its_deadline_naming_what_never_reported(stack, tiny_image_m
     (missing,) = summary["failures"]
     assert missing["combo"]["hardware"] == "arm" and missing["stage"] == "deadline"
     assert "never reported" in missing["reason"]
+
+
+def test_lambda_entrypoint_reports_only_the_failed_records(stack, tiny_image_model):
+    """The dedup Lambda handler on an SQS event of two records: the malformed one is reported
+    in `batchItemFailures`, the good one is handled (its run gets planned)."""
+    from ayci.adapters.aws import eventbridge_entry
+    from services.dedup.lambda_handler import handler
+
+    wiring = stack["wiring"]
+    model = store_model(wiring.store, tiny_image_model, "image_classification", TINY_IMAGE_SIZE)
+    envelope = new_run(RequestSubmitted(model=model, matrix=Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1769])))
+    good_body = json.dumps({"detail-type": envelope.type, "detail": json.loads(eventbridge_entry(envelope, "bus")["Detail"])})
+
+    def record(message_id: str, body: str) -> dict:
+        return {
+            "messageId": message_id, "receiptHandle": "r", "body": body, "attributes": {"ApproximateReceiveCount": "1"},
+            "messageAttributes": {}, "md5OfBody": "", "eventSource": "aws:sqs", "eventSourceARN": "arn:aws:sqs:us-east-1:000000000000:q", "awsRegion": "us-east-1",
+        }
+
+    response = handler({"Records": [record("good", good_body), record("bad", "{broken")]}, None)
+    assert response == {"batchItemFailures": [{"itemIdentifier": "bad"}]}
+    assert wiring.store.exists(f"processed/dedup/{envelope.event_id}")
+    summary = wait_summary(stack, envelope.run_id)  # the planned run goes on through the workers
+    assert summary["status"] == "complete"

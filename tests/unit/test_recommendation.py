@@ -1,0 +1,87 @@
+"""The recommendation: fastest, cheapest, balanced, the Pareto front, and who is excluded why."""
+
+import pytest
+
+from services.archiver.recommendation import balance_scores, pareto_front, recommend
+
+
+def result(optimizer, memory, p99, cost, agreement=1.0, emulated=False, hardware="intel", disturbed=False):
+    return {
+        "combo": {"hardware": hardware, "optimizer": optimizer, "batch_size": 1, "memory_mb": memory},
+        "latency_ms": {"p50": p99 * 0.8, "p90": p99 * 0.9, "p99": p99},
+        "agreement": {"metric": "top1", "score": agreement},
+        "cost": None if cost is None else {"per_million_inferences_usd": cost},
+        "emulated": emulated,
+        "load": {"disturbed": disturbed},
+    }
+
+
+RESULTS = [
+    result("base", 1769, p99=40, cost=1.5),
+    result("onnx", 1769, p99=20, cost=0.8),  # beats base on both
+    result("onnx", 3538, p99=11, cost=1.0),  # faster, dearer
+    result("onnx", 885, p99=60, cost=0.7),  # slower, cheaper
+    result("tvm", 1769, p99=5, cost=0.1, agreement=0.5),  # best on both, but wrong answers
+    result("onnx", 1769, p99=1, cost=0.01, emulated=True, hardware="arm"),  # emulated: not real
+]
+
+
+def test_fastest_cheapest_balanced_and_pareto():
+    rec = recommend(RESULTS, slo_p99_ms=None, min_agreement=0.99, balance_weight=0.5)
+    assert rec["fastest"] == "intel/onnx/b1/3538MB"
+    assert rec["cheapest"] == "intel/onnx/b1/885MB"
+    # normalised over the candidates: 1769 MB is (0.18 p99, 0.125 cost): the most balanced
+    assert rec["balanced"] == "intel/onnx/b1/1769MB"
+    assert rec["pareto"] == ["intel/onnx/b1/3538MB", "intel/onnx/b1/1769MB", "intel/onnx/b1/885MB"]
+    assert set(rec["candidates"]) == {"intel/base/b1/1769MB", "intel/onnx/b1/1769MB", "intel/onnx/b1/3538MB", "intel/onnx/b1/885MB"}
+
+
+def test_excluded_say_why():
+    rec = recommend(RESULTS, slo_p99_ms=None, min_agreement=0.99)
+    assert "below the threshold 0.99" in rec["excluded"]["intel/tvm/b1/1769MB"]
+    assert "emulation" in rec["excluded"]["arm/onnx/b1/1769MB"]
+    assert len(rec["excluded"]) == 2
+
+
+def test_balance_weight_moves_the_balanced_pick():
+    assert recommend(RESULTS, slo_p99_ms=None, min_agreement=0.99, balance_weight=1.0)["balanced"] == "intel/onnx/b1/885MB"
+    assert recommend(RESULTS, slo_p99_ms=None, min_agreement=0.99, balance_weight=0.0)["balanced"] == "intel/onnx/b1/3538MB"
+
+
+def test_slo_excludes_the_slow_ones():
+    rec = recommend(RESULTS, slo_p99_ms=25, min_agreement=0.99)
+    assert rec["cheapest"] == "intel/onnx/b1/1769MB"
+    assert "above the SLO of 25 ms" in rec["excluded"]["intel/onnx/b1/885MB"]
+    assert "above the SLO" in rec["excluded"]["intel/base/b1/1769MB"]
+
+
+def test_lower_agreement_threshold_admits_more():
+    rec = recommend(RESULTS, slo_p99_ms=None, min_agreement=0.4)
+    assert rec["fastest"] == rec["cheapest"] == rec["balanced"] == "intel/tvm/b1/1769MB"
+    assert rec["pareto"] == ["intel/tvm/b1/1769MB"]
+
+
+def test_nothing_qualifies():
+    rec = recommend(RESULTS, slo_p99_ms=0.5, min_agreement=0.99)
+    assert rec["fastest"] is rec["cheapest"] is rec["balanced"] is None
+    assert rec["pareto"] == [] and len(rec["excluded"]) == len(RESULTS)
+
+
+def test_a_result_without_cost_is_not_recommended():
+    rec = recommend([result("onnx", 1769, p99=10, cost=None)], slo_p99_ms=None, min_agreement=0.99)
+    assert rec["fastest"] is None and "no cost" in rec["excluded"]["intel/onnx/b1/1769MB"]
+
+
+def test_disturbed_measurements_are_listed():
+    rec = recommend([result("onnx", 1769, p99=10, cost=1, disturbed=True)], slo_p99_ms=None, min_agreement=0.99)
+    assert rec["disturbed"] == ["intel/onnx/b1/1769MB"] and rec["fastest"] == "intel/onnx/b1/1769MB"
+
+
+def test_balance_scores_are_normalised():
+    scores = balance_scores({"a": 10, "b": 20, "c": 30}, {"a": 3.0, "b": 2.0, "c": 1.0}, 0.5)
+    assert scores == pytest.approx({"a": 0.5, "b": 0.5, "c": 0.5})
+    assert balance_scores({"a": 1}, {"a": 1}, 0.3) == {"a": 0.0}
+
+
+def test_pareto_keeps_ties_and_drops_the_dominated():
+    assert pareto_front({"a": 1, "b": 1, "c": 2}, {"a": 1, "b": 1, "c": 2}) == ["a", "b"]

@@ -1,0 +1,438 @@
+"""`tvm`: Apache TVM (Relax) compiled ahead of time for one CPU, one batch size, tuned with MetaSchedule.
+
+Conversion: the `.pt2` program is re-exported with a static batch (`job.batch_size`) and the
+workload's input size, and imported with `from_exported_program`; an ONNX model is imported with
+`from_onnx` at the same static shapes. Weights become constants of the module, so the artifact is
+one file, `model.so` (`export_library`), that holds the compiled kernels, the VM bytecode and the
+weights. Operators, after legalization, are fused into TIR kernels; MetaSchedule tunes them.
+
+Tuning:
+- The budget is `job.tuning_trials` measured candidates in total (0: none). Kernels that share
+  their anchor block (the same convolution with another fused epilogue) share one task
+  (`module_equality="anchor-block"`), and the per-round trial count is chosen so that every task
+  gets tuned at least once within the budget: a kernel left untuned runs as naive loops
+  (single-threaded, scalar), 70-100x slower than PyTorch.
+- Weights are layout-free: tuned convolutions and matmuls may ask for a packed weight layout,
+  and the packing is folded into the constants at compile time (nothing is repacked per call).
+- Records are the MetaSchedule JSON database (`database_workload.json`,
+  `database_tuning_record.json`) plus `ayci_tuning.json` (what was tuned: target, trials), all in
+  `job.tuning_dir`. When that directory already holds records from at least as many trials, the
+  search is skipped and the records are applied (a conversion then takes seconds, not minutes).
+- Candidates are built with `tvm.tirx.build` in TVM's builder processes (the stock LocalBuilder's
+  build function timed out importing tensor intrinsics) and measured on this machine.
+
+arm (aarch64, cross-compiled with `aarch64-linux-gnu-gcc`): no aarch64 CPU is available to measure
+candidates on, and qemu user-mode emulation (the only aarch64 here) does not time like the real
+core: it runs NEON code 7-10x slower with a cost per instruction that has nothing to do with a
+Neoverse pipeline, so ranking schedules by emulated time would pick noise, and each measurement
+would also cost 10x more. Leaving kernels untuned is worse still (naive loops). So arm kernels are
+tuned on the host as a proxy: the host measures the candidates under an x86 target restricted to
+128-bit vectors (`x86-64-v2`: SSE4.2, 4 floats a vector like NEON), and the resulting schedules
+(tile sizes, parallel and vectorized loops, unrolling: nothing x86-specific) are applied to the
+aarch64 target. The result is reported as `details["tuned"] = False` with a `tuning_note`: it is
+a schedule search, but not one measured on the arm CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from engines import Conversion, ConversionError, ConversionJob
+
+ARTIFACT = "model.so"
+DEFAULT_ARM_CPU = "neoverse-n1"
+ARM_TRIPLE = "aarch64-linux-gnu"
+ARM_CC = "aarch64-linux-gnu-gcc"
+# The x86 target arm kernels are tuned on (see the module docstring): 128-bit vectors like NEON.
+ARM_PROXY_CPU = "x86-64-v2"
+TUNING_META = "ayci_tuning.json"
+MODULE_EQUALITY = "anchor-block"
+
+
+# ---------------------------------------------------------------- targets
+
+
+def host_cpu_name() -> str:
+    """LLVM's name for this machine's CPU (e.g. `znver4`, `skylake-avx512`, `icelake-server`).
+
+    The measuring worker of a hardware passes it as `ConversionJob.target_cpu`: an intel
+    artifact is compiled for exactly that CPU (and its artifact key names it). Imports TVM's
+    compiler (a few seconds, once per process)."""
+    import tvm
+
+    return str(tvm.target.codegen.llvm_get_system_cpu())
+
+
+def host_num_cores() -> int:
+    """The cores the tuning measures on and the compiled kernels parallelize over."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def target_spec(hardware: str, target_cpu: str | None, num_cores: int | None = None) -> dict:
+    """The TVM target (as the JSON dict TVM 0.27 takes) that `hardware` compiles for."""
+    cores = num_cores or host_num_cores()
+    if str(hardware) == "arm":
+        return {
+            "kind": "llvm",
+            "mtriple": ARM_TRIPLE,
+            "mattr": ["+neon"],
+            "mcpu": target_cpu or DEFAULT_ARM_CPU,
+            "num-cores": cores,
+        }
+    if not target_cpu:
+        raise ConversionError("an intel TVM conversion needs job.target_cpu (engines.tvm_engine.host_cpu_name())")
+    return {"kind": "llvm", "mcpu": target_cpu, "num-cores": cores}
+
+
+def tuning_target_spec(hardware: str, target_cpu: str | None, num_cores: int | None = None) -> dict:
+    """The target candidates are measured under: the real one for intel, the 128-bit proxy for arm."""
+    if str(hardware) == "arm":
+        return {"kind": "llvm", "mcpu": ARM_PROXY_CPU, "num-cores": num_cores or host_num_cores()}
+    return target_spec(hardware, target_cpu, num_cores)
+
+
+def _check_arm_toolchain() -> None:
+    if shutil.which(ARM_CC) is None:
+        raise ConversionError(
+            f"{ARM_CC} is not installed: arm TVM artifacts are cross-compiled "
+            "(apt-get install -y gcc-aarch64-linux-gnu, or scripts/arm-sysroot.sh)"
+        )
+
+
+# ---------------------------------------------------------------- conversion
+
+
+def convert(job: ConversionJob) -> Conversion:
+    """Import, tune (or apply stored records) and compile `job.model_path` into `out_dir/model.so`."""
+    started = time.perf_counter()
+    hardware = str(getattr(job.hardware, "value", job.hardware))
+    if hardware == "arm":
+        _check_arm_toolchain()
+    target_cpu = job.target_cpu or (DEFAULT_ARM_CPU if hardware == "arm" else "")
+    spec = target_spec(hardware, target_cpu)
+    tune_spec = tuning_target_spec(hardware, target_cpu)
+
+    job.progress("tvm: importing the model")
+    import tvm  # noqa: F401  (the compiler: imported only on the conversion side)
+
+    mod = _import_model(job)
+    mod = _prepare(mod, spec)
+
+    tuning = _tune(mod, job, tune_spec) if job.tuning_trials > 0 else _no_tuning()
+    job.progress("tvm: compiling")
+    try:
+        executable = _compile(mod, spec, tuning.database)
+        out = Path(job.out_dir) / ARTIFACT
+        if hardware == "arm":
+            from tvm.support.cc import cross_compiler
+
+            executable.export_library(str(out), fcompile=cross_compiler(ARM_CC))
+        else:
+            executable.export_library(str(out))
+    except ConversionError:
+        raise
+    except Exception as exc:
+        raise ConversionError(f"TVM failed to compile the model: {_first_line(exc)}") from exc
+    finally:
+        tuning.close()
+
+    total = time.perf_counter() - started
+    details = {
+        "target": spec,
+        "tuning_target": tune_spec,
+        "trials": tuning.trials,
+        "tasks": tuning.tasks,
+        "records_reused": tuning.reused,
+        "tuned": tuning.trials > 0 and hardware != "arm",
+    }
+    if hardware == "arm":
+        details["tuning_note"] = (
+            "no aarch64 CPU to measure on (qemu does not time like hardware): kernels were tuned on the "
+            f"x86 host under a 128-bit-vector proxy target ({ARM_PROXY_CPU}) and the schedules applied to aarch64"
+            if tuning.trials > 0
+            else "not tuned (tuning_trials = 0): kernels run as naive loops"
+        )
+    return Conversion(
+        artifact_file=ARTIFACT, conversion_s=total - tuning.seconds, tuning_s=tuning.seconds, details=details
+    )
+
+
+def _first_line(exc: BaseException, limit: int = 400) -> str:
+    text = str(exc).strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    # TVM errors put the useful line last (after a C++ backtrace).
+    picked = next((line for line in reversed(lines) if "Error" in line or "error" in line), lines[-1] if lines else "")
+    return f"{type(exc).__name__}: {picked.strip()}"[:limit]
+
+
+def _example_inputs(job: ConversionJob) -> dict[str, np.ndarray]:
+    from workloads import workload_module
+
+    return workload_module(job.model.workload).example_inputs(job.batch_size, list(job.model.input_size))
+
+
+def _import_model(job: ConversionJob):
+    """The model as a Relax IRModule with static shapes and its weights as constants."""
+    examples = _example_inputs(job)
+    if str(getattr(job.model.format, "value", job.model.format)) == "onnx":
+        return _import_onnx(Path(job.model_path), examples)
+    return _import_pt2(Path(job.model_path), examples)
+
+
+def _unsupported_ops(exc: BaseException) -> str:
+    text = str(exc)
+    for marker in ("Unsupported function types", "Unsupported ops", "not supported", "Unsupported"):
+        if marker in text:
+            line = next(line for line in text.splitlines() if marker in line)
+            return line.strip()[:400]
+    return _first_line(exc)
+
+
+def _import_pt2(path: Path, examples: dict[str, np.ndarray]):
+    import torch
+
+    from engines.model_files import load_exported_program
+    from tvm.relax.frontend.torch import from_exported_program
+
+    program = load_exported_program(path)
+    inputs = {name: torch.from_numpy(value) for name, value in examples.items()}
+    try:
+        # Static shapes: a TVM artifact serves one batch size, and static shapes let every
+        # kernel be tuned for its exact sizes.
+        static = torch.export.export(program.module(), (), kwargs=inputs)
+    except Exception as exc:
+        raise ConversionError(f"re-exporting the program with a static batch failed: {_first_line(exc)}") from exc
+    try:
+        return from_exported_program(static, unwrap_unit_return_tuple=False)
+    except Exception as exc:
+        raise ConversionError(f"TVM cannot import the program: {_unsupported_ops(exc)}") from exc
+
+
+def _import_onnx(path: Path, examples: dict[str, np.ndarray]):
+    import onnx
+
+    from tvm.relax.frontend.onnx import from_onnx
+
+    model = onnx.load(str(path))
+    initializers = {init.name for init in model.graph.initializer}
+    graph_inputs = [i.name for i in model.graph.input if i.name not in initializers]
+    if len(graph_inputs) != len(examples):
+        raise ConversionError(f"the ONNX model has inputs {graph_inputs}, the workload feeds {list(examples)}")
+    by_name = examples if set(graph_inputs) == set(examples) else dict(zip(graph_inputs, examples.values(), strict=True))
+    shapes = {name: list(by_name[name].shape) for name in graph_inputs}
+    dtypes = {name: str(by_name[name].dtype) for name in graph_inputs}
+    try:
+        return from_onnx(model, shape_dict=shapes, dtype_dict=dtypes, keep_params_in_input=False)
+    except Exception as exc:
+        raise ConversionError(f"TVM cannot import the ONNX model: {_unsupported_ops(exc)}") from exc
+
+
+def _prepare(mod, spec: dict):
+    """Legalize to TIR, fuse, and mark the weights layout-free; the module tuning sees."""
+    import tvm
+    from tvm import relax
+
+    target = tvm.target.Target(spec)
+    try:
+        with target:
+            return tvm.transform.Sequential(
+                [
+                    relax.transform.DecomposeOpsForInference(),
+                    relax.transform.CanonicalizeBindings(),
+                    *relax.pipeline.library_dispatch_passes(target),
+                    relax.transform.LegalizeOps(),
+                    relax.transform.AnnotateTIROpPattern(),
+                    relax.transform.FoldConstant(),
+                    relax.transform.FuseOps(),
+                    relax.transform.FuseTIR(),
+                    relax.transform.AttachAttrLayoutFreeBuffers(),
+                ]
+            )(mod)
+    except Exception as exc:
+        raise ConversionError(f"TVM cannot lower the model: {_unsupported_ops(exc)}") from exc
+
+
+def _compile(mod, spec: dict, database):
+    """Apply the tuned schedules (if any), fold the weight packing, build the VM executable."""
+    import tvm
+    from tvm import relax
+
+    target = tvm.target.Target(spec)
+    with target, (database if database is not None else contextlib.nullcontext()):
+        steps = [relax.transform.MetaScheduleApplyDatabase(enable_warning=False)] if database is not None else []
+        steps += [relax.transform.SplitLayoutRewritePreproc(), relax.transform.FoldConstant()]
+        mod = tvm.transform.Sequential(steps)(mod)
+    return tvm.compile(mod, target=target)
+
+
+# ---------------------------------------------------------------- tuning
+
+
+class _Tuning:
+    def __init__(self, database=None, trials: int = 0, tasks: int = 0, seconds: float = 0.0, reused: bool = False, scratch: str | None = None):
+        self.database, self.trials, self.tasks, self.seconds, self.reused = database, trials, tasks, seconds, reused
+        self._scratch = scratch
+
+    def close(self) -> None:
+        if self._scratch and not os.environ.get("AYCI_TVM_KEEP_LOGS"):
+            shutil.rmtree(self._scratch, ignore_errors=True)
+
+
+def _no_tuning() -> _Tuning:
+    return _Tuning()
+
+
+def _make_f_build():
+    # Defined in a closure so cloudpickle ships it by value to TVM's builder processes (they
+    # cannot import this project). Builds one candidate kernel; measuring needs no weight
+    # packing, so the layout-rewrite blocks are dropped as the stock builder does.
+    def f_build(mod, target, _params):
+        import tvm
+        from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+        mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+        return tvm.tirx.build(mod, target=target)
+
+    return f_build
+
+
+def _read_meta(directory: Path) -> dict:
+    try:
+        return json.loads((directory / TUNING_META).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _tune(mod, job: ConversionJob, tune_spec: dict) -> _Tuning:
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    started = time.perf_counter()
+    scratch = tempfile.mkdtemp(prefix="ayci-tvm-tune-")
+    records_dir = Path(job.tuning_dir) if job.tuning_dir else Path(scratch) / "records"
+    records_dir.mkdir(parents=True, exist_ok=True)
+    target = tvm.target.Target(tune_spec)
+
+    meta = _read_meta(records_dir)
+    have = int(meta.get("trials", 0)) if meta.get("target") == tune_spec else 0
+    record_file = records_dir / "database_tuning_record.json"
+    database = ms.database.JSONDatabase(work_dir=str(records_dir), module_equality=MODULE_EQUALITY)
+    extracted = ms.relax_integration.extract_tasks(mod, target, module_equality=MODULE_EQUALITY)
+    extracted = [t for t in extracted if not t.mod.attrs or not t.mod.attrs.get("tirx.is_scheduled", False)]
+    if have >= job.tuning_trials and record_file.exists() and record_file.stat().st_size > 0:
+        job.progress(f"tvm: applying stored tuning records ({have} trials, {len(extracted)} tasks)")
+        return _Tuning(database, trials=have, tasks=len(extracted), seconds=time.perf_counter() - started, reused=True, scratch=scratch)
+    if not extracted:
+        return _Tuning(database, scratch=scratch, seconds=time.perf_counter() - started)
+
+    budget = job.tuning_trials - have
+    # Every task gets at least one round in the first pass of the gradient scheduler: a round
+    # must fit budget / tasks, or the tasks after the budget stay naive loops.
+    per_round = max(4, min(32, budget // len(extracted)))
+    # The stock evolutionary search evolves 512 schedules for 4 generations before every round;
+    # with a few trials per round that search, not measuring, took 80-90% of the time here.
+    strategy = ms.search_strategy.EvolutionarySearch(
+        population_size=128, init_min_unmeasured=32, genetic_num_iters=2
+    )
+    contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
+        extracted, work_dir=scratch, strategy=strategy, num_threads=host_num_cores(), seed=0
+    )
+    cores = host_num_cores()
+    job.progress(f"tvm: tuning {len(contexts)} tasks, {budget} trials ({per_round} per round)")
+    ms.tune.tune_tasks(
+        tasks=contexts,
+        task_weights=weights,
+        work_dir=scratch,
+        max_trials_global=budget,
+        max_trials_per_task=max(per_round, budget // max(1, len(contexts)) * 4),
+        num_trials_per_iter=per_round,
+        builder=ms.builder.LocalBuilder(f_build=_make_f_build(), max_workers=cores, timeout_sec=120),
+        runner=ms.runner.LocalRunner(timeout_sec=60, evaluator_config=ms.runner.EvaluatorConfig(number=3, repeat=1, min_repeat_ms=50)),
+        database=database,
+        measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), _progress_callback(job, budget, have)],
+        module_equality=MODULE_EQUALITY,
+    )
+    (records_dir / TUNING_META).write_text(json.dumps({"target": tune_spec, "trials": have + budget, "tasks": len(contexts)}))
+    return _Tuning(database, trials=have + budget, tasks=len(contexts), seconds=time.perf_counter() - started, scratch=scratch)
+
+
+def _progress_callback(job: ConversionJob, budget: int, already: int):
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+
+    @derived_object
+    class ReportProgress(PyMeasureCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.measured = 0
+            self.last = 0.0
+
+        def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
+            self.measured += len(measure_candidates)
+            now = time.monotonic()
+            if now - self.last > 5 or self.measured >= budget:
+                self.last = now
+                job.progress(f"tvm: tuned {already + self.measured}/{already + budget} trials")
+
+    return ReportProgress()
+
+
+# ---------------------------------------------------------------- runtime
+
+
+def _import_runtime():
+    """TVM's runtime only: no compiler, and no torch (tvm_ffi imports torch when it can)."""
+    if "tvm" in sys.modules and "tvm.relax" in sys.modules:
+        import tvm
+
+        return tvm
+    os.environ.setdefault("TVM_USE_RUNTIME_LIB", "1")
+    blocked = "torch" not in sys.modules
+    if blocked:
+        sys.modules["torch"] = None  # type: ignore[assignment]  # ImportError for `import torch`
+    try:
+        import tvm
+        import tvm.runtime.vm  # noqa: F401
+    finally:
+        if blocked:
+            del sys.modules["torch"]
+    return tvm
+
+
+def load(path: Path, threads: int):
+    """A runner for `model.so`: named numpy inputs (in the workload's input order) -> outputs."""
+    os.environ["TVM_NUM_THREADS"] = str(threads)
+    tvm = _import_runtime()
+    with contextlib.suppress(Exception):  # the pool may already exist in this process: resize it
+        tvm.get_global_func("runtime.config_threadpool")(0, threads)
+    executable = tvm.runtime.load_module(str(path))
+    device = tvm.cpu()
+    vm = tvm.runtime.vm.VirtualMachine(executable, device)
+    main = vm["main"]
+
+    def run(inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+        args = [tvm.runtime.tensor(np.ascontiguousarray(value), device) for value in inputs.values()]
+        return _flatten(main(*args))
+
+    return run
+
+
+def _flatten(value) -> list[np.ndarray]:
+    if hasattr(value, "numpy"):
+        return [value.numpy()]
+    out: list[np.ndarray] = []
+    for item in value:
+        out.extend(_flatten(item))
+    return out

@@ -42,7 +42,7 @@ API_KEY_HEADER = "X-API-Key"
 OWNER_PATTERN = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
 Sha256 = Annotated[str, Field(pattern=SHA256_PATTERN.pattern, description="64 lowercase hex characters")]
 RunId = Annotated[str, PathParam(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", description="the run's UUID")]
-PUBLIC_PATHS = {"/", "/openapi.json"}  # and /static/: the page needs no key
+PUBLIC_PATHS = ("/", "/openapi.json")  # and /static/: the page needs no key
 EMAIL_PATTERN = r"^[^@\s]{1,64}@[^@\s]{1,252}\.[^@\s.]{2,}$"
 
 
@@ -209,15 +209,10 @@ def create_app(deps: RequestDeps) -> FastAPI:
     app.state.deps = deps
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-        # A body that is not even JSON is caught before the key is checked: check it here, so
-        # that without a valid key every answer is a 401/403, never a hint about the body.
-        if request.url.path not in PUBLIC_PATHS:
-            found = auth_problem(deps.api_keys, request.headers.get(API_KEY_HEADER))
-            if isinstance(found, tuple):
-                return JSONResponse({"detail": found[1]}, status_code=found[0])
         return JSONResponse({"detail": _jsonable_errors(exc.errors())}, status_code=422)
 
     app.add_middleware(BodySizeLimit, max_bytes=deps.settings.max_body_bytes, streamed_prefixes=("/uploads/",))
+    app.add_middleware(ApiKeyGate, api_keys=deps.api_keys)  # outermost: nothing is read before the key
 
     # ---------------------------------------------------------------- the page
     @app.get("/", include_in_schema=False)
@@ -343,6 +338,27 @@ def _invalid(loc: tuple, message: str) -> RequestValidationError:
 def _jsonable_errors(errors: list[dict]) -> list[dict]:
     """pydantic's errors without the parts that are not JSON (exception objects in `ctx`)."""
     return [{k: (str(v) if k == "ctx" else v) for k, v in e.items() if k in ("type", "loc", "msg", "ctx")} for e in errors]
+
+
+class ApiKeyGate:
+    """ASGI middleware: every path but the page's and the OpenAPI document's needs a valid key
+    before anything else happens (routing, body parsing, size checks), so a caller without
+    one learns nothing but 401/403. The routes' `Owner` dependency then names the owner (and
+    documents the key in the OpenAPI document)."""
+
+    def __init__(self, app: Callable, api_keys: dict[str, str]) -> None:
+        self.app = app
+        self.api_keys = api_keys
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS or scope["path"].startswith("/static/"):
+            return await self.app(scope, receive, send)
+        key = next((v.decode("latin-1") for k, v in scope["headers"] if k == API_KEY_HEADER.lower().encode()), None)
+        found = auth_problem(self.api_keys, key)
+        if isinstance(found, tuple):
+            headers = {"WWW-Authenticate": "ApiKey"} if found[0] == 401 else None
+            return await JSONResponse({"detail": found[1]}, status_code=found[0], headers=headers)(scope, receive, send)
+        await self.app(scope, receive, send)
 
 
 class BodySizeLimit:

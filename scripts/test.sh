@@ -10,4 +10,5 @@ scripts/localstack.sh install
 scripts/localstack.sh start
 trap 'scripts/localstack.sh stop || true' EXIT
 export AYCI_REQUIRE_LOCALSTACK=1
+export AYCI_REQUIRE_CGROUPS=1  # measurements confined by real cgroups (root on the CI machine)
 .venv/bin/python -m pytest "$@"

@@ -31,7 +31,7 @@ from ayci.ports import ObjectStore
 from ayci.settings import Settings
 from schemas.combos import SHA256_PATTERN, BatchSize, Hardware, Matrix, MemoryMb, ModelRef, Optimizer, Workload
 from schemas.events import Envelope, RequestSubmitted
-from services.request.runs import load_run, load_summary, record_run, results_csv, results_document, run_progress
+from services.request.runs import load_run, load_summary, record_run, results_csv, results_document, run_progress, withdraw_run
 from services.request.submission import model_info, new_run
 from services.request.uploads import LocalUploader, UploadRejected, Uploader, verify_upload
 
@@ -168,7 +168,7 @@ class Problem(BaseModel):
     detail: Any
 
 
-ERRORS = {status: {"model": Problem} for status in (401, 403, 404, 409, 413, 422)}
+ERRORS = {status: {"model": Problem} for status in (401, 403, 404, 409, 413, 422, 503)}
 
 
 # ------------------------------------------------------------------ the API key
@@ -297,7 +297,12 @@ def create_app(deps: RequestDeps) -> FastAPI:
         )
         envelope: Envelope = new_run(request, run_id=str(uuid.uuid4()))
         record_run(deps.store, envelope.run_id, request)
-        deps.publisher.publish([envelope])
+        try:
+            deps.publisher.publish([envelope])
+        except Exception as exc:  # the bus did not take it: nothing runs, so nothing is shown
+            log.exception("run_not_submitted", run_id=envelope.run_id, owner=owner)
+            withdraw_run(deps.store, envelope.run_id, f"{type(exc).__name__}: {exc}"[:300])
+            raise HTTPException(503, "the run could not be submitted (the event bus did not take it); nothing was started, try again") from None
         log.info("run_submitted", run_id=envelope.run_id, owner=owner, combinations=total)
         response.headers["Location"] = f"runs/{envelope.run_id}"
         return RunCreated(run_id=envelope.run_id, combinations=total, status_url=f"runs/{envelope.run_id}", results_url=f"runs/{envelope.run_id}/results")

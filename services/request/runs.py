@@ -35,6 +35,12 @@ def record_run(store: ObjectStore, run_id: str, request: RequestSubmitted) -> bo
     return store.put_bytes(run_record_key(run_id), json.dumps(record).encode(), if_absent=True)
 
 
+def withdraw_run(store: ObjectStore, run_id: str, reason: str) -> None:
+    """Mark a run whose request could not be published as never started: it belongs to
+    nobody, so it is a 404 for everyone."""
+    store.put_bytes(run_record_key(run_id), json.dumps({"run_id": run_id, "owner": None, "not_submitted": reason}).encode())
+
+
 def load_run(store: ObjectStore, run_id: str, owner: str) -> dict | None:
     """The run's record, or None if there is none or it belongs to another owner (the two
     look the same from outside)."""

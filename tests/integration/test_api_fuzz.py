@@ -20,7 +20,7 @@ from ayci.settings import Settings
 from services.request.app import RequestDeps, create_app, parse_api_keys
 from services.request.submission import model_info_key, model_key
 from services.request.uploads import LocalUploader
-from tests.unit.test_request_api import RecordingPublisher, tiny_onnx_model
+from tests.fakes import RecordingPublisher, tiny_onnx_model
 
 KEY = "fuzz-key-123456"
 MAX_EXAMPLES = 60

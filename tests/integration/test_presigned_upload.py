@@ -12,7 +12,7 @@ import pytest
 
 from ayci.adapters.local_store import LocalFolderStore
 from services.request.uploads import S3PresignedUploader, UploadRejected, verify_upload
-from tests.unit.test_request_api import tiny_onnx_model
+from tests.fakes import tiny_onnx_model
 
 pytestmark = pytest.mark.localstack
 

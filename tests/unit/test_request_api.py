@@ -17,31 +17,11 @@ from ayci.settings import Settings
 from services.request.app import RequestDeps, create_app, parse_api_keys
 from services.request.runs import pareto_front
 from services.request.uploads import LocalUploader
+from tests.fakes import RecordingPublisher, tiny_onnx_model
 
 ALICE = {"X-API-Key": "alice-key-123"}
 BOB = {"X-API-Key": "bob-key-4567"}
 FIXTURES = Path(__file__).parent / "fixtures"
-
-
-def tiny_onnx_model() -> bytes:
-    """A real (one-node) ONNX model: enough for the upload checks."""
-    import onnx
-    from onnx import TensorProto, helper
-
-    graph = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["y"])], "tiny",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])],
-    )
-    return helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]).SerializeToString()
-
-
-class RecordingPublisher:
-    def __init__(self) -> None:
-        self.published = []
-
-    def publish(self, envelopes) -> None:
-        self.published.extend(envelopes)
 
 
 @pytest.fixture
@@ -227,6 +207,21 @@ def test_submit_then_follow_a_run_and_other_owners_see_nothing(client, deps, sto
     assert client.get(f"/runs/{run_id}/results", headers=BOB).status_code == 404
     assert client.get("/runs/../../etc/passwd", headers=ALICE).status_code == 404
     assert client.get("/runs/not-a-uuid", headers=ALICE).status_code == 422
+
+
+def test_a_run_the_bus_does_not_take_is_503_and_never_shown(client, deps, stored_model):
+    class DownPublisher:
+        def publish(self, envelopes):
+            raise ConnectionError("EventBridge is unreachable")
+
+    deps.publisher = DownPublisher()
+    response = client.post("/runs", headers=ALICE, json=run_body(*stored_model))
+    assert response.status_code == 503 and "nothing was started" in response.json()["detail"]
+    (record_key,) = [k for k in deps.store.list_keys("runs/") if k.endswith("run.json")]
+    run_id = record_key.split("/")[1]
+    assert client.get(f"/runs/{run_id}", headers=ALICE).status_code == 404
+    deps.publisher = RecordingPublisher()
+    assert client.post("/runs", headers=ALICE, json=run_body(*stored_model)).status_code == 201
 
 
 def fake_summary(run_id: str) -> dict:

@@ -1,0 +1,26 @@
+"""Small stand-ins shared by tests: a real one-node ONNX model and a publisher that records."""
+
+from __future__ import annotations
+
+
+def tiny_onnx_model() -> bytes:
+    """A real (one-node) ONNX model: enough for the upload checks, no engine needed."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])],
+    )
+    return helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]).SerializeToString()
+
+
+class RecordingPublisher:
+    """An event publisher that only keeps what it was given."""
+
+    def __init__(self) -> None:
+        self.published = []
+
+    def publish(self, envelopes) -> None:
+        self.published.extend(envelopes)

@@ -270,11 +270,39 @@ def _compile(mod, spec: dict, database):
     from tvm import relax
 
     target = tvm.target.Target(spec)
-    with target, (database if database is not None else contextlib.nullcontext()):
-        steps = [relax.transform.MetaScheduleApplyDatabase(enable_warning=False)] if database is not None else []
-        steps += [relax.transform.SplitLayoutRewritePreproc(), relax.transform.FoldConstant()]
-        mod = tvm.transform.Sequential(steps)(mod)
+    if database is not None:
+        with target, database:
+            mod = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
+            mod = _split_weight_packing(mod)
+            mod = relax.transform.FoldConstant()(mod)  # packs the constant weights now, once
     return tvm.compile(mod, target=target)
+
+
+def _split_weight_packing(mod):
+    """`SplitLayoutRewritePreproc`, sparing the kernels it cannot parse.
+
+    The pass moves the weight-packing part of tuned kernels into functions of their own (which
+    FoldConstant then evaluates), but it rejects every kernel whose body is not made of TIR
+    blocks, such as `topk` (a packed call into the runtime's sort). Those kernels never pack
+    weights, so they are set aside while it runs and put back after."""
+    import tvm
+    from tvm import relax, tirx
+
+    split = relax.transform.SplitLayoutRewritePreproc()
+    aside = {}
+    for gv, func in mod.functions_items():
+        if isinstance(func, tirx.PrimFunc):
+            try:
+                split(tvm.IRModule({gv: func}))
+            except Exception:  # noqa: BLE001 - TVM raises InternalError from C++ checks
+                aside[gv] = func
+    if aside:
+        kept = {gv: func for gv, func in mod.functions_items() if gv not in aside}
+        mod = tvm.IRModule(kept, attrs=mod.attrs)
+    mod = split(mod)
+    for gv, func in aside.items():
+        mod[gv] = func
+    return mod
 
 
 # ---------------------------------------------------------------- tuning

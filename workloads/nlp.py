@@ -1,0 +1,130 @@
+"""NLP: a small BERT-style encoder built in code with seeded random weights (nothing downloaded).
+
+Inputs: `input_ids` int64 [batch, seq] and `attention_mask` int64 [batch, seq] (1 = token,
+0 = padding). Outputs: the last hidden state [batch, seq, hidden] and the pooled [CLS]
+vector [batch, hidden], in that order. Agreement: cosine similarity of each sample's last hidden
+state with `base`'s (the score is the lowest over the batch), plus the max absolute difference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from workloads.agreement import Agreement, max_abs_diff
+
+INPUT_NAMES = ["input_ids", "attention_mask"]
+DEFAULT_INPUT_SIZE = [128]  # [sequence length]
+VOCAB_SIZE = 30522
+HIDDEN = 256
+LAYERS = 4
+HEADS = 4
+MAX_POSITIONS = 512
+
+
+def example_inputs(batch: int, input_size: list[int], seed: int = 0) -> dict[str, np.ndarray]:
+    """Random token ids; every sample but the first has some padding at its end."""
+    (seq,) = input_size
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(1000, VOCAB_SIZE, size=(batch, seq), dtype=np.int64)
+    ids[:, 0] = 101  # [CLS]
+    mask = np.ones((batch, seq), dtype=np.int64)
+    for row in range(1, batch):
+        length = max(1, seq - int(rng.integers(0, max(1, seq // 2))))
+        mask[row, length:] = 0
+        ids[row, length:] = 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def dynamic_shapes(batch_dim) -> dict[str, dict[int, object]]:
+    """`torch.export` dynamic shapes with a dynamic batch (axis 0) on every input."""
+    return {name: {0: batch_dim} for name in INPUT_NAMES}
+
+
+def _cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a = a.reshape(a.shape[0], -1).astype(np.float64)
+    b = b.reshape(b.shape[0], -1).astype(np.float64)
+    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    dots = np.sum(a * b, axis=1)
+    return np.where(norms > 0, dots / np.maximum(norms, 1e-300), np.where(np.all(a == b, axis=1), 1.0, 0.0))
+
+
+def agreement(reference: list[np.ndarray], outputs: list[np.ndarray]) -> Agreement:
+    ref, out = reference[0], outputs[0]
+    if len(outputs) != len(reference) or any(r.shape != o.shape for r, o in zip(reference, outputs, strict=False)):
+        return Agreement(0.0, "min_cosine", {"shape_mismatch": 1.0})
+    cosine = _cosine_rows(ref, out)
+    score = float(np.clip(np.min(cosine), 0.0, 1.0)) if cosine.size else 1.0
+    return Agreement(score, "min_cosine", {"mean_cosine": float(np.mean(cosine)) if cosine.size else 1.0, "max_abs_diff": max_abs_diff(reference, outputs)})
+
+
+def build_example_model(input_size: list[int] | None = None):
+    """A 4-layer BERT-style encoder (hidden 256, 4 heads, vocab 30522), seeded, in eval mode.
+
+    `input_size` ([sequence length]) only bounds the position table, which holds 512."""
+    import math
+
+    import torch
+    from torch import nn
+
+    seq = (input_size or DEFAULT_INPUT_SIZE)[0]
+    if seq > MAX_POSITIONS:
+        raise ValueError(f"sequence length {seq} exceeds the {MAX_POSITIONS} positions of the example encoder")
+
+    class SelfAttention(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv = nn.Linear(HIDDEN, 3 * HIDDEN)
+            self.out = nn.Linear(HIDDEN, HIDDEN)
+            self.head_dim = HIDDEN // HEADS
+
+        def forward(self, x, bias):
+            batch, length, _ = x.shape
+            q, k, v = self.qkv(x).split(HIDDEN, dim=-1)
+            q = q.reshape(batch, length, HEADS, self.head_dim).transpose(1, 2)
+            k = k.reshape(batch, length, HEADS, self.head_dim).transpose(1, 2)
+            v = v.reshape(batch, length, HEADS, self.head_dim).transpose(1, 2)
+            scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim) + bias
+            context = torch.matmul(torch.softmax(scores, dim=-1), v)
+            return self.out(context.transpose(1, 2).reshape(batch, length, HIDDEN))
+
+    class EncoderLayer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attention = SelfAttention()
+            self.norm1 = nn.LayerNorm(HIDDEN, eps=1e-12)
+            self.ffn = nn.Sequential(nn.Linear(HIDDEN, 4 * HIDDEN), nn.GELU(), nn.Linear(4 * HIDDEN, HIDDEN))
+            self.norm2 = nn.LayerNorm(HIDDEN, eps=1e-12)
+
+        def forward(self, x, bias):
+            x = self.norm1(x + self.attention(x, bias))
+            return self.norm2(x + self.ffn(x))
+
+    class Encoder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tokens = nn.Embedding(VOCAB_SIZE, HIDDEN)
+            self.positions = nn.Embedding(MAX_POSITIONS, HIDDEN)
+            self.norm = nn.LayerNorm(HIDDEN, eps=1e-12)
+            self.layers = nn.ModuleList(EncoderLayer() for _ in range(LAYERS))
+            self.pooler = nn.Linear(HIDDEN, HIDDEN)
+
+        def forward(self, input_ids, attention_mask):
+            length = input_ids.shape[1]
+            positions = torch.arange(length, device=input_ids.device).unsqueeze(0)
+            x = self.norm(self.tokens(input_ids) + self.positions(positions))
+            # Padding gets a large finite negative bias (not -inf: a fully padded row stays finite).
+            bias = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * -10000.0
+            for layer in self.layers:
+                x = layer(x, bias)
+            pooled = torch.tanh(self.pooler(x[:, 0]))
+            return x, pooled
+
+    torch.manual_seed(0)
+    model = Encoder()
+    with torch.no_grad():  # BERT's initialization scale, so activations stay in a realistic range
+        for module in model.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                module.weight.normal_(0.0, 0.02)
+            if isinstance(module, nn.Linear):
+                module.bias.zero_()
+    return model.eval()

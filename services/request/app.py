@@ -207,6 +207,7 @@ def create_app(deps: RequestDeps) -> FastAPI:
         redoc_url=None,
     )
     app.state.deps = deps
+
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse({"detail": _jsonable_errors(exc.errors())}, status_code=422)

@@ -60,7 +60,7 @@ def on_run_archived(event: Envelope, deps: NotifierDeps) -> list[Payload]:
         log.info("email_already_sent", run_id=event.run_id)
         return []
     summary = json.loads(deps.store.get_bytes(archived.summary_key))
-    email = compose(summary, f"{deps.results_url.rstrip('/')}/runs/{event.run_id}/results")
+    email = compose(summary, deps.results_url)
     try:
         message_id = deps.mailer.send(to=archived.email, **email)
     except Exception as exc:
@@ -71,9 +71,13 @@ def on_run_archived(event: Envelope, deps: NotifierDeps) -> list[Payload]:
     return []
 
 
-def compose(summary: dict, results_link: str) -> dict[str, str]:
-    """`{"subject", "text", "html"}` of a run's email, from its stored summary."""
+def compose(summary: dict, results_url: str) -> dict[str, str]:
+    """`{"subject", "text", "html"}` of a run's email, from its stored summary. It links the
+    results (`{results_url}/runs/{run_id}/results`, for the API key holder) and the page
+    that shows them (`{results_url}/#run={run_id}`)."""
     run_id, status = summary["run_id"], summary["status"]
+    results_link = f"{results_url.rstrip('/')}/runs/{run_id}/results"
+    page_link = f"{results_url.rstrip('/')}/#run={run_id}"
     rows = summary_rows(summary)
     recommendation = summary.get("recommendation") or {}
     picks = [(kind, recommendation[kind]) for kind in RECOMMENDATION_KINDS if kind in recommendation]
@@ -102,6 +106,7 @@ def compose(summary: dict, results_link: str) -> dict[str, str]:
         text += [f"  {label}: {reason}" for label, reason in failures]
         text.append("")
     text.append(f"Results: {results_link}")
+    text.append(f"On the page: {page_link}")
 
     e = html.escape
     th = "".join(f'<th style="text-align:left;padding:3px 8px;border-bottom:1px solid #ccc">{e(h)}</th>' for h in headers)
@@ -120,7 +125,8 @@ def compose(summary: dict, results_link: str) -> dict[str, str]:
         f"<h3>Recommendation</h3><ul>{rec_html}</ul>"
         f'<table style="border-collapse:collapse;font-size:13px"><thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>'
         f"{fail_html}"
-        f'<p><a href="{e(results_link)}">Results: {e(results_link)}</a></p>'
+        f'<p><a href="{e(results_link)}">Results: {e(results_link)}</a><br>'
+        f'<a href="{e(page_link)}">On the page: {e(page_link)}</a></p>'
         f"</body></html>"
     )
     return {"subject": subject, "text": "\n".join(text), "html": body}

@@ -54,13 +54,13 @@ def archived_event(store, status="partial", email="user@example.com") -> Envelop
 
 
 def test_the_email_has_the_table_recommendation_failures_and_link():
-    email = compose(summary(), f"http://ayci.example/runs/{RUN_ID}/results")
+    email = compose(summary(), "http://ayci.example/")
     assert email["subject"] == f"AYCI run {RUN_ID[:8]}: partial, fastest intel/onnx/b1/1769MB"
     for part in (email["text"], email["html"]):
         assert "fastest" in part and "intel/onnx/b1/1769MB" in part
         assert "2.75" in part and "0.1234" in part and "812.0" in part  # p99, cost, cold start, as the table formats them
         assert "intel/base/b1/128MB" in part and "out of memory at 128 MB (peak 400 MB)" in part
-        assert f"http://ayci.example/runs/{RUN_ID}/results" in part
+        assert f"http://ayci.example/runs/{RUN_ID}/results" in part and f"http://ayci.example/#run={RUN_ID}" in part
     assert "p99 ms" in email["text"] and "<table" in email["html"] and "<th" in email["html"]
 
 

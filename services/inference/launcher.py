@@ -60,6 +60,7 @@ class MeasureSpec:
     min_iterations: int = 10
     timeout_s: float = 900.0
     confine: bool = True  # False: run unconfined (e.g. under emulation), and say so
+    threads_override: int | None = None  # for experiments only (bench/): threads other than the vCPUs'
     extra: dict = field(default_factory=dict)
 
     @property
@@ -72,6 +73,8 @@ class MeasureSpec:
         """Engine threads: the whole vCPUs, at least 1, at most this machine's cores. Never
         more threads than the quota can run at once: 2 threads squeezed into 0.5 vCPU gave
         ResNet-18 a p99 of 180 ms against 85 ms with one."""
+        if self.threads_override:
+            return self.threads_override
         return max(1, min(host_cores(), math.floor(self.vcpus + 1e-9)))
 
 

@@ -1,0 +1,50 @@
+"""The artifacts the measuring benchmarks share: the example ResNet-18 (224x224) exported,
+converted for ONNX Runtime, and the base model's reference outputs for batch 1. Built once
+under `.ayci/bench/` and reused."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from ayci.adapters.local_store import LocalFolderStore  # noqa: E402
+from engines import ConversionJob, engine_module  # noqa: E402
+from schemas.combos import Hardware  # noqa: E402
+from services.converter.handlers import ensure_reference  # noqa: E402
+from services.request.submission import store_model  # noqa: E402
+
+INPUT_SIZE = [224, 224]
+
+
+@dataclass
+class Artifact:
+    model_path: Path
+    onnx_path: Path
+    reference_path: Path
+
+
+def resnet18_onnx(cache: Path = ROOT / ".ayci" / "bench") -> Artifact:
+    from workloads.examples import export_example
+
+    cache.mkdir(parents=True, exist_ok=True)
+    model_path = cache / "resnet18-224.pt2"
+    if not model_path.exists():
+        print("exporting the example ResNet-18 (224x224) ...", file=sys.stderr)
+        export_example("image_classification", INPUT_SIZE, model_path)
+    store = LocalFolderStore(cache / "store")
+    model = store_model(store, model_path, "image_classification", INPUT_SIZE)
+    reference_path = cache / "reference-b1.npz"
+    if not reference_path.exists():
+        reference_path.write_bytes(store.get_bytes(ensure_reference(store, model, model_path, 1, cache)))
+    onnx_dir = cache / "onnx-b1"
+    if not (onnx_dir / "model.onnx").exists():
+        print("converting it for ONNX Runtime ...", file=sys.stderr)
+        onnx_dir.mkdir(exist_ok=True)
+        engine_module("onnx").convert(
+            ConversionJob(model=model, model_path=model_path, hardware=Hardware.intel, batch_size=1, target_cpu="x86_64", out_dir=onnx_dir)
+        )
+    return Artifact(model_path=model_path, onnx_path=onnx_dir / "model.onnx", reference_path=reference_path)

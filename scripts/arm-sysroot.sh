@@ -46,19 +46,22 @@ pip_arm() {
         --platform manylinux_2_17_aarch64 --python-version 3.11 --implementation cp --abi cp311 \
         --only-binary=:all: --target "$SITE" --upgrade "$@"
 }
-stamp="$SITE/.ayci-wheels-v1"
+stamp="$SITE/.ayci-wheels-v2"
 if [ ! -f "$stamp" ]; then
     echo "arm-sysroot: installing aarch64 wheels into $SITE"
     mkdir -p "$SITE"
     # pydantic: engines/__init__.py imports schemas.combos, which needs it.
-    pip_arm "numpy<2.5" onnxruntime apache-tvm==0.27.0.post1 apache-tvm-ffi==0.1.14.post1 \
+    pip_arm "numpy<2.5" "onnxruntime==1.31.1" apache-tvm==0.27.0.post1 apache-tvm-ffi==0.1.14.post1 \
         "pydantic==2.13.4" psutil
     touch "$stamp"
 fi
 torch_stamp="$SITE/.ayci-torch-$TORCH_VERSION"
 if [ "$WITH_TORCH" = "1" ] && [ ! -f "$torch_stamp" ]; then
     echo "arm-sysroot: installing torch $TORCH_VERSION (aarch64 CPU wheel) for base on arm"
-    if pip_arm "torch==$TORCH_VERSION"; then
+    # --no-deps: pip evaluates the wheel's markers for the host (x86_64) and would fetch
+    # torch's CUDA packages, which the aarch64 CPU wheel does not use. Its pure deps follow.
+    if pip_arm --no-deps "torch==$TORCH_VERSION" && \
+        pip_arm filelock "typing-extensions>=4.10.0" "sympy>=1.13.3" "networkx>=2.5.1" jinja2 "fsspec>=0.8.5"; then
         touch "$torch_stamp"
     else
         echo "arm-sysroot: torch $TORCH_VERSION aarch64 wheel not installable; base on arm falls back to ONNX" >&2

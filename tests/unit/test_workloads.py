@@ -1,0 +1,125 @@
+"""Each workload: example inputs, the example model's outputs, and an agreement metric that
+notices a perturbed output."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from workloads import image_classification, nlp, object_detection, workload_module
+
+SMALL = {"image_classification": [32, 32], "nlp": [16], "object_detection": [64, 64]}
+
+
+@pytest.mark.parametrize("workload", sorted(SMALL))
+def test_module_interface(workload):
+    module = workload_module(workload)
+    for name in ("INPUT_NAMES", "DEFAULT_INPUT_SIZE", "example_inputs", "agreement", "build_example_model"):
+        assert hasattr(module, name), name
+    inputs = module.example_inputs(3, SMALL[workload])
+    assert list(inputs) == module.INPUT_NAMES
+    assert all(value.shape[0] == 3 for value in inputs.values())
+    again = module.example_inputs(3, SMALL[workload])
+    assert all(np.array_equal(inputs[k], again[k]) for k in inputs)  # seeded
+    if hasattr(module, "dynamic_shapes"):
+        assert set(module.dynamic_shapes("B")) == set(module.INPUT_NAMES)
+
+
+def test_nlp_inputs():
+    inputs = nlp.example_inputs(4, [16])
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    assert ids.shape == mask.shape == (4, 16)
+    assert ids.dtype == mask.dtype == np.int64
+    assert set(np.unique(mask)) <= {0, 1}
+    assert mask[0].all() and (ids < nlp.VOCAB_SIZE).all() and (ids >= 0).all()
+
+
+def test_nlp_agreement_detects_perturbation():
+    rng = np.random.default_rng(1)
+    hidden = rng.standard_normal((2, 16, nlp.HIDDEN)).astype(np.float32)
+    pooled = rng.standard_normal((2, nlp.HIDDEN)).astype(np.float32)
+    same = nlp.agreement([hidden, pooled], [hidden.copy(), pooled.copy()])
+    assert same.score == pytest.approx(1.0) and same.details["max_abs_diff"] == 0.0
+    noisy = hidden.copy()
+    noisy[1] += rng.standard_normal(noisy[1].shape).astype(np.float32)  # only the second sample
+    worse = nlp.agreement([hidden, pooled], [noisy, pooled])
+    assert worse.score < 0.9 and worse.details["mean_cosine"] > worse.score
+    assert nlp.agreement([hidden, pooled], [hidden[:1], pooled]).score == 0.0  # wrong shape
+
+
+def test_image_agreement_detects_perturbation():
+    logits = np.random.default_rng(2).standard_normal((4, 10)).astype(np.float32)
+    assert image_classification.agreement([logits], [logits.copy()]).score == 1.0
+    flipped = logits.copy()
+    flipped[0, (logits[0].argmax() + 1) % 10] = logits[0].max() + 1
+    assert image_classification.agreement([logits], [flipped]).score == 0.75
+
+
+def _detections():
+    boxes = np.zeros((2, 100, 4), np.float32)
+    scores = np.zeros((2, 100), np.float32)
+    labels = np.zeros((2, 100), np.int64)
+    boxes[:, :3] = [[0, 0, 10, 10], [20, 20, 40, 40], [5, 30, 25, 60]]
+    scores[:, :3] = [0.9, 0.8, 0.3]
+    labels[:, :3] = [1, 2, 1]
+    return [boxes, scores, labels]
+
+
+def test_detection_agreement():
+    reference = _detections()
+    same = object_detection.agreement(reference, [x.copy() for x in reference])
+    assert same.score == pytest.approx(1.0) and same.details["max_score_diff"] == 0.0
+    # The same detections in another order (slots are not compared one by one).
+    order = np.array([2, 0, 1, *range(3, 100)])
+    shuffled = [x[:, order] for x in reference]
+    assert object_detection.agreement(reference, shuffled).score == pytest.approx(1.0)
+    moved = [x.copy() for x in reference]
+    moved[0][0, 1] += 10.0  # shift one box by half its size
+    assert object_detection.agreement(reference, moved).score < 0.95
+    relabelled = [x.copy() for x in reference]
+    relabelled[2][1, 0] = 7  # a detection of another class matches nothing
+    assert object_detection.agreement(reference, relabelled).score < 0.9
+    empty = [reference[0], np.zeros_like(reference[1]), reference[2]]
+    assert object_detection.agreement(reference, empty).score == 0.0
+
+
+def test_example_models_run_and_keep_fixed_shapes():
+    torch = pytest.importorskip("torch")
+    for workload, size in SMALL.items():
+        module = workload_module(workload)
+        model = module.build_example_model(size)
+        inputs = {k: torch.from_numpy(v) for k, v in module.example_inputs(2, size).items()}
+        with torch.inference_mode():
+            out = model(**inputs)
+        outputs = out if isinstance(out, tuple) else (out,)
+        if workload == "nlp":
+            assert outputs[0].shape == (2, 16, nlp.HIDDEN) and outputs[1].shape == (2, nlp.HIDDEN)
+        if workload == "object_detection":
+            boxes, scores, labels = outputs
+            assert boxes.shape == (2, 100, 4) and scores.shape == (2, 100) and labels.shape == (2, 100)
+            _assert_nms_applied(boxes.numpy(), scores.numpy(), labels.numpy())
+
+
+def _assert_nms_applied(boxes, scores, labels):
+    """No two kept detections of one class overlap more than the NMS threshold, and scores are sorted."""
+    for image in range(boxes.shape[0]):
+        kept = scores[image] > 0
+        assert kept.any()
+        assert np.all(np.diff(scores[image]) <= 1e-7)
+        iou = object_detection.box_iou(boxes[image][kept], boxes[image][kept])
+        same = labels[image][kept][:, None] == labels[image][kept][None, :]
+        np.fill_diagonal(iou, 0.0)
+        assert np.max(np.where(same, iou, 0.0)) <= object_detection.IOU_THRESHOLD + 1e-5
+
+
+def test_nlp_padding_does_not_change_real_tokens():
+    torch = pytest.importorskip("torch")
+    model = nlp.build_example_model([16])
+    inputs = nlp.example_inputs(2, [16])
+    ids, mask = inputs["input_ids"].copy(), inputs["attention_mask"]
+    ids[1][mask[1] == 0] = 5  # other token ids in padded positions
+    with torch.inference_mode():
+        a = model(torch.from_numpy(inputs["input_ids"]), torch.from_numpy(mask))[0].numpy()
+        b = model(torch.from_numpy(ids), torch.from_numpy(mask))[0].numpy()
+    real = mask[1] == 1
+    assert np.allclose(a[1][real], b[1][real], atol=1e-5)

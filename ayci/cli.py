@@ -9,6 +9,7 @@ region) is a clear error naming the field before any work starts.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import logging
@@ -169,40 +170,45 @@ def follow_embedded(app, envelopes: list, total: int, settings: Settings, what: 
     return {"complete": 0, "partial": 0, "failed": 2}[summary["status"]]
 
 
-def run_on_localstack(args: argparse.Namespace, settings: Settings, model_path: Path, workload: Workload, input_size: list[int]) -> int:
-    """Start LocalStack, deploy the stack, start one process per service, submit, follow."""
+@contextlib.contextmanager
+def localstack_services(stack: str, settings: Settings):
+    """Start LocalStack, deploy the stack, start one process per service; yields the AWS
+    wiring to submit with, and stops the processes afterwards."""
     from ayci import cloud
     from ayci.bootstrap import aws
-    from services.request.submission import new_run, store_model
 
     err.print("starting LocalStack and deploying the stack")
     cloud.start_localstack()
-    outputs = cloud.deploy(args.stack)
-    env = cloud.service_env(outputs, args.stack)
-    processes = cloud.ServiceProcesses(env=env, log_dir=settings.data_dir.parent / "logs")
+    outputs = cloud.deploy(stack)
+    processes = cloud.ServiceProcesses(env=cloud.service_env(outputs, stack), log_dir=settings.data_dir.parent / "logs")
     processes.start_all()
     try:
-        os.environ.update({"AYCI_BUCKET": outputs.bucket, "AYCI_BUS_NAME": outputs.bus_name, "AYCI_QUEUE_PREFIX": args.stack})
-        wiring = aws(Settings())
-        model = store_model(wiring.store, model_path, workload, input_size)
-        request = build_request(args, model)
-        envelope = new_run(request)
-        wiring.publisher.publish([envelope])
-        return follow_store(wiring.store, envelope.run_id, model, request.matrix.combos(), settings, args.timeout)
+        os.environ.update({"AYCI_BUCKET": outputs.bucket, "AYCI_BUS_NAME": outputs.bus_name, "AYCI_QUEUE_PREFIX": stack})
+        yield aws(Settings())
     finally:
         processes.stop_all()
         err.print(f"service logs: {processes.log_dir}")
 
 
-def follow_store(store, run_id: str, model, combos: list, settings: Settings, timeout_s: float) -> int:
+def run_on_localstack(args: argparse.Namespace, settings: Settings, model_path: Path, workload: Workload, input_size: list[int]) -> int:
+    from schemas.combos import combo_key
+    from services.request.submission import new_run, store_model
+
+    with localstack_services(args.stack, settings) as wiring:
+        model = store_model(wiring.store, model_path, workload, input_size)
+        request = build_request(args, model)
+        envelope = new_run(request)
+        wiring.publisher.publish([envelope])
+        return follow_store(wiring.store, envelope.run_id, [combo_key(model, c) for c in request.matrix.combos()], args.timeout)
+
+
+def follow_store(store, run_id: str, keys: list[str], timeout_s: float) -> int:
     """Wait for a run on the real path, showing its progress, and print the table. Reads
     each planned combination's outcome by key."""
     import time
 
-    from schemas.combos import combo_key
     from services.archiver.handlers import outcome_key
 
-    keys = [combo_key(model, c) for c in combos]
     err.print(f"run {run_id}: {len(keys)} combinations")
     deadline = time.monotonic() + timeout_s
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err) as progress:
@@ -220,23 +226,30 @@ def follow_store(store, run_id: str, model, combos: list, settings: Settings, ti
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from ayci.bootstrap import embedded
+    from schemas.combos import combo_key
     from services.request.replay import ReplayError, replay
 
     settings = Settings(data_dir=args.data_dir) if args.data_dir else Settings()
+
+    def replayed(store) -> tuple[list, list[str]]:
+        try:
+            envelopes = replay(store, args.run_id, args.from_type, force=args.force)
+        except ReplayError as exc:
+            raise UsageError(str(exc)) from exc
+        planned = next((e.payload for e in envelopes if e.type == "RunPlanned"), None)
+        if planned is not None:
+            return envelopes, list(planned.combos)
+        request = envelopes[0].payload
+        return envelopes, [combo_key(request.model, c) for c in request.matrix.combos()]
+
+    if args.localstack:
+        with localstack_services(args.stack, settings) as wiring:
+            envelopes, keys = replayed(wiring.store)
+            wiring.publisher.publish(envelopes)
+            return follow_store(wiring.store, envelopes[0].run_id, keys, args.timeout)
     app = embedded(settings)
-    try:
-        envelopes = replay(app.store, args.run_id, args.from_type, force=args.force)
-    except ReplayError as exc:
-        raise UsageError(str(exc)) from exc
-    planned = next((e.payload for e in envelopes if e.type == "RunPlanned"), None)
-    total = len(planned.combos) if planned else len(envelopes[0].payload.matrix.combos())
-    return follow_embedded(app, envelopes, total, settings, f"a replay of run {args.run_id} from {args.from_type}")
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    from ayci.serve import serve_embedded
-
-    return serve_embedded(args.host, args.port, args.data_dir)
+    envelopes, keys = replayed(app.store)
+    return follow_embedded(app, envelopes, len(keys), settings, f"a replay of run {args.run_id} from {args.from_type}")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -263,14 +276,14 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--model", help="a .pt2 (torch.export) or .onnx file; default: the example model of the workload")
     run.add_argument("--workload", default="image_classification", help="image_classification | nlp | object_detection")
     run.add_argument("--input-size", help="H,W for images and detection; sequence length for nlp")
-    run.add_argument("--balance-weight", type=float, default=0.5, help="weight of cost against p99 in the balanced pick, 0..1")
-    run.add_argument("--price-region", help="Lambda price region (default: the price table's, us-east-1)")
     run.add_argument("--matrix", nargs="+", default=["intel=base,onnx"], help="HARDWARE=OPT[,OPT] ... e.g. intel=base,onnx,tvm arm=onnx")
     run.add_argument("--batch", default="1", help="batch sizes, e.g. 1,4")
     run.add_argument("--memory", default="1769", help="Lambda memory sizes in MB, e.g. 1024,1769,3538")
     run.add_argument("--trials", type=int, default=64, help="TVM tuning trials per model (MetaSchedule)")
     run.add_argument("--slo", type=float, help="p99 SLO in ms")
     run.add_argument("--min-agreement", type=float, default=0.99)
+    run.add_argument("--balance-weight", type=float, default=0.5, help="weight of cost against p99 in the balanced pick, 0..1")
+    run.add_argument("--price-region", help="Lambda price region (default: the price table's, us-east-1)")
     run.add_argument("--email")
     run.add_argument("--force", action="store_true", help="measure again even where results are stored")
     run.add_argument("--data-dir", help="the local object store (default .ayci/data)")
@@ -283,17 +296,15 @@ def parser() -> argparse.ArgumentParser:
     replay.add_argument("--from", dest="from_type", default="ModelConverted", help="RequestSubmitted | ComboPending | ModelConverted")
     replay.add_argument("--force", action="store_true", help="measure again even where results are stored")
     replay.add_argument("--data-dir", help="the local object store (default .ayci/data)")
+    replay.add_argument("--localstack", action="store_true", help="replay on the real path (the stack's S3 event log)")
+    replay.add_argument("--stack", default="ayci", help="stack name and resource prefix (with --localstack)")
+    replay.add_argument("--timeout", type=float, default=3600, help="seconds to wait for the run (with --localstack)")
     replay.set_defaults(func=cmd_replay)
     example = sub.add_parser("example-model", help="write an example model as .pt2")
     example.add_argument("--workload", default="image_classification")
     example.add_argument("--input-size")
     example.add_argument("--out", required=True)
     example.set_defaults(func=cmd_example_model)
-    serve = sub.add_parser("serve", help="the web page and HTTP API on the embedded default (every service in this process)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--data-dir", help="the local object store (default .ayci/data)")
-    serve.set_defaults(func=cmd_serve)
     serve = sub.add_parser("serve", help="the web page and HTTP API on the embedded default (every service in this process)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)

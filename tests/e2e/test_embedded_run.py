@@ -133,3 +133,21 @@ def test_cli_rejects_bad_input_before_any_work(tmp_path, capsys):
     assert cli_main(["run", "--balance-weight", "1.5", "--data-dir", str(data)]) == 2
     assert "balance_weight" in capsys.readouterr().err
     assert not (data / "models").exists()
+
+
+def test_replay_from_model_converted_is_a_new_linked_run(app, tiny_image_model):
+    from services.request.replay import ReplayError, replay
+
+    original, run_id = run(app, request_for(app, tiny_image_model, ["onnx"], batches=(1, 2)))
+    assert original["status"] == "complete"
+    for force in (True, False):
+        envelopes = replay(app.store, run_id, "ModelConverted", force=force)
+        app.publisher.publish(envelopes)
+        app.bus.run_until_idle()
+        replayed = json.loads(app.store.get_bytes(summary_key(envelopes[0].run_id)))
+        assert envelopes[0].run_id != run_id
+        assert replayed["status"] == "complete" and replayed["request"]["replay_of"] == run_id
+        assert len(replayed["results"]) == 2
+        assert all(r["reused"] is (not force) for r in replayed["results"])
+    with pytest.raises(ReplayError, match="must be one of"):
+        replay(app.store, run_id, "RunArchived")

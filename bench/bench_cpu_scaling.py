@@ -1,0 +1,79 @@
+"""CPU-share scaling: ResNet-18 (224x224, ONNX Runtime, batch 1) at 885, 1,769 and 3,538 MB,
+confined to 0.5, 1 and 2 vCPUs with threads = whole vCPUs, plus 2 threads squeezed into the
+0.5 vCPU of 885 MB. Measured side by side in one run through the pipeline's own launcher.
+
+By hand on a quiet 2-core machine: p50 85 ms, 38 ms, 20 ms (ratios 2.2 and 1.9), and the 2
+squeezed threads gave p99 180 ms. The shape to see: each doubling of memory about halves the
+p50, and squeezing threads into less CPU than they need makes the tail worse, not better.
+The cases are measured in interleaved rounds (--rounds) and each keeps its least disturbed
+measurement (the one during which other work kept the fewest cores busy), so on a shared
+machine they compare like with like.
+
+    .venv/bin/python bench/bench_cpu_scaling.py [--time-cap 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from resnet_artifact import resnet18_onnx  # noqa: E402
+
+from services.inference.confinement import unavailable_reason  # noqa: E402
+from services.inference.launcher import MeasureSpec, measure  # noqa: E402
+
+CASES = [(885, None), (1769, None), (3538, None), (885, 2)]  # (memory MB, threads; None = the vCPUs')
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--time-cap", type=float, default=10.0)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    artifact = resnet18_onnx()
+    reason = unavailable_reason()
+    print(f"confinement: {'cgroups' if reason is None else 'NONE (' + reason + '): the CPU share is not applied'}")
+    rows = {}
+    for round_, (memory, threads) in ((r, case) for r in range(args.rounds) for case in CASES):
+        spec = MeasureSpec(
+            optimizer="onnx", workload="image_classification", artifact_path=artifact.onnx_path,
+            reference_path=artifact.reference_path, memory_mb=memory, time_cap_s=args.time_cap, threads_override=threads,
+        )
+        report = measure(spec)
+        lat = report["latency_ms"]
+        kept = rows.get((memory, threads))
+        if kept is None or report["load"]["other_busy_cores"] < kept["load"]["other_busy_cores"]:
+            rows[(memory, threads)] = report
+        print(
+            f"round {round_ + 1} "
+            f"{memory:>5} MB {report['vcpus']:.2f} vCPU {report['threads']} thread(s): p50 {lat['p50']:7.2f} ms  p90 {lat['p90']:7.2f}  "
+            f"p99 {lat['p99']:7.2f}  ({lat['iterations']} it., cv {lat['cv']:.2f}, throttled in {report.get('cpu_throttled_share', 0):.0%} "
+            f"of periods, other work {report['load']['other_busy_cores']:.2f} cores{', DISTURBED' if report['load']['disturbed'] else ''})",
+            flush=True,
+        )
+    print("kept (least disturbed of each case):")
+    for (memory, threads), report in rows.items():
+        lat = report["latency_ms"]
+        print(f"  {memory:>5} MB {report['threads']} thread(s): p50 {lat['p50']:7.2f} ms  p99 {lat['p99']:7.2f} ms  other work {report['load']['other_busy_cores']:.2f} cores")
+    p50 = {k: r["latency_ms"]["p50"] for k, r in rows.items()}
+    p99 = {k: r["latency_ms"]["p99"] for k, r in rows.items()}
+    half_to_one = p50[(885, None)] / p50[(1769, None)]
+    one_to_two = p50[(1769, None)] / p50[(3538, None)]
+    squeeze = p99[(885, 2)] / p99[(885, None)]
+    print(json.dumps({
+        "p50_885_over_1769": round(half_to_one, 2), "p50_1769_over_3538": round(one_to_two, 2),
+        "p99_885_2threads_over_1thread": round(squeeze, 2), "by_hand": {"p50_885_over_1769": 2.24, "p50_1769_over_3538": 1.9},
+    }))
+    same_shape = 1.5 <= half_to_one <= 3.0 and 1.3 <= one_to_two <= 2.5 and squeeze > 1.0
+    print(
+        f"verdict: p50 885/1769 MB = {half_to_one:.2f} (by hand 2.24), 1769/3538 MB = {one_to_two:.2f} (by hand 1.90), "
+        f"p99 of 2 threads / 1 thread at 885 MB = {squeeze:.2f}: {'the same shape' if same_shape else 'NOT the same shape'}"
+    )
+
+
+if __name__ == "__main__":
+    main()

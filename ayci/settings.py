@@ -28,13 +28,6 @@ class Settings(BaseSettings):
     queue_prefix: str = "ayci"
     sender_email: str = "ayci@example.com"
     results_url: str = "http://127.0.0.1:8000"
-
-    # the request service (HTTP API and web page)
-    api_keys: str = ""  # "key1:owner1,key2:owner2"; every route but the page needs a key
-    max_body_bytes: int = 64 * 1024  # a JSON request body
-    max_model_bytes: int = 1 << 30  # an uploaded model
-    max_combinations: int = 512  # per run
-    mailer: str = "none"  # the embedded default's mailer: none | ses (SES at AWS_ENDPOINT_URL)
     # at-least-once drills: publish every event this many times (consumers must not care)
     publish_copies: int = 1
 

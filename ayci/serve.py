@@ -86,7 +86,7 @@ def serve_embedded(host: str, port: int, data_dir: str | None = None) -> int:
     settings = Settings(**({"data_dir": data_dir} if data_dir else {}), **({} if "AYCI_RESULTS_URL" in os.environ else {"results_url": url}))
     server = embedded_server(settings)
     hint = f"/#key={server.new_key}   (a new API key for owner 'local'; set AYCI_API_KEYS=KEY:OWNER to keep one)" if server.new_key else "/"
-    Console(stderr=True).print(f"AYCI serving {url}{hint}", highlight=False)
+    Console(stderr=True).print(f"AYCI serving {url}{hint}", highlight=False, soft_wrap=True)
     try:
         uvicorn.run(server.app, host=host, port=port, log_level="warning")
     finally:

@@ -14,7 +14,9 @@ def test_compose_services_run_modules_that_exist():
     modules = [s["command"][2] for s in compose["services"].values() if s.get("command", [None])[0] == "python"]
     assert "services.inference" in modules and "services.request" in modules
     for module in modules:
-        assert importlib.util.find_spec(f"{module}.__main__") is not None, module
+        spec = importlib.util.find_spec(module)
+        runnable = spec.submodule_search_locations is None or importlib.util.find_spec(f"{module}.__main__") is not None
+        assert spec is not None and runnable, module
 
 
 def test_template_lambda_handlers_exist_and_template_lints():

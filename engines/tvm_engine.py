@@ -56,6 +56,7 @@ ARM_CC = "aarch64-linux-gnu-gcc"
 ARM_PROXY_CPU = "x86-64-v2"
 TUNING_META = "ayci_tuning.json"
 MODULE_EQUALITY = "anchor-block"
+MIN_TRIALS_PER_TASK = 8
 
 
 # ---------------------------------------------------------------- targets
@@ -348,6 +349,7 @@ def _tune(mod, job: ConversionJob, tune_spec: dict) -> _Tuning:
     from tvm.s_tir import meta_schedule as ms
 
     started = time.perf_counter()
+    _register_cpu_tensor_intrinsics_only()
     scratch = tempfile.mkdtemp(prefix="ayci-tvm-tune-")
     records_dir = Path(job.tuning_dir) if job.tuning_dir else Path(scratch) / "records"
     records_dir.mkdir(parents=True, exist_ok=True)
@@ -366,8 +368,12 @@ def _tune(mod, job: ConversionJob, tune_spec: dict) -> _Tuning:
         return _Tuning(database, scratch=scratch, seconds=time.perf_counter() - started)
 
     budget = job.tuning_trials - have
-    # Every task gets at least one round in the first pass of the gradient scheduler: a round
-    # must fit budget / tasks, or the tasks after the budget stay naive loops.
+    # The heaviest kernels first, as many as the budget tunes at MIN_TRIALS_PER_TASK each: the
+    # gradient scheduler's first pass gives every task one round in order, so a task after the
+    # budget ran out would stay naive loops, and a big convolution left so costs far more than
+    # an elementwise kernel left so.
+    extracted.sort(key=_task_cost, reverse=True)
+    extracted = extracted[: max(1, min(len(extracted), budget // MIN_TRIALS_PER_TASK))]
     per_round = max(4, min(32, budget // len(extracted)))
     # The stock evolutionary search evolves 512 schedules for 4 generations before every round;
     # with a few trials per round that search, not measuring, took 80-90% of the time here.
@@ -394,6 +400,40 @@ def _tune(mod, job: ConversionJob, tune_spec: dict) -> _Tuning:
     )
     (records_dir / TUNING_META).write_text(json.dumps({"target": tune_spec, "trials": have + budget, "tasks": len(contexts)}))
     return _Tuning(database, trials=have + budget, tasks=len(contexts), seconds=time.perf_counter() - started, scratch=scratch)
+
+
+def _register_cpu_tensor_intrinsics_only() -> None:
+    """Import the x86 and arm tensor intrinsics without the GPU ones.
+
+    MetaSchedule's TuneContext imports the package `tvm.s_tir.tensor_intrin`, whose `__init__`
+    parses ~500 TVMScript kernels, most of them CUDA/ROCm/Hexagon: 20 s on an idle 2-core machine,
+    70-180 s under load, before the first trial. CPU schedule rules need only the x86 and arm
+    intrinsics (1 s). The package is registered empty, so its other submodules stay importable."""
+    import importlib
+    import types
+
+    name = "tvm.s_tir.tensor_intrin"
+    if name in sys.modules:
+        return
+    import tvm.s_tir
+
+    package = types.ModuleType(name)
+    package.__path__ = [str(Path(tvm.s_tir.__file__).parent / "tensor_intrin")]
+    package.__package__ = name
+    sys.modules[name] = package
+    tvm.s_tir.tensor_intrin = package
+    for submodule in ("x86", "arm_cpu"):
+        setattr(package, submodule, importlib.import_module(f"{name}.{submodule}"))
+
+
+def _task_cost(task) -> float:
+    """FLOPs of one extracted task times how often the model calls it."""
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    try:
+        return float(estimate_tir_flops(task.dispatched[0])) * int(task.weight)
+    except Exception:  # noqa: BLE001 - kernels the estimator cannot read (packed calls) come last
+        return 0.0
 
 
 def _progress_callback(job: ConversionJob, budget: int, already: int):

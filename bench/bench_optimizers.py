@@ -1,0 +1,181 @@
+"""torch vs ONNX Runtime vs TVM (tuned), side by side in one run on this machine.
+
+Models: the example ResNet-18 at batch 1 (224x224) and the example BERT-style encoder at batch 1
+(sequence 128). For each: convert with `onnx` and `tvm` (MetaSchedule, `--trials` per model,
+records stored under the work dir), convert `tvm` a second time from the stored records, then
+measure p50 latency of base (torch), onnx and tvm at the same thread count, each engine in its
+own child process (so one engine's idle spinning thread pool never slows another), in
+interleaved rounds (so a burst of other work on the machine hits every engine alike).
+
+    .venv/bin/python bench/bench_optimizers.py [--trials 200] [--threads 2] [--models resnet18 bert]
+
+Prints a table with the ratios tvm/ort, tvm/torch, ort/torch, the conversion and tuning times
+and the time of the second conversion; writes results.json into the work dir. Before a fresh
+run, delete the work dir's `tuning/` (or pass another --workdir): stored records are reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+MODELS = {
+    "resnet18": ("image_classification", [224, 224]),
+    "bert": ("nlp", [128]),
+}
+
+CHILD = r"""
+import json, sys, time
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+engine, artifact, inputs_path, threads, iterations = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6])
+import importlib
+runner = importlib.import_module(f"engines.{engine}_engine").load(__import__("pathlib").Path(artifact), threads)
+saved = np.load(inputs_path)
+inputs = {name: saved[name] for name in json.loads(saved["__names__"].tobytes().decode())}
+for _ in range(10):
+    runner(inputs)
+samples = []
+for _ in range(iterations):
+    started = time.perf_counter()
+    runner(inputs)
+    samples.append((time.perf_counter() - started) * 1000)
+print(json.dumps(samples))
+"""
+
+
+def _load_average() -> float:
+    return os.getloadavg()[0]
+
+
+def _model_ref(path: Path, workload: str, input_size: list[int]):
+    from schemas.combos import ModelRef
+
+    return ModelRef(sha256=hashlib.sha256(path.read_bytes()).hexdigest(), size_bytes=path.stat().st_size, format="pt2", workload=workload, input_size=input_size)
+
+
+def convert_all(name: str, workdir: Path, trials: int, threads: int) -> dict:
+    """Export the example model, convert it for onnx and tvm (twice), return paths and times."""
+    from engines import ConversionJob, onnx_engine, tvm_engine
+    from workloads.examples import export_example
+
+    workload, size = MODELS[name]
+    model_dir = workdir / name
+    model_dir.mkdir(parents=True, exist_ok=True)
+    pt2 = model_dir / "model.pt2"
+    if not pt2.exists():
+        export_example(workload, size, pt2)
+    model = _model_ref(pt2, workload, size)
+    cpu = tvm_engine.host_cpu_name()
+    tuning_dir = workdir / "tuning" / f"{name}-{model.sha256[:12]}-{cpu}-b1"
+
+    def job(out: Path, trials_: int, tuning: Path | None):
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        return ConversionJob(
+            model=model, model_path=pt2, hardware="intel", batch_size=1, target_cpu=cpu, out_dir=out,
+            tuning_trials=trials_, tuning_dir=tuning, progress=lambda m: print(f"  [{name}] {m}", file=sys.stderr, flush=True),
+        )
+
+    result: dict = {"workload": workload, "input_size": size, "pt2": str(pt2), "target_cpu": cpu}
+    started = time.perf_counter()
+    onnx = onnx_engine.convert(job(model_dir / "onnx", 0, None))
+    result["onnx"] = {"artifact": str(model_dir / "onnx" / onnx.artifact_file), "conversion_s": time.perf_counter() - started}
+
+    load_before = _load_average()
+    first = tvm_engine.convert(job(model_dir / "tvm", trials, tuning_dir))
+    result["tvm"] = {
+        "artifact": str(model_dir / "tvm" / first.artifact_file),
+        "conversion_s": first.conversion_s,
+        "tuning_s": first.tuning_s,
+        "details": first.details,
+        "load_average_during": (load_before + _load_average()) / 2,
+    }
+    started = time.perf_counter()
+    second = tvm_engine.convert(job(model_dir / "tvm-again", trials, tuning_dir))
+    result["tvm_second"] = {
+        "wall_s": time.perf_counter() - started,
+        "conversion_s": second.conversion_s,
+        "tuning_s": second.tuning_s,
+        "records_reused": second.details.get("records_reused"),
+    }
+    return result
+
+
+def measure(name: str, converted: dict, workdir: Path, threads: int, iterations: int, rounds: int) -> dict:
+    """p50 latency (ms) per engine, each round running every engine once in its own process."""
+    import numpy as np
+
+    from engines import base_engine, onnx_engine, tvm_engine
+    from workloads import workload_module
+
+    module = workload_module(converted["workload"])
+    inputs = module.example_inputs(1, converted["input_size"])
+    inputs_path = workdir / name / "inputs.npz"
+    np.savez(inputs_path, __names__=np.frombuffer(json.dumps(list(inputs)).encode(), dtype=np.uint8), **inputs)
+
+    artifacts = {"base": converted["pt2"], "onnx": converted["onnx"]["artifact"], "tvm": converted["tvm"]["artifact"]}
+    reference = base_engine.load(Path(artifacts["base"]), threads)(inputs)
+    agreement = {
+        "onnx": module.agreement(reference, onnx_engine.load(Path(artifacts["onnx"]), threads)(inputs)).as_dict(),
+        "tvm": module.agreement(reference, tvm_engine.load(Path(artifacts["tvm"]), threads)(inputs)).as_dict(),
+    }
+    samples: dict[str, list[float]] = {engine: [] for engine in artifacts}
+    loads = []
+    for _ in range(rounds):
+        for engine, artifact in artifacts.items():
+            loads.append(_load_average())
+            out = subprocess.run(
+                [sys.executable, "-c", CHILD, str(ROOT), engine, artifact, str(inputs_path), str(threads), str(iterations)],
+                capture_output=True, text=True, check=True, env={**os.environ, "OMP_NUM_THREADS": str(threads)},
+            )
+            samples[engine].extend(json.loads(out.stdout.strip().splitlines()[-1]))
+    p50 = {engine: float(np.percentile(values, 50)) for engine, values in samples.items()}
+    return {"p50_ms": p50, "agreement": agreement, "load_average": {"min": min(loads), "max": max(loads)}}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trials", type=int, default=200, help="TVM MetaSchedule trials per model")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--iterations", type=int, default=50, help="timed runs per engine per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--workdir", type=Path, default=ROOT / ".ayci" / "bench-optimizers")
+    args = parser.parse_args()
+
+    results = {"trials": args.trials, "threads": args.threads, "cpu_count": os.cpu_count(), "models": {}}
+    for name in args.models:
+        print(f"{name}: converting (tvm trials {args.trials}) ...", file=sys.stderr, flush=True)
+        converted = convert_all(name, args.workdir, args.trials, args.threads)
+        print(f"{name}: measuring ...", file=sys.stderr, flush=True)
+        measured = measure(name, converted, args.workdir, args.threads, args.iterations, args.rounds)
+        results["models"][name] = {**converted, **measured}
+        (args.workdir / "results.json").write_text(json.dumps(results, indent=2, default=str))
+
+    print(f"\ntrials per model {args.trials}, threads {args.threads}, {os.cpu_count()} CPUs")
+    header = f"{'model':10} {'torch ms':>9} {'ort ms':>8} {'tvm ms':>8} {'tvm/ort':>8} {'tvm/torch':>9} {'ort/torch':>9} {'ort conv s':>10} {'tvm conv s':>10} {'tvm tune s':>10} {'2nd conv s':>10} {'load':>9}"
+    print(header)
+    for name, r in results["models"].items():
+        p = r["p50_ms"]
+        print(
+            f"{name:10} {p['base']:9.2f} {p['onnx']:8.2f} {p['tvm']:8.2f} {p['tvm'] / p['onnx']:8.2f} {p['tvm'] / p['base']:9.2f} "
+            f"{p['onnx'] / p['base']:9.2f} {r['onnx']['conversion_s']:10.1f} {r['tvm']['conversion_s']:10.1f} {r['tvm']['tuning_s']:10.1f} "
+            f"{r['tvm_second']['wall_s']:10.1f} {r['load_average']['min']:4.1f}-{r['load_average']['max']:.1f}"
+        )
+        print(f"{'':10} agreement onnx {r['agreement']['onnx']}, tvm {r['agreement']['tvm']}; tvm tasks tuned {r['tvm']['details'].get('tasks')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""engines.tvm_engine on tiny models: convert (tuned with a few trials), load, agree with base;
+stored tuning records reused; arm cross-compilation; the detector's NMS; ONNX input; a clear
+ConversionError for an operator TVM cannot import."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engines import ConversionError, ConversionJob, base_engine
+from schemas.combos import ModelRef
+from workloads import workload_module
+
+tvm_engine = pytest.importorskip("engines.tvm_engine")
+
+TRIALS = 8
+AARCH64 = 183
+
+
+def _model_ref(path: Path, workload: str, input_size: list[int], fmt: str = "pt2") -> ModelRef:
+    return ModelRef(sha256=hashlib.sha256(path.read_bytes()).hexdigest(), size_bytes=path.stat().st_size, format=fmt, workload=workload, input_size=input_size)
+
+
+def _job(model: ModelRef, path: Path, out: Path, hardware: str = "intel", batch: int = 1, trials: int = 0, tuning_dir: Path | None = None, messages=None) -> ConversionJob:
+    out.mkdir(parents=True, exist_ok=True)
+    cpu = _host_cpu() if hardware == "intel" else "neoverse-n1"
+    return ConversionJob(
+        model=model, model_path=path, hardware=hardware, batch_size=batch, target_cpu=cpu, out_dir=out,
+        tuning_trials=trials, tuning_dir=tuning_dir, progress=(messages.append if messages is not None else (lambda m: None)),
+    )
+
+
+_CPU: list[str] = []
+
+
+def _host_cpu() -> str:
+    if not _CPU:
+        _CPU.append(tvm_engine.host_cpu_name())
+    return _CPU[0]
+
+
+def _elf_machine(path: Path) -> int:
+    header = path.read_bytes()[:20]
+    assert header[:4] == b"\x7fELF"
+    return int.from_bytes(header[18:20], "little")
+
+
+def test_host_cpu_name_is_a_valid_llvm_cpu():
+    import tvm
+
+    name = tvm_engine.host_cpu_name()
+    assert name and name != "generic"
+    assert tvm.target.codegen.llvm_is_valid_cpu(name, "x86_64-linux-gnu") if hasattr(tvm.target.codegen, "llvm_is_valid_cpu") else True
+
+
+def test_tuned_conversion_loads_agrees_and_reuses_records(tiny_image_model, tmp_path):
+    size = [32, 32]
+    model = _model_ref(tiny_image_model, "image_classification", size)
+    tuning = tmp_path / "tuning"
+    messages: list[str] = []
+
+    started = time.perf_counter()
+    first = tvm_engine.convert(_job(model, tiny_image_model, tmp_path / "a", batch=2, trials=TRIALS, tuning_dir=tuning, messages=messages))
+    first_wall = time.perf_counter() - started
+    assert first.artifact_file == "model.so" and sorted(p.name for p in (tmp_path / "a").iterdir()) == ["model.so"]
+    assert first.tuning_s > 0 and first.conversion_s > 0
+    assert first.details["trials"] == TRIALS and first.details["records_reused"] is False and first.details["tuned"] is True
+    assert first.details["target"]["mcpu"] == _host_cpu()
+    assert any("tuned" in m for m in messages), messages
+    assert (tuning / "database_tuning_record.json").stat().st_size > 0
+
+    module = workload_module("image_classification")
+    inputs = module.example_inputs(2, size)
+    reference = base_engine.load(tiny_image_model, 2)(inputs)
+    outputs = tvm_engine.load(tmp_path / "a" / "model.so", 2)(inputs)
+    agreement = module.agreement(reference, outputs)
+    assert agreement.score == 1.0 and agreement.details["max_abs_diff"] < 1e-3
+
+    started = time.perf_counter()
+    second = tvm_engine.convert(_job(model, tiny_image_model, tmp_path / "b", batch=2, trials=TRIALS, tuning_dir=tuning))
+    second_wall = time.perf_counter() - started
+    assert second.details["records_reused"] is True
+    assert second.tuning_s < first.tuning_s / 3
+    assert second_wall < first_wall
+    again = tvm_engine.load(tmp_path / "b" / "model.so", 1)(inputs)
+    assert module.agreement(reference, again).score == 1.0
+
+
+def test_load_does_not_import_torch(tiny_image_model, tmp_path):
+    import subprocess
+    import sys
+
+    model = _model_ref(tiny_image_model, "image_classification", [32, 32])
+    tvm_engine.convert(_job(model, tiny_image_model, tmp_path))
+    code = (
+        "import sys, numpy as np; from pathlib import Path; from engines import tvm_engine; "
+        f"run = tvm_engine.load(Path({str(tmp_path / 'model.so')!r}), 1); "
+        "out = run({'pixels': np.zeros((1, 3, 32, 32), np.float32)}); "
+        "assert out[0].shape == (1, 1000), out[0].shape; "
+        "assert 'torch' not in sys.modules, 'torch imported'; print('ok')"
+    )
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(root)})
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-2000:]
+
+
+def test_arm_cross_compiles_to_aarch64(tiny_image_model, tmp_path):
+    if shutil.which(tvm_engine.ARM_CC) is None:
+        if os.environ.get("AYCI_REQUIRE_ARM") == "1":
+            pytest.fail(f"{tvm_engine.ARM_CC} missing (scripts/arm-sysroot.sh installs it)")
+        pytest.skip(f"{tvm_engine.ARM_CC} missing")
+    model = _model_ref(tiny_image_model, "image_classification", [32, 32])
+    conversion = tvm_engine.convert(_job(model, tiny_image_model, tmp_path, hardware="arm"))
+    assert _elf_machine(tmp_path / conversion.artifact_file) == AARCH64
+    assert conversion.details["target"]["mtriple"] == "aarch64-linux-gnu"
+    assert conversion.details["target"]["mcpu"] == "neoverse-n1"
+    assert conversion.details["tuned"] is False and conversion.details["tuning_note"]
+
+
+def test_detector_with_nms_converts_and_agrees(tmp_path):
+    from workloads.examples import export_example
+
+    size = [64, 64]
+    path = export_example("object_detection", size, tmp_path / "detector.pt2")
+    model = _model_ref(path, "object_detection", size)
+    conversion = tvm_engine.convert(_job(model, path, tmp_path / "out", batch=2))
+    module = workload_module("object_detection")
+    inputs = module.example_inputs(2, size)
+    reference = base_engine.load(path, 2)(inputs)
+    outputs = tvm_engine.load(tmp_path / "out" / conversion.artifact_file, 2)(inputs)
+    assert [o.shape for o in outputs] == [r.shape for r in reference]
+    assert outputs[2].dtype == np.int64
+    agreement = module.agreement(reference, outputs)
+    assert agreement.score > 0.99, agreement
+
+
+def test_onnx_model_input(tiny_image_model, tmp_path):
+    from engines.onnx_engine import export_to_onnx
+
+    onnx_path = tmp_path / "model.onnx"
+    export_to_onnx(tiny_image_model, onnx_path)
+    model = _model_ref(onnx_path, "image_classification", [32, 32], fmt="onnx")
+    conversion = tvm_engine.convert(_job(model, onnx_path, tmp_path / "out", batch=3))
+    module = workload_module("image_classification")
+    inputs = module.example_inputs(3, [32, 32])
+    reference = base_engine.load(tiny_image_model, 1)(inputs)
+    outputs = tvm_engine.load(tmp_path / "out" / conversion.artifact_file, 1)(inputs)
+    agreement = module.agreement(reference, outputs)
+    assert agreement.score == 1.0 and agreement.details["max_abs_diff"] < 1e-3
+
+
+def test_unsupported_operator_is_a_conversion_error(tmp_path):
+    import torch
+
+    class UsesAmax(torch.nn.Module):  # aten.amax has no converter in TVM 0.27's importer
+        def forward(self, pixels):
+            return pixels.amax(dim=(2, 3))
+
+    program = torch.export.export(UsesAmax(), (torch.zeros(2, 3, 8, 8),), dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=64)},))
+    path = tmp_path / "amax.pt2"
+    torch.export.save(program, str(path))
+    model = _model_ref(path, "image_classification", [8, 8])
+    with pytest.raises(ConversionError, match="amax"):
+        tvm_engine.convert(_job(model, path, tmp_path / "out"))

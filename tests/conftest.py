@@ -13,6 +13,15 @@ configure_logging("console")
 TINY_IMAGE_SIZE = [32, 32]
 
 
+@pytest.fixture(autouse=True)
+def _logging_outlives_captured_output():
+    """The CLI points the logs at the `sys.stderr` of its call, which is a captured stream
+    under `capsys` and closed after the test: point them back at the session's (set up
+    first, this is torn down after `capsys`)."""
+    yield
+    configure_logging("console")
+
+
 @pytest.fixture(scope="session")
 def tiny_image_model(tmp_path_factory) -> Path:
     """The example ResNet-18 exported at 32x32 (real model, small input)."""

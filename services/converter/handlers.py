@@ -55,7 +55,8 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
         model_path = work / f"model.{model.format.value}"
         deps.store.get_file(f"models/{model.sha256}", model_path)
         try:
-            ensure_reference(deps.store, model, model_path, combo.batch_size, work)
+            with measurement_lock.shared():  # runs the base model: not beside a measurement either
+                ensure_reference(deps.store, model, model_path, combo.batch_size, work)
         except (NotAModelError, ConversionError, ValueError, RuntimeError) as exc:
             return [_failed(pending, f"the base model does not run on the workload's inputs: {_first_line(exc)}")]
         if deps.store.exists(manifest_key(pending.artifact_key)):

@@ -108,7 +108,7 @@ def _check_arm_toolchain() -> None:
     if shutil.which(ARM_CC) is None:
         raise ConversionError(
             f"{ARM_CC} is not installed: arm TVM artifacts are cross-compiled "
-            "(apt-get install -y gcc-aarch64-linux-gnu, or scripts/arm-sysroot.sh)"
+            "(apt-get install -y gcc-aarch64-linux-gnu libc6-dev-arm64-cross, or scripts/arm-sysroot.sh)"
         )
 
 

@@ -19,6 +19,8 @@ need=()
 command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
 command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu)
+# The cross linker needs the aarch64 C runtime objects (crti.o) to link a shared library.
+[ -f /usr/aarch64-linux-gnu/lib/crti.o ] || need+=(libc6-dev-arm64-cross)
 if [ ${#need[@]} -gt 0 ]; then
     echo "arm-sysroot: installing ${need[*]}"
     apt-get update -qq

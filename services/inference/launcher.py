@@ -84,7 +84,7 @@ def measure(spec: MeasureSpec, python_command: list[str] | None = None, env_extr
     `lock_wait_s`, `measurement_s`."""
     try:
         with measurement_lock.exclusive(timeout_s=spec.timeout_s) as lock_wait_s:
-            group, reason = _confinement_for(spec)
+            group, confined, reason = _confinement_for(spec)
             try:
                 report = _run_child(spec, group, python_command, env_extra)
             finally:
@@ -93,22 +93,29 @@ def measure(spec: MeasureSpec, python_command: list[str] | None = None, env_extr
     except measurement_lock.LockTimeout as exc:
         raise MeasurementFailed(str(exc)) from exc
     report.update(
-        confined=group is not None, confinement_reason=reason, threads=spec.threads, vcpus=spec.vcpus,
+        confined=confined, confinement_reason=reason, threads=spec.threads, vcpus=spec.vcpus,
         lock_wait_s=lock_wait_s,
     )
     return report
 
 
-def _confinement_for(spec: MeasureSpec) -> tuple[MeasurementGroup | None, str | None]:
+def _confinement_for(spec: MeasureSpec) -> tuple[MeasurementGroup | None, bool, str | None]:
+    """The group to measure in (None: none), whether the measurement is confined to its
+    memory size, and why not (or by what, when not by a group of ours)."""
     if not spec.confine:
-        return None, spec.extra.get("unconfined_reason", "confinement turned off for this measurement")
+        return None, False, spec.extra.get("unconfined_reason", "confinement turned off for this measurement")
+    lambda_mb = os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
+    if lambda_mb:  # inside a Lambda function: the platform confines, to the function's size
+        if int(lambda_mb) == spec.memory_mb:
+            return None, True, f"by the Lambda function itself ({lambda_mb} MB)"
+        return None, False, f"this Lambda function has {lambda_mb} MB, not {spec.memory_mb} MB"
     reason = unavailable_reason()
     if reason is None:
         try:
-            return MeasurementGroup.create(Limits.for_memory(spec.memory_mb)), None
+            return MeasurementGroup.create(Limits.for_memory(spec.memory_mb)), True, None
         except ConfinementUnavailable as exc:
             reason = str(exc)
-    return None, reason
+    return None, False, reason
 
 
 def _run_child(spec: MeasureSpec, group: MeasurementGroup | None, python_command: list[str] | None, env_extra: dict | None) -> dict:

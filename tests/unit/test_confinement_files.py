@@ -140,3 +140,14 @@ def test_measurement_lock_excludes_conversion_and_measurement(tmp_path, monkeypa
         holder.wait()
     with measurement_lock.exclusive(timeout_s=5):  # the kernel released the dead holder's lock
         pass
+
+
+def test_inside_lambda_the_function_confines_to_its_own_size(monkeypatch):
+    from services.inference.launcher import _confinement_for
+
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "2048")
+    spec = MeasureSpec(optimizer="onnx", workload="image_classification", artifact_path=None, reference_path=None, memory_mb=2048)
+    assert _confinement_for(spec) == (None, True, "by the Lambda function itself (2048 MB)")
+    spec.memory_mb = 1769
+    group, confined, reason = _confinement_for(spec)
+    assert group is None and not confined and "2048 MB, not 1769 MB" in reason

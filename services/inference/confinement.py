@@ -179,6 +179,7 @@ class MeasurementGroup:
     def create(cls, limits: Limits, hierarchy: Hierarchy | None = None) -> MeasurementGroup:
         """A new group confined to `limits`; `ConfinementUnavailable` if it cannot be made."""
         hierarchy = hierarchy or find_hierarchy()
+        _remove_stale_groups(hierarchy)
         group = cls(hierarchy, f"m-{os.getpid()}-{next(_names)}")
         try:
             if hierarchy.version == 2:
@@ -260,6 +261,31 @@ class MeasurementGroup:
                         except ProcessLookupError:
                             pass
                     time.sleep(0.02)
+
+
+def _remove_stale_groups(hierarchy: Hierarchy) -> None:
+    """Delete the empty groups a launcher that died left behind (named after its pid), so no
+    hierarchy keeps children it does not know about."""
+    for parent in {hierarchy.cpu_parent, hierarchy.memory_parent}:
+        try:
+            stale = [d for d in parent.glob("m-*-*") if d.is_dir() and not _alive(int(d.name.split("-")[1]))]
+        except (OSError, ValueError):
+            continue
+        for directory in stale:
+            try:
+                directory.rmdir()
+            except OSError:
+                pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 @functools.cache

@@ -151,3 +151,17 @@ def test_inside_lambda_the_function_confines_to_its_own_size(monkeypatch):
     spec.memory_mb = 1769
     group, confined, reason = _confinement_for(spec)
     assert group is None and not confined and "2048 MB, not 1769 MB" in reason
+
+
+def test_groups_left_by_a_dead_launcher_are_removed(tmp_path):
+    from services.inference.confinement import Hierarchy
+
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "memory").mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    stale = tmp_path / "memory" / f"m-{dead}-0"
+    stale.mkdir()
+    live = tmp_path / "memory" / f"m-{__import__('os').getpid()}-999"
+    live.mkdir()
+    group = MeasurementGroup.create(Limits.for_memory(1769), Hierarchy(version=1, cpu_parent=tmp_path / "cpu", memory_parent=tmp_path / "memory"))
+    assert not stale.exists() and live.exists() and group.memory_dir.exists()

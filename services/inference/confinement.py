@@ -4,7 +4,8 @@ A Lambda function of M MB gets M/1,769 vCPUs of CPU time (6 at most) and dies wh
 more than M MB. `MeasurementGroup.create(limits)` makes one cgroup per measurement with
 exactly that: a CPU quota of `vcpus` cores (cgroup v2 `cpu.max`, v1 `cpu.cfs_quota_us`) and
 a hard memory cap with no swap (v2 `memory.max` + `memory.swap.max`, v1
-`memory.limit_in_bytes` + `memory.memsw.limit_in_bytes`). The measuring process enters it
+`memory.limit_in_bytes` + `memory.memsw.limit_in_bytes`), and the highest CPU weight, so other
+work on the machine yields to it within its quota. The measuring process enters it
 before it runs a line of Python (`wrap(command)` starts it through `/bin/sh`, which writes
 its own pid into the group and then `exec`s the command), so the interpreter's start, the
 imports and everything after run confined. Afterwards `outcome()` says whether the kernel
@@ -33,6 +34,10 @@ LAMBDA_MB_PER_VCPU = 1769
 LAMBDA_MAX_VCPUS = 6.0
 CPU_PERIOD_US = 100_000
 MIN_CPU_QUOTA_US = 1_000  # the kernel's floor for a CFS quota
+# The measurement's weight against other work on the machine (v1 cpu.shares' and v2
+# cpu.weight's maximum): within its quota it runs first, as it would on a Lambda host.
+V1_CPU_SHARES = 262_144
+V2_CPU_WEIGHT = 10_000
 ENTER_FAILED_EXIT = 97  # the wrapper's exit status when it could not enter the group
 
 _names = itertools.count()
@@ -202,6 +207,8 @@ class MeasurementGroup:
             if missing:
                 _write(level / "cgroup.subtree_control", " ".join(f"+{c}" for c in sorted(missing)))
         self.cpu_dir.mkdir()
+        for weighted in (parent, self.cpu_dir):
+            _write(weighted / "cpu.weight", str(V2_CPU_WEIGHT))
         _write(self.cpu_dir / "cpu.max", f"{limits.cpu_quota_us} {CPU_PERIOD_US}")
         _write(self.cpu_dir / "memory.max", str(limits.memory_bytes))
         if (self.cpu_dir / "memory.swap.max").exists():
@@ -211,6 +218,7 @@ class MeasurementGroup:
         self.cpu_dir.mkdir()
         _write(self.cpu_dir / "cpu.cfs_period_us", str(CPU_PERIOD_US))
         _write(self.cpu_dir / "cpu.cfs_quota_us", str(limits.cpu_quota_us))
+        _write(self.cpu_dir / "cpu.shares", str(V1_CPU_SHARES))
         self.memory_dir.mkdir()
         _write(self.memory_dir / "memory.limit_in_bytes", str(limits.memory_bytes))
         if (self.memory_dir / "memory.memsw.limit_in_bytes").exists():  # no swapping past the cap

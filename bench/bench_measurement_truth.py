@@ -6,8 +6,8 @@ measurement (`services.inference.launcher.measure`: its own process, confined, w
 stopping) and an independent loop (a separate process in a cgroup of the same limits, which
 loads the same file with onnxruntime directly and times `session.run` N times with
 `time.perf_counter`). Both hold the machine's measurement lock, one after the other, so they
-see the same machine; a pair during which other work kept more than a quarter of a core busy
-is repeated (up to --attempts). Prints each pair's p50 ratio and the median ratio over the
+see the same machine; a pair during which other work reached into the cores the measurement
+needed is repeated (up to --attempts). Prints each pair's p50 ratio and the median ratio over the
 undisturbed pairs; goal 0.9-1.1.
 
     .venv/bin/python bench/bench_measurement_truth.py [--memory 1769,3538] [--rounds 3]
@@ -65,7 +65,7 @@ def plain_loop(onnx_path: Path, reference: Path, memory_mb: int, threads: int, i
         after, used = LoadSample.now(), resource.getrusage(resource.RUSAGE_CHILDREN)
     own_cpu_s = used.ru_utime + used.ru_stime - usage.ru_utime - usage.ru_stime
     p50, p99 = map(float, done.stdout.split())
-    return p50, p99, load_report(before, after, own_cpu_s)
+    return p50, p99, load_report(before, after, own_cpu_s, needed_cores=Limits.for_memory(memory_mb).vcpus if group else threads)
 
 
 def main() -> None:

@@ -169,7 +169,7 @@ def _run_child(spec: MeasureSpec, group: MeasurementGroup | None, python_command
         # catch it: pages of libraries already cached are charged to whoever read them first.
         raise MeasurementFailed(f"out of memory at {spec.memory_mb} MB (peak {report['peak_rss_mb']:.0f} MB)", report["peak_rss_mb"])
     report["measurement_s"] = wall_s
-    report["load"] = load_report(before, after, own_cpu_s)
+    report["load"] = load_report(before, after, own_cpu_s, needed_cores=spec.vcpus if group is not None else spec.threads)
     if outcome is not None:
         report["cgroup_peak_mb"] = outcome.peak_mb
         if outcome.periods:

@@ -1,8 +1,10 @@
 """How busy the machine was around a measurement, so a disturbed one can be seen and repeated.
 
-`LoadSample.now()` before and after; `load_report(before, after, own_cpu_s)` gives the load
-averages, the CPU pressure (PSI, where the kernel has it) and the cores other work kept busy
-while the measurement ran (all CPU time on the machine minus the measurement's own).
+`LoadSample.now()` before and after; `load_report(before, after, own_cpu_s, needed_cores)` gives
+the load averages, the CPU pressure (PSI, where the kernel has it) and the cores other work kept
+busy while the measurement ran (all CPU time on the machine minus the measurement's own). It was
+disturbed when other work used more than the cores the measurement left free (plus a margin):
+work that only fills idle cores does not compete with it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-DISTURBED_OTHER_CORES = 0.25  # other work using more than this many cores on average disturbs a measurement
+DISTURBED_MARGIN_CORES = 0.25  # how far other work may reach into the cores a measurement needs
 
 
 def host_cores() -> int:
@@ -57,18 +59,21 @@ class LoadSample:
         return cls(time.monotonic(), os.getloadavg()[0], _cpu_pressure_avg10(), _busy_cpu_s())
 
 
-def load_report(before: LoadSample, after: LoadSample, own_cpu_s: float | None) -> dict:
-    """The machine's load around one measurement (see the module docstring)."""
+def load_report(before: LoadSample, after: LoadSample, own_cpu_s: float | None, needed_cores: float = 1.0) -> dict:
+    """The machine's load around one measurement that needed `needed_cores` (its CPU share,
+    or its threads when unconfined); see the module docstring."""
     elapsed = max(1e-6, after.at - before.at)
     other = None
     if before.busy_cpu_s is not None and after.busy_cpu_s is not None and own_cpu_s is not None:
         other = max(0.0, (after.busy_cpu_s - before.busy_cpu_s - own_cpu_s) / elapsed)
+    cores = host_cores()
+    free = cores - min(needed_cores, cores)
     return {
-        "host_cores": host_cores(),
+        "host_cores": cores,
         "loadavg_1m_before": before.loadavg_1m,
         "loadavg_1m_after": after.loadavg_1m,
         "cpu_pressure_avg10_before": before.cpu_pressure_avg10,
         "cpu_pressure_avg10_after": after.cpu_pressure_avg10,
         "other_busy_cores": other,  # average cores busy with other work during the measurement
-        "disturbed": other is not None and other > DISTURBED_OTHER_CORES,
+        "disturbed": other is not None and other > free + DISTURBED_MARGIN_CORES,
     }

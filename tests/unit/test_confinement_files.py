@@ -165,3 +165,15 @@ def test_groups_left_by_a_dead_launcher_are_removed(tmp_path):
     live.mkdir()
     group = MeasurementGroup.create(Limits.for_memory(1769), Hierarchy(version=1, cpu_parent=tmp_path / "cpu", memory_parent=tmp_path / "memory"))
     assert not stale.exists() and live.exists() and group.memory_dir.exists()
+
+
+def test_other_work_disturbs_only_when_it_reaches_into_the_cores_needed(monkeypatch):
+    from services.inference.machine_load import LoadSample, load_report
+
+    monkeypatch.setattr("services.inference.machine_load.host_cores", lambda: 2)
+    before = LoadSample(at=0.0, loadavg_1m=1.0, cpu_pressure_avg10=None, busy_cpu_s=100.0)
+    after = LoadSample(at=10.0, loadavg_1m=1.0, cpu_pressure_avg10=None, busy_cpu_s=120.0)  # 2 cores busy for 10 s
+    half = load_report(before, after, own_cpu_s=5.0, needed_cores=0.5)  # others: 1.5 cores, 1.5 free
+    assert half["other_busy_cores"] == 1.5 and not half["disturbed"]
+    two = load_report(before, after, own_cpu_s=15.0, needed_cores=2.0)  # others: 0.5 cores, none free
+    assert two["other_busy_cores"] == 0.5 and two["disturbed"]

@@ -212,13 +212,28 @@ def _import_pt2(path: Path, examples: dict[str, np.ndarray]):
     try:
         # Static shapes: a TVM artifact serves one batch size, and static shapes let every
         # kernel be tuned for its exact sizes.
-        static = torch.export.export(program.module(), (), kwargs=inputs)
+        static = _export_static(program, inputs)
     except Exception as exc:
         raise ConversionError(f"re-exporting the program with a static batch failed: {_first_line(exc)}") from exc
     try:
         return from_exported_program(static, unwrap_unit_return_tuple=False)
     except Exception as exc:
         raise ConversionError(f"TVM cannot import the program: {_unsupported_ops(exc)}") from exc
+
+
+def _export_static(program, inputs: dict):
+    """Re-export `program` at the shapes of `inputs`, passed as it was exported: by name (as the
+    project's examples are), else by position in the workload's input order."""
+    import torch
+
+    module = program.module()
+    try:
+        return torch.export.export(module, (), kwargs=inputs)
+    except Exception as by_name:
+        try:
+            return torch.export.export(module, tuple(inputs.values()))
+        except Exception:
+            raise by_name from None
 
 
 def _import_onnx(path: Path, examples: dict[str, np.ndarray]):

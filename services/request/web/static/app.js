@@ -196,6 +196,7 @@ function fmt(key, value) {
   if (value === null || value === undefined || value === "") return "–";
   if (typeof value !== "number") return String(value);
   if (key === "agreement" || key === "cost_per_million_usd") return value.toFixed(4);
+  if (key === "cold_start_usd") return value.toPrecision(3);  // a few millionths of a dollar
   return value >= 10 ? value.toFixed(1) : value.toFixed(2);
 }
 

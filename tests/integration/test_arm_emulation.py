@@ -26,17 +26,16 @@ def _check_arm_module():
     return module
 
 
-@pytest.fixture(scope="module")
-def emulation():
+def _require_emulation() -> None:
     ok, reason = arm_available()
     if not ok:
         if os.environ.get("AYCI_REQUIRE_ARM") == "1":
             pytest.fail(f"AYCI_REQUIRE_ARM=1 but arm emulation is unavailable: {reason}")
         pytest.skip(f"arm emulation unavailable: {reason}")
-    return reason
 
 
-def test_arm_artifacts_agree_with_x86_base_under_emulation(emulation, tmp_path):
+def test_arm_artifacts_agree_with_x86_base_under_emulation(tmp_path):
+    _require_emulation()
     summary = _check_arm_module().check_arm(tmp_path, [32, 32], trials=0)
     assert summary["tvm_elf_machine"] == 183
     assert set(summary["engines"]) == {"onnx", "tvm"}

@@ -134,7 +134,7 @@ def convert(job: ConversionJob) -> Conversion:
     tuning = _tune(mod, job, tune_spec) if job.tuning_trials > 0 else _no_tuning()
     job.progress("tvm: compiling")
     try:
-        executable = _compile(mod, spec, tuning.database)
+        executable, scheduled = _compile(mod, spec, tuning.database)
         out = Path(job.out_dir) / ARTIFACT
         if hardware == "arm":
             from tvm.support.cc import cross_compiler
@@ -156,6 +156,7 @@ def convert(job: ConversionJob) -> Conversion:
         "trials": tuning.trials,
         "tasks": tuning.tasks,
         "records_reused": tuning.reused,
+        **scheduled,
         "tuned": tuning.trials > 0 and hardware != "arm",
     }
     if hardware == "arm":
@@ -289,9 +290,21 @@ def _compile(mod, spec: dict, database):
     if database is not None:
         with target, database:
             mod = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
+            scheduled = _count_scheduled(mod)
             mod = _split_weight_packing(mod)
             mod = relax.transform.FoldConstant()(mod)  # packs the constant weights now, once
-    return tvm.compile(mod, target=target)
+    else:
+        scheduled = _count_scheduled(mod)
+    return tvm.compile(mod, target=target), scheduled
+
+
+def _count_scheduled(mod) -> dict:
+    """How many of the module's kernels carry a tuned schedule (the rest run as naive loops)."""
+    from tvm import tirx
+
+    kernels = [f for _, f in mod.functions_items() if isinstance(f, tirx.PrimFunc)]
+    tuned = sum(1 for f in kernels if f.attrs and f.attrs.get("tirx.is_scheduled", False))
+    return {"kernels": len(kernels), "kernels_tuned": tuned}
 
 
 def _split_weight_packing(mod):

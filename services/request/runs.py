@@ -97,21 +97,6 @@ def run_progress(store: ObjectStore, record: dict) -> dict:
     }
 
 
-def pareto_front(rows: list[dict]) -> list[str]:
-    """Labels of the measured rows that no other row beats on both p99 and cost (ties kept),
-    ordered by cost. Rows without a cost are left out."""
-    points = [r for r in rows if r.get("p99_ms") is not None and r.get("cost_per_million_usd") is not None]
-    front = [
-        p for p in points
-        if not any(
-            q["p99_ms"] <= p["p99_ms"] and q["cost_per_million_usd"] <= p["cost_per_million_usd"]
-            and (q["p99_ms"] < p["p99_ms"] or q["cost_per_million_usd"] < p["cost_per_million_usd"])
-            for q in points
-        )
-    ]
-    return [p["combination"] for p in sorted(front, key=lambda p: (p["cost_per_million_usd"], p["p99_ms"]))]
-
-
 def results_document(summary: dict, results_url: str) -> dict:
     """The results as JSON: the table rows (the same as the CLI's and the email's), the
     recommendation, the Pareto front and the failures."""
@@ -126,7 +111,7 @@ def results_document(summary: dict, results_url: str) -> dict:
         "rows": rows,
         "recommendation": recommendation,
         "recommended": {kind: recommendation[kind] for kind in RECOMMENDATION_KINDS if recommendation.get(kind)},
-        "pareto_front": pareto_front(rows),
+        "pareto_front": recommendation.get("pareto", []),  # the archiver's, over the candidates
         "failures": [{"combination": f["label"], "stage": f["stage"], "reason": f["reason"]} for f in summary.get("failures", [])],
         "results_url": results_url,
     }

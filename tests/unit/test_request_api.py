@@ -15,7 +15,6 @@ from mangum import Mangum
 from ayci.adapters.local_store import LocalFolderStore
 from ayci.settings import Settings
 from services.request.app import RequestDeps, create_app, parse_api_keys
-from services.request.runs import pareto_front
 from services.request.uploads import LocalUploader
 from tests.fakes import RecordingPublisher, tiny_onnx_model
 
@@ -232,11 +231,14 @@ def fake_summary(run_id: str) -> dict:
             "peak_rss_mb": 300.0, "cost": {"per_million_inferences_usd": cost}, "agreement": {"score": 1.0, "metric": "top1"},
         }
 
+    from services.archiver.recommendation import recommend
+
+    results = [result("onnx", 1769, 5.0, 0.40), result("onnx", 3538, 4.0, 0.90), result("base", 1769, 20.0, 1.50)]
     return {
         "run_id": run_id, "status": "partial", "model": {"sha256": "a" * 64},
-        "results": [result("onnx", 1769, 5.0, 0.40), result("onnx", 3538, 4.0, 0.90), result("base", 1769, 20.0, 1.50)],
+        "results": results,
         "failures": [{"combo_key": "k", "label": "intel/tvm/b1/1769MB", "stage": "converter", "reason": "TVM could not build"}],
-        "recommendation": {"fastest": "intel/onnx/b1/3538MB", "excluded": {}},
+        "recommendation": recommend(results, slo_p99_ms=None, min_agreement=0.99),
     }
 
 
@@ -246,8 +248,9 @@ def test_results_as_json_and_csv(client, deps, stored_model):
     assert client.get(f"/runs/{run_id}", headers=ALICE).json()["status"] == "partial"
     results = client.get(f"/runs/{run_id}/results", headers=ALICE).json()
     assert [r["combination"] for r in results["rows"]] == ["intel/onnx/b1/3538MB", "intel/onnx/b1/1769MB", "intel/base/b1/1769MB", "intel/tvm/b1/1769MB"]
-    assert results["pareto_front"] == ["intel/onnx/b1/1769MB", "intel/onnx/b1/3538MB"]
-    assert results["recommended"] == {"fastest": "intel/onnx/b1/3538MB"}
+    assert results["pareto_front"] == ["intel/onnx/b1/3538MB", "intel/onnx/b1/1769MB"]  # base is beaten on both
+    assert results["recommended"]["fastest"] == "intel/onnx/b1/3538MB"
+    assert results["recommended"]["cheapest"] == "intel/onnx/b1/1769MB"
     assert results["failures"] == [{"combination": "intel/tvm/b1/1769MB", "stage": "converter", "reason": "TVM could not build"}]
     csv = client.get(f"/runs/{run_id}/results", headers={**ALICE, "Accept": "text/csv"})
     assert csv.headers["content-type"].startswith("text/csv")
@@ -257,17 +260,6 @@ def test_results_as_json_and_csv(client, deps, stored_model):
     first = table[0]
     assert (first["status"], first["p50_ms"], first["p99_ms"], first["cold_start_ms"], first["cost_per_million_usd"]) == ("measured", "2.0", "4.0", "900.0", "0.9")
     assert table[3]["status"] == "failed" and "TVM could not build" in table[3]["note"]
-
-
-def test_pareto_front_keeps_ties_and_skips_rows_without_cost():
-    rows = [
-        {"combination": "a", "p99_ms": 5.0, "cost_per_million_usd": 1.0},
-        {"combination": "b", "p99_ms": 5.0, "cost_per_million_usd": 1.0},
-        {"combination": "c", "p99_ms": 6.0, "cost_per_million_usd": 1.0},
-        {"combination": "d", "p99_ms": 1.0, "cost_per_million_usd": None},
-        {"combination": "e", "p99_ms": 2.0, "cost_per_million_usd": 3.0},
-    ]
-    assert pareto_front(rows) == ["a", "b", "e"]
 
 
 def test_api_gateway_rest_proxy_event_through_mangum(deps, stored_model, client):

@@ -4,6 +4,7 @@ that combination's failure; the run goes on."""
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import tempfile
@@ -36,8 +37,25 @@ class InferenceDeps:
 
 
 def native_runtime(hardware: Hardware) -> tuple[list[str], bool] | None:
-    """This machine's own Python, if it is of `hardware`'s architecture."""
-    return ([sys.executable], False) if hardware == native_hardware() else None
+    """This machine's own Python for its own architecture; for arm on an x86 machine, the
+    aarch64 Python under qemu (emulated: agreement is real, timings are not) if it is set up."""
+    if hardware == native_hardware():
+        return [sys.executable], False
+    if hardware == Hardware.arm and _arm_emulation()[0]:
+        from engines.arm_emulation import arm_python_command
+
+        return arm_python_command(), True
+    return None
+
+
+@functools.cache
+def _arm_emulation() -> tuple[bool, str]:
+    from engines.arm_emulation import arm_available
+
+    available, reason = arm_available()
+    if not available:
+        log.warning("arm_emulation_unavailable", reason=reason)
+    return available, reason
 
 
 def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload]:
@@ -47,7 +65,7 @@ def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload]:
     key = f"results/{converted.combo_key}.json"
     runtime = deps.runtime_for(combo.hardware)
     if runtime is None:
-        reason = f"no {combo.hardware.value} worker here and no emulation of it available"
+        reason = f"no {combo.hardware.value} worker here and no emulation of it ({_arm_emulation()[1]})"
         return [ComboFailed(combo=combo, combo_key=converted.combo_key, stage=FailureStage.inference, reason=reason)]
     python_command, emulated = runtime
     with tempfile.TemporaryDirectory(dir=deps.work_dir, prefix="infer-") as tmp:

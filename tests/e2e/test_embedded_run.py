@@ -151,3 +151,26 @@ def test_replay_from_model_converted_is_a_new_linked_run(app, tiny_image_model):
         assert all(r["reused"] is (not force) for r in replayed["results"])
     with pytest.raises(ReplayError, match="must be one of"):
         replay(app.store, run_id, "RunArchived")
+
+
+def test_arm_combinations_run_as_aarch64_code_under_emulation(app, tiny_image_model):
+    """On this x86 machine an arm combination is measured in the aarch64 Python under qemu:
+    its agreement is checked for real; its timings are marked emulated, never costed."""
+    import os
+
+    from engines.arm_emulation import arm_available
+
+    available, reason = arm_available()
+    if not available:
+        if os.environ.get("AYCI_REQUIRE_ARM") == "1":
+            pytest.fail(f"AYCI_REQUIRE_ARM=1 but arm emulation is unavailable: {reason}")
+        pytest.skip(f"arm emulation unavailable: {reason}")
+    model = store_model(app.store, tiny_image_model, "image_classification", TINY_IMAGE_SIZE)
+    matrix = Matrix(optimizers={"arm": ["onnx"], "intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1769])
+    summary, _ = run(app, RequestSubmitted(model=model, matrix=matrix))
+    assert summary["status"] == "complete", summary["failures"]
+    by_hw = {r["combo"]["hardware"]: r for r in summary["results"]}
+    assert by_hw["arm"]["emulated"] is True and by_hw["intel"]["emulated"] is False
+    assert by_hw["arm"]["agreement"]["score"] == 1.0 and by_hw["arm"]["agreement"]["max_abs_diff"] < 1e-4
+    assert by_hw["arm"]["cost"] is None
+    assert summary["recommendation"]["fastest"] == "intel/onnx/b1/1769MB"

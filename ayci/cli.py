@@ -181,7 +181,8 @@ def localstack_services(stack: str, settings: Settings):
     cloud.start_localstack()
     outputs = cloud.deploy(stack)
     processes = cloud.ServiceProcesses(env=cloud.service_env(outputs, stack), log_dir=settings.data_dir.parent / "logs")
-    processes.start_all()
+    # an arm worker too: on x86 it measures arm combinations as emulated aarch64 code
+    processes.start_all(inference_hardware=("intel", "arm"))
     try:
         os.environ.update({"AYCI_BUCKET": outputs.bucket, "AYCI_BUS_NAME": outputs.bus_name, "AYCI_QUEUE_PREFIX": stack})
         yield aws(Settings())

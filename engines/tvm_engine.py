@@ -35,7 +35,6 @@ a schedule search, but not one measured on the arm CPU.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -390,10 +389,22 @@ def _tune(mod, job: ConversionJob, tune_spec: dict) -> _Tuning:
     extracted = ms.relax_integration.extract_tasks(mod, target, module_equality=MODULE_EQUALITY)
     extracted = [t for t in extracted if not t.mod.attrs or not t.mod.attrs.get("tirx.is_scheduled", False)]
     if have >= job.tuning_trials and record_file.exists() and record_file.stat().st_size > 0:
-        job.progress(f"tvm: applying stored tuning records ({have} trials, {len(extracted)} tasks)")
-        return _Tuning(database, trials=have, tasks=len(extracted), seconds=time.perf_counter() - started, reused=True, scratch=scratch)
+        tasks = int(meta.get("tasks", len(extracted)))
+        job.progress(f"tvm: applying stored tuning records ({have} trials, {tasks} tasks)")
+        return _Tuning(database, trials=have, tasks=tasks, seconds=time.perf_counter() - started, reused=True, scratch=scratch)
     if not extracted:
         return _Tuning(database, scratch=scratch, seconds=time.perf_counter() - started)
+
+    try:
+        return _search(job, database, extracted, have, records_dir, scratch, tune_spec, started)
+    except Exception as exc:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise ConversionError(f"TVM tuning failed: {_first_line(exc)}") from exc
+
+
+def _search(job, database, extracted, have, records_dir, scratch, tune_spec, started) -> _Tuning:
+    """Run MetaSchedule on `extracted` with what is left of the budget; records go to `database`."""
+    from tvm.s_tir import meta_schedule as ms
 
     budget = job.tuning_trials - have
     # The heaviest kernels first, as many as the budget tunes at MIN_TRIALS_PER_TASK each: the
@@ -509,10 +520,11 @@ def _import_runtime():
 
 def load(path: Path, threads: int):
     """A runner for `model.so`: named numpy inputs (in the workload's input order) -> outputs."""
+    # Read when TVM's thread pool starts (the first parallel kernel of the process): a measuring
+    # process loads one model, so this is its thread count. (runtime.config_threadpool could
+    # resize a running pool, but it also pins threads to cores, which a confined child must not.)
     os.environ["TVM_NUM_THREADS"] = str(threads)
     tvm = _import_runtime()
-    with contextlib.suppress(Exception):  # the pool may already exist in this process: resize it
-        tvm.get_global_func("runtime.config_threadpool")(0, threads)
     executable = tvm.runtime.load_module(str(path))
     device = tvm.cpu()
     vm = tvm.runtime.vm.VirtualMachine(executable, device)

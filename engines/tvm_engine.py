@@ -15,6 +15,7 @@ Tuning (`job.tuning_trials` measured candidates in total; 0 = none):
   task. A kernel without a schedule runs as naive loops (single-threaded, scalar: untuned TVM is
   ~100x slower than ONNX Runtime on the BERT example), so a budget spread over all the big kernels
   beats one spent deeply on a few. `details` says how many kernels got a tuned schedule.
+- Convolutions are converted to NHWC first (measured: better kernels for fewer trials).
 - Weights are layout-free: tuned kernels may ask for a packed weight layout, and the packing is
   folded into the constants at compile time (nothing is repacked per call).
 - Records: `job.tuning_dir` holds MetaSchedule's JSON database (`database_workload.json`,
@@ -215,10 +216,13 @@ def _unsupported_ops(exc: BaseException) -> str:
 def _import_pt2(path: Path, examples: dict[str, np.ndarray]):
     import torch
 
-    from engines.model_files import load_exported_program
+    from engines.model_files import NotAModelError, load_exported_program
     from tvm.relax.frontend.torch import from_exported_program
 
-    program = load_exported_program(path)
+    try:
+        program = load_exported_program(path)
+    except NotAModelError as exc:
+        raise ConversionError(str(exc)) from exc
     inputs = {name: torch.from_numpy(value) for name, value in examples.items()}
     try:
         # Static shapes: a TVM artifact serves one batch size, and static shapes let every
@@ -278,6 +282,7 @@ def _prepare(mod, spec: dict):
                 [
                     relax.transform.DecomposeOpsForInference(),
                     relax.transform.CanonicalizeBindings(),
+                    *_layout_passes(),
                     *relax.pipeline.library_dispatch_passes(target),
                     relax.transform.LegalizeOps(),
                     relax.transform.AnnotateTIROpPattern(),
@@ -289,6 +294,15 @@ def _prepare(mod, spec: dict):
             )(mod)
     except Exception as exc:
         raise ConversionError(f"TVM cannot lower the model: {_unsupported_ops(exc)}") from exc
+
+
+def _layout_passes() -> list:
+    """Convolutions in NHWC (channels innermost, so they vectorize over channels) with OHWI
+    weights (folded into the constants). Measured on ResNet-18 b1, 2 cores, 500 trials each:
+    NHWC 12.8 ms, where NCHW needed 2000 trials for 15.7 ms (ONNX Runtime: 9.0-9.2 ms)."""
+    from tvm import relax
+
+    return [relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})]
 
 
 def _compile(mod, spec: dict, database):
@@ -353,7 +367,7 @@ class _Tuning:
         self._scratch = scratch
 
     def close(self) -> None:
-        if self._scratch and not os.environ.get("AYCI_TVM_KEEP_LOGS"):
+        if self._scratch and not os.environ.get("AYCI_TVM_KEEP_LOGS"):  # debugging: keep MetaSchedule's logs
             shutil.rmtree(self._scratch, ignore_errors=True)
 
 

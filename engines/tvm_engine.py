@@ -271,29 +271,40 @@ def _import_onnx(path: Path, examples: dict[str, np.ndarray]):
 
 
 def _prepare(mod, spec: dict):
-    """Legalize to TIR, fuse, and mark the weights layout-free; the module tuning sees."""
+    """Legalize to TIR, fuse, and mark the weights layout-free; the module tuning sees.
+
+    Convolutions go NHWC when TVM's layout conversion handles the graph; when it does not
+    (it fails on the example detector's post-processing), the model stays NCHW."""
+    try:
+        return _lower(mod, spec, _layout_passes())
+    except Exception:  # noqa: BLE001 - the conversion's own failure: retry without it
+        pass
+    try:
+        return _lower(mod, spec, [])
+    except Exception as exc:
+        raise ConversionError(f"TVM cannot lower the model: {_unsupported_ops(exc)}") from exc
+
+
+def _lower(mod, spec: dict, layout_passes: list):
     import tvm
     from tvm import relax
 
     target = tvm.target.Target(spec)
-    try:
-        with target:
-            return tvm.transform.Sequential(
-                [
-                    relax.transform.DecomposeOpsForInference(),
-                    relax.transform.CanonicalizeBindings(),
-                    *_layout_passes(),
-                    *relax.pipeline.library_dispatch_passes(target),
-                    relax.transform.LegalizeOps(),
-                    relax.transform.AnnotateTIROpPattern(),
-                    relax.transform.FoldConstant(),
-                    relax.transform.FuseOps(),
-                    relax.transform.FuseTIR(),
-                    relax.transform.AttachAttrLayoutFreeBuffers(),
-                ]
-            )(mod)
-    except Exception as exc:
-        raise ConversionError(f"TVM cannot lower the model: {_unsupported_ops(exc)}") from exc
+    with target:
+        return tvm.transform.Sequential(
+            [
+                relax.transform.DecomposeOpsForInference(),
+                relax.transform.CanonicalizeBindings(),
+                *layout_passes,
+                *relax.pipeline.library_dispatch_passes(target),
+                relax.transform.LegalizeOps(),
+                relax.transform.AnnotateTIROpPattern(),
+                relax.transform.FoldConstant(),
+                relax.transform.FuseOps(),
+                relax.transform.FuseTIR(),
+                relax.transform.AttachAttrLayoutFreeBuffers(),
+            ]
+        )(mod)
 
 
 def _layout_passes() -> list:

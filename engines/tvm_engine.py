@@ -22,7 +22,8 @@ Tuning (`job.tuning_trials` measured candidates in total; 0 = none):
   `database_tuning_record.json`) and `ayci_tuning.json` (tuning target, trials done, tasks). If it
   already holds records of at least `tuning_trials` trials for the same tuning target, the search
   is skipped and the records applied; with fewer, only the difference is searched and added.
-  Measured: ResNet-18 b1 500 trials took 700 s of tuning + 24 s; the second conversion 27 s.
+  Measured (ResNet-18 b1, 2 shared cores): 1500 trials took 1031 s of tuning + 23 s; the second
+  conversion from the records 38 s (mostly compiling); BERT 500 trials 452 s + 9 s, again 9 s.
 - Speed of the search (measured on 2 shared cores): the stock settings spent 80-90% of the time
   in evolutionary search (512 schedules x 4 generations before every round), so it evolves 128 x 2;
   MetaSchedule's TuneContext imports all of TVM's tensor intrinsics (~500 TVMScript kernels, mostly
@@ -309,8 +310,8 @@ def _lower(mod, spec: dict, layout_passes: list):
 
 def _layout_passes() -> list:
     """Convolutions in NHWC (channels innermost, so they vectorize over channels) with OHWI
-    weights (folded into the constants). Measured on ResNet-18 b1, 2 cores, 500 trials each:
-    NHWC 12.8 ms, where NCHW needed 2000 trials for 15.7 ms (ONNX Runtime: 9.0-9.2 ms)."""
+    weights (folded into the constants). Measured on ResNet-18 b1, 2 cores: NHWC 12.8 ms after
+    500 trials and 12.3 ms after 1500, where NCHW gave 15.7 ms after 2000 (ONNX Runtime 9-10 ms)."""
     from tvm import relax
 
     return [relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})]

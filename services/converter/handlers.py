@@ -57,7 +57,7 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
         try:
             with measurement_lock.shared():  # runs the base model: not beside a measurement either
                 ensure_reference(deps.store, model, model_path, combo.batch_size, work)
-        except (NotAModelError, ConversionError, ValueError, RuntimeError) as exc:
+        except (NotAModelError, ConversionError) as exc:
             return [_failed(pending, f"the base model does not run on the workload's inputs: {_first_line(exc)}")]
         if deps.store.exists(manifest_key(pending.artifact_key)):
             manifest = json.loads(deps.store.get_bytes(manifest_key(pending.artifact_key)))
@@ -107,7 +107,10 @@ def ensure_reference(store: ObjectStore, model: ModelRef, model_path: Path, batc
     artifact.mkdir(exist_ok=True)
     base = engine_module(Optimizer.base)
     conversion = base.convert(ConversionJob(model=model, model_path=model_path, hardware=None, batch_size=batch, target_cpu="", out_dir=artifact))
-    outputs = base.load(artifact / conversion.artifact_file, threads=1)(inputs)
+    try:
+        outputs = base.load(artifact / conversion.artifact_file, threads=1)(inputs)
+    except Exception as exc:  # the user's model on the workload's inputs: any failure is theirs
+        raise ConversionError(f"{type(exc).__name__}: {_first_line(exc)}") from exc
     buffer = io.BytesIO()
     np.savez(buffer, **{f"input:{k}": v for k, v in inputs.items()}, **{f"output:{i}": o for i, o in enumerate(outputs)})
     store.put_bytes(key, buffer.getvalue(), if_absent=True)

@@ -174,3 +174,20 @@ def test_arm_combinations_run_as_aarch64_code_under_emulation(app, tiny_image_mo
     assert by_hw["arm"]["agreement"]["score"] == 1.0 and by_hw["arm"]["agreement"]["max_abs_diff"] < 1e-4
     assert by_hw["arm"]["cost"] is None
     assert summary["recommendation"]["fastest"] == "intel/onnx/b1/1769MB"
+
+
+@pytest.mark.parametrize(
+    "workload, input_size, expected",
+    [("image_classification", [7, 9], "Guard failed"), ("nlp", [16], "keyword mismatch")],
+)
+def test_inputs_the_model_does_not_accept_fail_that_combination_at_once(app, tiny_image_model, workload, input_size, expected):
+    """An input size the model does not accept, or a workload that does not match its inputs:
+    the combination fails with the converter's reason on the first delivery (no retries)."""
+    model = store_model(app.store, tiny_image_model, workload, input_size)
+    matrix = Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1769])
+    summary, _ = run(app, RequestSubmitted(model=model, matrix=matrix))
+    assert summary["status"] == "failed"
+    (failure,) = summary["failures"]
+    assert failure["stage"] == "converter" and expected in failure["reason"]
+    assert "the base model does not run on the workload's inputs" in failure["reason"]
+    assert app.bus.dead_letters == []

@@ -21,7 +21,7 @@ from ayci import measurement_lock
 from ayci.ports import ObjectStore
 from engines import ConversionError, ConversionJob, engine_module
 from engines.model_files import NotAModelError
-from schemas.combos import ModelRef, Optimizer, reference_key
+from schemas.combos import ModelRef, Optimizer, manifest_object_key, reference_key
 from schemas.events import ComboFailed, ComboPending, Envelope, FailureStage, ModelConverted, Payload
 from workloads import workload_module
 
@@ -34,10 +34,6 @@ class ConverterDeps:
     work_dir: Path | None = None
     # runs a conversion; the embedded default calls the engine in-process
     convert: Callable[[Optimizer, ConversionJob], object] = lambda optimizer, job: engine_module(optimizer).convert(job)
-
-
-def manifest_key(key: str) -> str:
-    return f"artifacts/{key}/manifest.json"
 
 
 def tuning_prefix(model: ModelRef, target_cpu: str, batch: int) -> str:
@@ -59,8 +55,8 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
                 ensure_reference(deps.store, model, model_path, combo.batch_size, work)
         except (NotAModelError, ConversionError) as exc:
             return [_failed(pending, f"the base model does not run on the workload's inputs: {_first_line(exc)}")]
-        if deps.store.exists(manifest_key(pending.artifact_key)):
-            manifest = json.loads(deps.store.get_bytes(manifest_key(pending.artifact_key)))
+        if deps.store.exists(manifest_object_key(pending.artifact_key)):
+            manifest = json.loads(deps.store.get_bytes(manifest_object_key(pending.artifact_key)))
             bound.info("artifact_reused", artifact_key=pending.artifact_key)
             return [_converted(pending, manifest, reused=True)]
         out_dir = work / "artifact"
@@ -90,7 +86,7 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
             "tuning_s": conversion.tuning_s,
             "details": conversion.details,
         }
-        deps.store.put_bytes(manifest_key(pending.artifact_key), json.dumps(manifest).encode(), if_absent=True)
+        deps.store.put_bytes(manifest_object_key(pending.artifact_key), json.dumps(manifest).encode(), if_absent=True)
         bound.info("conversion_done", conversion_s=round(conversion.conversion_s, 2), tuning_s=round(conversion.tuning_s, 2))
         return [_converted(pending, manifest, reused=False)]
 

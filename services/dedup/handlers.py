@@ -14,7 +14,7 @@ from datetime import timedelta
 
 from ayci.ports import ObjectStore
 from ayci.settings import Settings
-from schemas.combos import artifact_key, combo_key
+from schemas.combos import artifact_key, combo_key, manifest_object_key, result_object_key
 from schemas.events import (
     ComboFailed,
     ComboPending,
@@ -34,14 +34,6 @@ class DedupDeps:
     settings: Settings
 
 
-def result_key(key: str) -> str:
-    return f"results/{key}.json"
-
-
-def manifest_key(key: str) -> str:
-    return f"artifacts/{key}/manifest.json"
-
-
 def on_request_submitted(event: Envelope, deps: DedupDeps) -> list[Payload]:
     request: RequestSubmitted = event.payload
     model = request.model
@@ -55,19 +47,19 @@ def on_request_submitted(event: Envelope, deps: DedupDeps) -> list[Payload]:
         if not model_stored:
             out.append(ComboFailed(combo=combo, combo_key=key, stage=FailureStage.dedup, reason=f"model {model.sha256[:12]} is not stored"))
             continue
-        if not request.force and deps.store.exists(result_key(key)):
-            stored = json.loads(deps.store.get_bytes(result_key(key)))
+        if not request.force and deps.store.exists(result_object_key(key)):
+            stored = json.loads(deps.store.get_bytes(result_object_key(key)))
             out.append(
                 InferenceDone(
-                    combo=combo, combo_key=key, result_key=result_key(key),
+                    combo=combo, combo_key=key, result_key=result_object_key(key),
                     p50_ms=stored["latency_ms"]["p50"], p99_ms=stored["latency_ms"]["p99"], reused=True,
                 )
             )
             continue
         target_cpu = deps.settings.target_cpu(combo.hardware, combo.optimizer)
         art_key = artifact_key(model, combo, target_cpu)
-        if deps.store.exists(manifest_key(art_key)):
-            manifest = json.loads(deps.store.get_bytes(manifest_key(art_key)))
+        if deps.store.exists(manifest_object_key(art_key)):
+            manifest = json.loads(deps.store.get_bytes(manifest_object_key(art_key)))
             out.append(
                 ModelConverted(
                     model=model, combo=combo, combo_key=key, artifact_key=art_key,

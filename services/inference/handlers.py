@@ -17,7 +17,7 @@ import structlog
 
 from ayci.ports import ObjectStore
 from ayci.settings import Settings, native_hardware
-from schemas.combos import MEASUREMENT_VERSION, Hardware, reference_key
+from schemas.combos import MEASUREMENT_VERSION, Hardware, reference_key, result_object_key
 from schemas.cost import cost_block
 from schemas.cost import default_region as default_price_region
 from schemas.events import ComboFailed, Envelope, FailureStage, InferenceDone, ModelConverted, Payload
@@ -62,7 +62,7 @@ def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload]:
     converted: ModelConverted = event.payload
     combo, model = converted.combo, converted.model
     bound = log.bind(run_id=event.run_id, combo_key=converted.combo_key, combo=combo.label)
-    key = f"results/{converted.combo_key}.json"
+    key = result_object_key(converted.combo_key)
     runtime = deps.runtime_for(combo.hardware)
     if runtime is None:
         reason = f"no {combo.hardware.value} worker here and no emulation of it ({_arm_emulation()[1]})"

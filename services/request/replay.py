@@ -13,6 +13,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 from ayci.ports import ObjectStore
+from schemas.combos import result_object_key
 from schemas.events import Envelope, InferenceDone, Payload, RequestSubmitted, RunPlanned
 
 REPLAYABLE = ("RequestSubmitted", "ComboPending", "ModelConverted")
@@ -49,7 +50,7 @@ def replay(store: ObjectStore, run_id: str, from_type: str, *, force: bool = Fal
     )
     out: list[Payload] = [plan]
     for key, event in chosen.items():
-        result_key = f"results/{key}.json"
+        result_key = result_object_key(key)
         if not force and store.exists(result_key):
             stored = json.loads(store.get_bytes(result_key))
             out.append(InferenceDone(combo=event.payload.combo, combo_key=key, result_key=result_key, p50_ms=stored["latency_ms"]["p50"], p99_ms=stored["latency_ms"]["p99"], reused=True))

@@ -28,3 +28,45 @@ def tiny_image_model(tmp_path_factory) -> Path:
     from workloads.examples import export_example
 
     return export_example("image_classification", TINY_IMAGE_SIZE, tmp_path_factory.mktemp("models") / "resnet18-32.pt2")
+
+
+def wait_until_serving(url: str, why_not: callable, alive: callable = lambda: True, timeout_s: float = 60) -> None:
+    """Wait until `url` answers; fail with `why_not()` (e.g. the server's log) if the server
+    dies (`alive()` false) or does not answer within `timeout_s`."""
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2).close()
+            return
+        except OSError:
+            if not alive() or time.monotonic() > deadline:
+                pytest.fail(why_not())
+            time.sleep(0.3)
+
+
+def measured_result(label: str, *, p99: float, cost: float, agreement: float = 1.0, cold_start_ms: float = 900.0, peak_rss_mb: float = 300.0) -> dict:
+    """A stored result of the combination `label` ("intel/onnx/b1/1769MB"), as the inference
+    service writes it, with the figures the table shows (p50 and p90 derived from p99)."""
+    hardware, optimizer, batch, memory = label.split("/")
+    return {
+        "combo": {"hardware": hardware, "optimizer": optimizer, "batch_size": int(batch[1:]), "memory_mb": int(memory[:-2])},
+        "latency_ms": {"p50": p99 / 2, "p90": p99 * 0.8, "p99": p99}, "cold_start_ms": {"total": cold_start_ms},
+        "peak_rss_mb": peak_rss_mb, "cost": {"per_million_inferences_usd": cost}, "agreement": {"score": agreement, "metric": "top1"},
+    }
+
+
+def archived_summary(run_id: str, status: str, results: list[dict], failures: list[dict], input_size=(224, 224)) -> dict:
+    """A run summary as the archiver stores it, its recommendation made by the archiver's own
+    `recommend`. A failure is {"label", "stage", "reason"}."""
+    from services.archiver.recommendation import recommend
+
+    return {
+        "run_id": run_id, "status": status,
+        "model": {"sha256": "ab" * 32, "workload": "image_classification", "input_size": list(input_size)},
+        "results": results,
+        "failures": [{"combo_key": f"k{i}", **f} for i, f in enumerate(failures)],
+        "recommendation": recommend(results, slo_p99_ms=None, min_agreement=0.99),
+    }

@@ -13,13 +13,12 @@ import re
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import TINY_IMAGE_SIZE
+from tests.conftest import TINY_IMAGE_SIZE, wait_until_serving
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -54,16 +53,7 @@ def server(tmp_path_factory):
         cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/openapi.json", timeout=2).close()
-            break
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                pytest.fail(f"ayci serve did not start:\n{(root / 'serve.log').read_text()[-3000:]}")
-            time.sleep(0.3)
+    wait_until_serving(f"{url}/openapi.json", lambda: f"ayci serve did not start:\n{(root / 'serve.log').read_text()[-3000:]}", alive=lambda: process.poll() is None)
     yield url
     process.terminate()
     try:

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from ayci import cloud
-from tests.conftest import TINY_IMAGE_SIZE
+from tests.conftest import TINY_IMAGE_SIZE, wait_until_serving
 
 pytestmark = pytest.mark.localstack
 API_KEY, OTHER_KEY = "gateway-test-key-1", "gateway-test-key-2"
@@ -61,15 +61,7 @@ def gateway(tmp_path_factory):
     processes = cloud.ServiceProcesses(env=env, log_dir=tmp_path_factory.mktemp("service-logs"))
     processes.start_all()
     processes.start("request", args=["--port", str(port)])
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/openapi.json", timeout=2).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                pytest.fail(f"the request service did not start:\n{processes.log_text('request')[-3000:]}")
-            time.sleep(0.3)
+    wait_until_serving(f"http://127.0.0.1:{port}/openapi.json", lambda: f"the request service did not start:\n{processes.log_text('request')[-3000:]}")
     yield {"base": base, "processes": processes, "bucket": outputs.bucket}
     processes.stop_all()
     from ayci.infra import delete_stack

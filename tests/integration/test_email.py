@@ -10,6 +10,8 @@ import uuid
 import boto3
 import pytest
 
+from tests.conftest import archived_summary, measured_result
+
 from ayci.adapters.local_store import LocalFolderStore
 from ayci.adapters.ses import SesMailer
 from schemas.events import Envelope, RunArchived, RunStatus
@@ -25,17 +27,9 @@ def sent_mail(sender: str) -> list[dict]:
 
 
 def summary(run_id: str, status: str) -> dict:
-    result = {
-        "combo": {"hardware": "intel", "optimizer": "onnx", "batch_size": 4, "memory_mb": 3538},
-        "latency_ms": {"p50": 3.5, "p90": 4.0, "p99": 4.75}, "cold_start_ms": {"total": 640.0}, "peak_rss_mb": 260.0,
-        "cost": {"per_million_inferences_usd": 0.0777}, "agreement": {"score": 0.998, "metric": "top1"},
-    }
-    return {
-        "run_id": run_id, "status": status, "model": {"sha256": "cd" * 32, "workload": "image_classification", "input_size": [224, 224]},
-        "results": [] if status == "failed" else [result],
-        "failures": [{"combo_key": "k1", "label": "arm/tvm/b4/3538MB", "stage": "converter", "reason": "TVM build failed: no such target"}],
-        "recommendation": {"fastest": None if status == "failed" else "intel/onnx/b4/3538MB", "excluded": {}},
-    }
+    results = [] if status == "failed" else [measured_result("intel/onnx/b4/3538MB", p99=4.75, cost=0.0777, agreement=0.998, cold_start_ms=640.0, peak_rss_mb=260.0)]
+    failure = {"label": "arm/tvm/b4/3538MB", "stage": "converter", "reason": "TVM build failed: no such target"}
+    return archived_summary(run_id, status, results, [failure])
 
 
 @pytest.fixture

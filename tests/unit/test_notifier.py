@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from tests.conftest import archived_summary, measured_result
+
 from ayci.adapters.local_store import LocalFolderStore
 from schemas.events import Envelope, RunArchived, RunStatus
 from services.notifier.handlers import NotifierDeps, compose, email_key, on_run_archived
@@ -14,17 +16,9 @@ RUN_ID = "6f1c1d2e-0000-4000-8000-000000000001"
 
 
 def summary(status="partial") -> dict:
-    result = {
-        "combo": {"hardware": "intel", "optimizer": "onnx", "batch_size": 1, "memory_mb": 1769},
-        "latency_ms": {"p50": 1.25, "p90": 1.5, "p99": 2.75}, "cold_start_ms": {"total": 812.0}, "peak_rss_mb": 222.5,
-        "cost": {"per_million_inferences_usd": 0.1234}, "agreement": {"score": 1.0, "metric": "top1"},
-    }
-    return {
-        "run_id": RUN_ID, "status": status, "model": {"sha256": "ab" * 32, "workload": "image_classification", "input_size": [32, 32]},
-        "results": [result] if status != "failed" else [],
-        "failures": [{"combo_key": "k", "label": "intel/base/b1/128MB", "stage": "inference", "reason": "out of memory at 128 MB (peak 400 MB)"}],
-        "recommendation": {"fastest": "intel/onnx/b1/1769MB" if status != "failed" else None, "excluded": {}},
-    }
+    results = [] if status == "failed" else [measured_result("intel/onnx/b1/1769MB", p99=2.75, cost=0.1234, cold_start_ms=812.0, peak_rss_mb=222.5)]
+    failure = {"label": "intel/base/b1/128MB", "stage": "inference", "reason": "out of memory at 128 MB (peak 400 MB)"}
+    return archived_summary(RUN_ID, status, results, [failure], input_size=(32, 32))
 
 
 class FakeMailer:

@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import archived_summary, measured_result
 from fastapi.testclient import TestClient
 from mangum import Mangum
 
@@ -224,22 +226,13 @@ def test_a_run_the_bus_does_not_take_is_503_and_never_shown(client, deps, stored
 
 
 def fake_summary(run_id: str) -> dict:
-    def result(optimizer, memory, p99, cost):
-        return {
-            "combo": {"hardware": "intel", "optimizer": optimizer, "batch_size": 1, "memory_mb": memory},
-            "latency_ms": {"p50": p99 / 2, "p90": p99 * 0.8, "p99": p99}, "cold_start_ms": {"total": 900.0},
-            "peak_rss_mb": 300.0, "cost": {"per_million_inferences_usd": cost}, "agreement": {"score": 1.0, "metric": "top1"},
-        }
-
-    from services.archiver.recommendation import recommend
-
-    results = [result("onnx", 1769, 5.0, 0.40), result("onnx", 3538, 4.0, 0.90), result("base", 1769, 20.0, 1.50)]
-    return {
-        "run_id": run_id, "status": "partial", "model": {"sha256": "a" * 64},
-        "results": results,
-        "failures": [{"combo_key": "k", "label": "intel/tvm/b1/1769MB", "stage": "converter", "reason": "TVM could not build"}],
-        "recommendation": recommend(results, slo_p99_ms=None, min_agreement=0.99),
-    }
+    results = [
+        measured_result("intel/onnx/b1/1769MB", p99=5.0, cost=0.40),
+        measured_result("intel/onnx/b1/3538MB", p99=4.0, cost=0.90),
+        measured_result("intel/base/b1/1769MB", p99=20.0, cost=1.50),
+    ]
+    failure = {"label": "intel/tvm/b1/1769MB", "stage": "converter", "reason": "TVM could not build"}
+    return archived_summary(run_id, "partial", results, [failure])
 
 
 def test_results_as_json_and_csv(client, deps, stored_model):

@@ -1,7 +1,7 @@
 """The one wiring point: services, their handlers and deps, and the transport they run on.
 
 `embedded(settings)` is the default: every service in this process, an in-process bus and a
-local-folder store. The AWS path (`ayci.adapters.aws`) wires the same services to
+local-folder store. The AWS path (`adapters.aws`) wires the same services to
 EventBridge + SQS, S3 and SES.
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ayci.adapters.inprocess_bus import InProcessBus
-from ayci.adapters.local_store import LocalFolderStore
-from ayci.ports import Mailer, ObjectStore
-from ayci.runtime import LoggedPublisher, Service, ServiceRunner
+from adapters.inprocess_bus import InProcessBus
+from adapters.local_store import LocalFolderStore
+from core.ports import Mailer, ObjectStore
+from core.runtime import LoggedPublisher, Service, ServiceRunner
 from ayci.settings import Settings
 from services.archiver import handlers as archiver
 from services.converter import handlers as converter
@@ -33,11 +33,11 @@ QUEUES: dict[str, tuple[str, ...]] = {
 def build_service(name: str, store: ObjectStore, settings: Settings, mailer: Mailer | None = None, now=None) -> Service:
     """One service with its handlers and the deps they need."""
     if name == "dedup":
-        return Service(name, dedup.HANDLERS, dedup.DedupDeps(store=store, settings=settings))
+        return Service(name, dedup.HANDLERS, dedup.DedupDeps(store=store, target_cpu=settings.target_cpu))
     if name == "converter":
         return Service(name, converter.HANDLERS, converter.ConverterDeps(store=store))
     if name == "inference":
-        return Service(name, inference.HANDLERS, inference.InferenceDeps(store=store, settings=settings))
+        return Service(name, inference.HANDLERS, inference.InferenceDeps(store=store, time_cap_s=settings.measure_time_cap_s, min_iterations=settings.measure_min_iterations))
     if name == "archiver":
         return Service(name, archiver.HANDLERS, archiver.ArchiverDeps(store=store, **({"now": now} if now else {})))
     if name == "notifier":
@@ -75,7 +75,7 @@ class AwsWiring:
 
 def aws(settings: Settings) -> AwsWiring:
     """The real path: S3 for objects, EventBridge (+ SQS for delayed events) for events."""
-    from ayci.adapters.aws import EventBridgePublisher, S3Store
+    from adapters.aws import EventBridgePublisher, S3Store
 
     store = S3Store(settings.bucket)
     return AwsWiring(store=store, publisher=LoggedPublisher(store, EventBridgePublisher(settings.bus_name, settings.queue_prefix, copies=settings.publish_copies)))
@@ -86,7 +86,7 @@ def aws_runner(name: str, settings: Settings, wiring: AwsWiring | None = None) -
     wiring = wiring or aws(settings)
     mailer = None
     if name == "notifier":
-        from ayci.adapters.ses import SesMailer
+        from adapters.ses import SesMailer
 
         mailer = SesMailer(settings.sender_email)
     return ServiceRunner(build_service(name, wiring.store, settings, mailer), wiring.store, wiring.publisher)

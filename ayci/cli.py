@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ayci.logs import configure_logging
+from core.logs import configure_logging
 from ayci.settings import Settings
 from engines.model_files import NotAModelError
 from schemas.combos import Matrix, Workload

@@ -30,7 +30,7 @@ _TIMEOUT_S = 1800
 @dataclass(frozen=True)
 class StackOutputs:
     """What the services need from a deployed stack. Keys of the dicts are service names as
-    in `ayci.routing.ROUTES` ("dedup", "inference-intel", ...)."""
+    in `core.routing.ROUTES` ("dedup", "inference-intel", ...)."""
 
     stack_name: str
     bus_name: str

@@ -6,8 +6,8 @@ from __future__ import annotations
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
-from ayci.adapters.aws import envelope_from_sqs_body
-from ayci.logs import configure_logging
+from adapters.aws import envelope_from_sqs_body
+from core.logs import configure_logging
 from ayci.settings import Settings
 
 

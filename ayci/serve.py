@@ -12,9 +12,9 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
-from ayci.adapters.background_bus import BackgroundBus
+from adapters.background_bus import BackgroundBus
 from ayci.bootstrap import EmbeddedApp, embedded
-from ayci.runtime import LoggedPublisher
+from core.runtime import LoggedPublisher
 from ayci.settings import Settings
 from services.request.app import RequestDeps, create_app, parse_api_keys
 from services.request.uploads import LocalUploader, S3PresignedUploader
@@ -32,7 +32,7 @@ def api_keys_or_new(settings: Settings) -> tuple[dict[str, str], str | None]:
 
 def mailer_for(settings: Settings):
     if settings.mailer == "ses":
-        from ayci.adapters.ses import SesMailer
+        from adapters.ses import SesMailer
 
         return SesMailer(settings.sender_email)
     if settings.mailer != "none":

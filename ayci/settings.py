@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import functools
-import platform
 from pathlib import Path
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from engines.targets import native_hardware, target_cpu  # noqa: F401  (re-exported for the composition root)
 from schemas.combos import Hardware, Optimizer
 
 
@@ -39,25 +38,5 @@ class Settings(BaseSettings):
     mailer: str = "none"  # the embedded default's mailer: none | ses (SES at AWS_ENDPOINT_URL)
 
     def target_cpu(self, hardware: Hardware, optimizer: Optimizer) -> str:
-        """What an artifact is built for. TVM compiles for an exact CPU; `base` and `onnx`
-        artifacts are portable within an architecture."""
-        if optimizer != Optimizer.tvm:
-            return "aarch64" if hardware == Hardware.arm else "x86_64"
-        if hardware == Hardware.arm:
-            return self.arm_cpu
-        return self.intel_cpu or host_cpu_name()
-
-
-@functools.cache
-def host_cpu_name() -> str:
-    """This machine's CPU as LLVM names it (what TVM targets for `intel`)."""
-    try:
-        from engines.tvm_engine import host_cpu_name as llvm_host_cpu
-
-        return llvm_host_cpu()
-    except Exception:  # TVM not importable here: the architecture is the best we know
-        return platform.machine()
-
-
-def native_hardware() -> Hardware:
-    return Hardware.arm if platform.machine() in ("aarch64", "arm64") else Hardware.intel
+        """What an artifact is built for, with this deployment's CPU overrides."""
+        return target_cpu(hardware, optimizer, intel_cpu=self.intel_cpu, arm_cpu=self.arm_cpu)

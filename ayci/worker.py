@@ -9,10 +9,11 @@ import argparse
 import asyncio
 import logging
 
-from ayci.adapters.sqs_worker import DeadLetterWatcher, QueueWorker, run_until_signalled
+from adapters.sqs_worker import DeadLetterWatcher, QueueWorker, run_until_signalled
 from ayci.bootstrap import QUEUES, aws, aws_runner
-from ayci.logs import configure_logging
-from ayci.settings import Settings, native_hardware
+from core.logs import configure_logging
+from ayci.settings import Settings
+from engines.targets import native_hardware
 
 # long work: a smaller batch, so messages are not held while others are handled
 BATCH_SIZE = {"converter": 1, "inference": 1}

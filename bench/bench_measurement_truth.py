@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from resnet_artifact import resnet18_onnx  # noqa: E402
 
-from ayci import measurement_lock  # noqa: E402
+from core import measurement_lock  # noqa: E402
 from services.inference.confinement import Limits, MeasurementGroup, unavailable_reason  # noqa: E402
 from services.inference.launcher import MeasureSpec, measure  # noqa: E402
 from services.inference.machine_load import LoadSample, load_report  # noqa: E402

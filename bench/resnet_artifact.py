@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ayci.adapters.local_store import LocalFolderStore  # noqa: E402
+from adapters.local_store import LocalFolderStore  # noqa: E402
 from engines import ConversionJob, engine_module  # noqa: E402
 from schemas.combos import Hardware  # noqa: E402
 from services.converter.handlers import ensure_reference  # noqa: E402

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ayci.logs import configure_logging
+from core.logs import configure_logging
 
 configure_logging("console")
 

@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 
 import structlog
 
-from ayci.ports import ObjectStore
-from ayci.runtime import Delayed
+from core.ports import ObjectStore
+from core.runtime import Delayed
 from schemas.events import (
     ComboFailed,
     Envelope,

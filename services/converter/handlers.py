@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import structlog
 
-from ayci import measurement_lock
-from ayci.ports import ObjectStore
+from core import measurement_lock
+from core.ports import ObjectStore
 from engines import ConversionError, ConversionJob, engine_module
 from engines.model_files import NotAModelError
 from schemas.combos import ModelRef, Optimizer, manifest_object_key, reference_key

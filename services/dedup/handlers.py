@@ -9,12 +9,12 @@ archiver what to wait for (`RunPlanned`).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from ayci.ports import ObjectStore
-from ayci.settings import Settings
-from schemas.combos import artifact_key, combo_key, manifest_object_key, result_object_key
+from core.ports import ObjectStore
+from schemas.combos import Hardware, Optimizer, artifact_key, combo_key, manifest_object_key, result_object_key
 from schemas.events import (
     ComboFailed,
     ComboPending,
@@ -31,7 +31,8 @@ from schemas.events import (
 @dataclass
 class DedupDeps:
     store: ObjectStore
-    settings: Settings
+    # (hardware, optimizer) -> the CPU an artifact is built for (engines.targets.target_cpu)
+    target_cpu: Callable[[Hardware, Optimizer], str]
 
 
 def on_request_submitted(event: Envelope, deps: DedupDeps) -> list[Payload]:
@@ -56,7 +57,7 @@ def on_request_submitted(event: Envelope, deps: DedupDeps) -> list[Payload]:
                 )
             )
             continue
-        target_cpu = deps.settings.target_cpu(combo.hardware, combo.optimizer)
+        target_cpu = deps.target_cpu(combo.hardware, combo.optimizer)
         art_key = artifact_key(model, combo, target_cpu)
         if deps.store.exists(manifest_object_key(art_key)):
             manifest = json.loads(deps.store.get_bytes(manifest_object_key(art_key)))

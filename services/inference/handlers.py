@@ -15,8 +15,8 @@ from pathlib import Path
 
 import structlog
 
-from ayci.ports import ObjectStore
-from ayci.settings import Settings, native_hardware
+from core.ports import ObjectStore
+from engines.targets import native_hardware
 from schemas.combos import MEASUREMENT_VERSION, Hardware, reference_key, result_object_key
 from schemas.cost import cost_block
 from schemas.cost import default_region as default_price_region
@@ -29,7 +29,8 @@ log = structlog.get_logger()
 @dataclass
 class InferenceDeps:
     store: ObjectStore
-    settings: Settings
+    time_cap_s: float = 20.0  # warm iterations, per combination
+    min_iterations: int = 10
     measure: Callable[..., dict] = measure
     work_dir: Path | None = None
     # how this worker runs code of a hardware: (python command, emulated) or None if it cannot
@@ -76,8 +77,8 @@ def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload]:
         deps.store.get_file(f"references/{reference_key(model, combo.batch_size)}.npz", reference)
         spec = MeasureSpec(
             optimizer=combo.optimizer.value, workload=model.workload.value, artifact_path=artifact,
-            reference_path=reference, memory_mb=combo.memory_mb, time_cap_s=deps.settings.measure_time_cap_s,
-            min_iterations=deps.settings.measure_min_iterations,
+            reference_path=reference, memory_mb=combo.memory_mb, time_cap_s=deps.time_cap_s,
+            min_iterations=deps.min_iterations,
             # under emulation neither the CPU share nor the memory of a Lambda function is real
             confine=not emulated, extra={"unconfined_reason": "emulated: timings and memory under emulation are not Lambda's"},
         )

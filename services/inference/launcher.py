@@ -25,7 +25,7 @@ from pathlib import Path
 
 import structlog
 
-from ayci import measurement_lock
+from core import measurement_lock
 from services.inference.confinement import (
     ENTER_FAILED_EXIT,
     ConfinementUnavailable,

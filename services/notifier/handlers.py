@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 
 import structlog
 
-from ayci.ports import Mailer, ObjectStore
+from core.ports import Mailer, ObjectStore
 from schemas.events import Envelope, Payload, RunArchived
 from services.archiver.report import COLUMNS, format_cell, summary_rows
 

@@ -10,7 +10,7 @@ import logging
 
 import uvicorn
 
-from ayci.logs import configure_logging
+from core.logs import configure_logging
 from ayci.serve import aws_request_deps
 from ayci.settings import Settings
 from services.request.app import create_app

@@ -27,7 +27,7 @@ from fastapi.security import APIKeyHeader
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from ayci.ports import ObjectStore
+from core.ports import ObjectStore
 from ayci.settings import Settings
 from schemas.combos import SHA256_PATTERN, BatchSize, Hardware, Matrix, MemoryMb, ModelRef, Optimizer, Workload
 from schemas.events import Envelope, RequestSubmitted

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from mangum import Mangum
 
-from ayci.logs import configure_logging
+from core.logs import configure_logging
 from ayci.settings import Settings
 
 _adapter: Mangum | None = None

@@ -12,7 +12,7 @@ import json
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from ayci.ports import ObjectStore
+from core.ports import ObjectStore
 from schemas.combos import result_object_key
 from schemas.events import Envelope, InferenceDone, Payload, RequestSubmitted, RunPlanned
 

@@ -10,7 +10,7 @@ import io
 import json
 from datetime import UTC, datetime
 
-from ayci.ports import NotFound, ObjectStore
+from core.ports import NotFound, ObjectStore
 from schemas.combos import Combo, combo_key
 from schemas.events import RequestSubmitted, RunPlanned
 from services.archiver.handlers import outcome_key, plan_key, summary_key

@@ -8,7 +8,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from ayci.ports import NotFound, ObjectStore
+from core.ports import NotFound, ObjectStore
 from engines.model_files import sniff_format
 from schemas.combos import ModelRef, Workload
 from schemas.events import Envelope, RequestSubmitted

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from ayci.ports import ObjectStore
+from core.ports import ObjectStore
 from engines.model_files import NotAModelError, sniff_format
 from services.request.submission import model_info, model_info_key, model_key
 

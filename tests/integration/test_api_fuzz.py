@@ -15,7 +15,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck
 
-from ayci.adapters.local_store import LocalFolderStore
+from adapters.local_store import LocalFolderStore
 from ayci.settings import Settings
 from services.request.app import RequestDeps, create_app, parse_api_keys
 from services.request.submission import model_info_key, model_key

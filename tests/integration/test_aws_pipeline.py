@@ -222,7 +222,7 @@ def test_run_ends_at_its_deadline_naming_what_never_reported(stack, tiny_image_m
 def test_lambda_entrypoint_reports_only_the_failed_records(stack, tiny_image_model):
     """The dedup Lambda handler on an SQS event of two records: the malformed one is reported
     in `batchItemFailures`, the good one is handled (its run gets planned)."""
-    from ayci.adapters.aws import eventbridge_entry
+    from adapters.aws import eventbridge_entry
     from services.dedup.lambda_handler import handler
 
     wiring = stack["wiring"]

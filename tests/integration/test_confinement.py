@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ayci.adapters.local_store import LocalFolderStore
+from adapters.local_store import LocalFolderStore
 from ayci.bootstrap import embedded
 from ayci.cli import main as cli_main
 from ayci.cli import warn_if_unconfined

@@ -12,8 +12,8 @@ import pytest
 
 from tests.conftest import archived_summary, measured_result
 
-from ayci.adapters.local_store import LocalFolderStore
-from ayci.adapters.ses import SesMailer
+from adapters.local_store import LocalFolderStore
+from adapters.ses import SesMailer
 from schemas.events import Envelope, RunArchived, RunStatus
 from services.notifier.handlers import NotifierDeps, on_run_archived
 

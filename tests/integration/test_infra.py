@@ -1,5 +1,5 @@
 """The CloudFormation stack on LocalStack: every event type reaches exactly the queues that
-`ayci.routing.ROUTES` names (so template and routing table agree), and a message that keeps
+`core.routing.ROUTES` names (so template and routing table agree), and a message that keeps
 failing ends in its queue's DLQ."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import boto3
 import pytest
 
 from ayci.infra import DEFAULT_SENDER, StackOutputs, delete_stack, deploy_stack
-from ayci.routing import ROUTES
+from core.routing import ROUTES
 
 pytestmark = pytest.mark.localstack
 

@@ -10,7 +10,7 @@ import boto3
 import httpx
 import pytest
 
-from ayci.adapters.local_store import LocalFolderStore
+from adapters.local_store import LocalFolderStore
 from services.request.uploads import S3PresignedUploader, UploadRejected, verify_upload
 from tests.fakes import tiny_onnx_model
 

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from ayci import measurement_lock
+from core import measurement_lock
 from services.inference.confinement import ConfinementUnavailable, Limits, MeasurementGroup, find_hierarchy, lambda_vcpus
 from services.inference.launcher import MeasureSpec
 
@@ -124,7 +124,7 @@ def test_an_unwritable_hierarchy_is_a_reason(tmp_path):
 def test_measurement_lock_excludes_conversion_and_measurement(tmp_path, monkeypatch):
     monkeypatch.setenv("AYCI_MEASUREMENT_LOCK", str(tmp_path / "lock"))
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from ayci import measurement_lock\n"
+        [sys.executable, "-c", "import sys, time; from core import measurement_lock\n"
          "with measurement_lock.shared():\n    print('held', flush=True); time.sleep(30)"],
         stdout=subprocess.PIPE, text=True, env={**__import__("os").environ, "PYTHONPATH": "."},
     )

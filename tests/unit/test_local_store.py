@@ -1,7 +1,7 @@
 import pytest
 
-from ayci.adapters.local_store import LocalFolderStore
-from ayci.ports import NotFound
+from adapters.local_store import LocalFolderStore
+from core.ports import NotFound
 
 
 def test_conditional_write_happens_once(tmp_path):

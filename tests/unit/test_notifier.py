@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import archived_summary, measured_result
 
-from ayci.adapters.local_store import LocalFolderStore
+from adapters.local_store import LocalFolderStore
 from schemas.events import Envelope, RunArchived, RunStatus
 from services.notifier.handlers import NotifierDeps, compose, email_key, on_run_archived
 

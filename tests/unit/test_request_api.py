@@ -14,7 +14,7 @@ from tests.conftest import archived_summary, measured_result
 from fastapi.testclient import TestClient
 from mangum import Mangum
 
-from ayci.adapters.local_store import LocalFolderStore
+from adapters.local_store import LocalFolderStore
 from ayci.settings import Settings
 from services.request.app import RequestDeps, create_app, parse_api_keys
 from services.request.uploads import LocalUploader

@@ -7,7 +7,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ayci.ports import NotFound
+from core.ports import NotFound
 
 
 class LocalFolderStore:

@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 
 import structlog
 
-from ayci.routing import consumers
-from ayci.runtime import ServiceRunner, dead_letter_failure
+from core.routing import consumers
+from core.runtime import ServiceRunner, dead_letter_failure
 from schemas.events import Envelope
 
 log = structlog.get_logger()

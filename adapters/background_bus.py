@@ -14,7 +14,7 @@ from datetime import datetime
 
 import structlog
 
-from ayci.adapters.inprocess_bus import InProcessBus
+from adapters.inprocess_bus import InProcessBus
 from schemas.events import Envelope
 
 log = structlog.get_logger()

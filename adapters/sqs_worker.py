@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 import structlog
 from aiobotocore.session import get_session
 
-from ayci.adapters.aws import envelope_from_sqs_body
-from ayci.ports import ObjectStore
-from ayci.runtime import LoggedPublisher, ServiceRunner, dead_letter_failure
+from adapters.aws import envelope_from_sqs_body
+from core.ports import ObjectStore
+from core.runtime import LoggedPublisher, ServiceRunner, dead_letter_failure
 from schemas.events import Envelope, SchemaError
 
 log = structlog.get_logger()

@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-from ayci.ports import EventPublisher, ObjectStore
+from core.ports import EventPublisher, ObjectStore
 from schemas.events import ComboFailed, Envelope, FailureStage, Payload
 
 

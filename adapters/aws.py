@@ -12,8 +12,8 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from ayci.ports import NotFound
-from ayci.routing import consumers
+from core.ports import NotFound
+from core.routing import consumers
 from schemas.events import Envelope
 
 SQS_MAX_DELAY_S = 900

@@ -27,6 +27,7 @@ from adapters.aws import envelope_from_sqs_body
 from core.ports import ObjectStore
 from core.runtime import LoggedPublisher, ServiceRunner, dead_letter_failure
 from schemas.events import Envelope, SchemaError
+from schemas import keys
 
 log = structlog.get_logger()
 
@@ -102,7 +103,7 @@ class QueueWorker:
             bound.exception("handler_failed")
             reason = f"{type(exc).__name__}: {exc}"[:1000]
             await asyncio.to_thread(
-                self.runner.store.put_bytes, f"failures/{self.service}/{envelope.event_id}.json", json.dumps({"reason": reason, "receives": receives}).encode()
+                self.runner.store.put_bytes, keys.failure(self.service, envelope.event_id), json.dumps({"reason": reason, "receives": receives}).encode()
             )
             # retry soon rather than after the full visibility timeout
             await sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=min(2 * receives, 30))
@@ -141,10 +142,10 @@ class DeadLetterWatcher:
             reason = reason or str(exc)
         if envelope is not None and reason is None:
             service = queue.split("-")[0]
-            key = f"failures/{service}/{envelope.event_id}.json"
+            key = keys.failure(service, envelope.event_id)
             reason = json.loads(self.store.get_bytes(key))["reason"] if self.store.exists(key) else "failed 3 deliveries"
         self.store.put_bytes(
-            f"dead-letters/{queue}/{message['MessageId']}.json",
+            keys.dead_letter(queue, message["MessageId"]),
             json.dumps({"queue": queue, "reason": reason, "body": message["Body"], "at": time.time()}).encode(),
             if_absent=True,
         )

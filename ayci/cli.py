@@ -27,7 +27,8 @@ from ayci.settings import Settings
 from engines.model_files import NotAModelError
 from schemas.combos import Matrix, Workload
 from schemas.events import RequestSubmitted
-from services.archiver.handlers import summary_key
+from schemas import keys
+
 from services.archiver.report import COLUMNS, format_cell, summary_rows
 
 err = Console(stderr=True)
@@ -164,9 +165,9 @@ def follow_embedded(app, envelopes: list, total: int, settings: Settings, what: 
         app.bus.observers.append(observe)
         app.publisher.publish(envelopes)
         app.bus.run_until_idle()
-    summary = json.loads(app.store.get_bytes(summary_key(run_id)))
+    summary = json.loads(app.store.get_bytes(keys.summary(run_id)))
     print_table(summary, Console(width=max(Console().width, 170)))
-    err.print(f"results: {settings.data_dir / summary_key(run_id)}")
+    err.print(f"results: {settings.data_dir / keys.summary(run_id)}")
     return {"complete": 0, "partial": 0, "failed": 2}[summary["status"]]
 
 
@@ -208,19 +209,18 @@ def follow_store(store, run_id: str, keys: list[str], timeout_s: float) -> int:
     each planned combination's outcome by key."""
     import time
 
-    from services.archiver.handlers import outcome_key
 
     err.print(f"run {run_id}: {len(keys)} combinations")
     deadline = time.monotonic() + timeout_s
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err) as progress:
         task = progress.add_task("running on LocalStack", total=len(keys))
-        while not store.exists(summary_key(run_id)):
+        while not store.exists(keys.summary(run_id)):
             if time.monotonic() > deadline:
                 raise UsageError(f"run {run_id} did not end within --timeout {timeout_s:.0f} s")
-            progress.update(task, completed=sum(store.exists(outcome_key(run_id, k)) for k in keys))
+            progress.update(task, completed=sum(store.exists(keys.outcome(run_id, k)) for k in keys))
             time.sleep(1)
         progress.update(task, completed=len(keys))
-    summary = json.loads(store.get_bytes(summary_key(run_id)))
+    summary = json.loads(store.get_bytes(keys.summary(run_id)))
     print_table(summary, Console(width=max(Console().width, 170)))
     return {"complete": 0, "partial": 0, "failed": 2}[summary["status"]]
 

@@ -30,7 +30,8 @@ from ayci.bootstrap import embedded  # noqa: E402
 from ayci.settings import Settings  # noqa: E402
 from schemas.combos import Matrix  # noqa: E402
 from schemas.events import RequestSubmitted  # noqa: E402
-from services.archiver.handlers import summary_key  # noqa: E402
+from schemas import keys
+  # noqa: E402
 from services.request.submission import new_run, store_model  # noqa: E402
 
 
@@ -51,7 +52,7 @@ def main() -> None:
         app.publisher.publish([envelope])
         app.bus.run_until_idle()
         wall_s = time.perf_counter() - started
-        summary = json.loads(app.store.get_bytes(summary_key(envelope.run_id)))
+        summary = json.loads(app.store.get_bytes(keys.summary(envelope.run_id)))
     results = summary["results"]
     measuring_s = sum(r["measurement_s"] for r in results)
     lock_wait_s = sum(r.get("lock_wait_s", 0) for r in results)

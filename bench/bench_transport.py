@@ -25,6 +25,7 @@ import boto3  # noqa: E402
 
 from ayci import cloud  # noqa: E402
 from ayci.infra import delete_stack  # noqa: E402
+from schemas import keys
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -83,7 +84,7 @@ def small_run_wall_times(prefix: str, outputs, model_path: Path) -> dict:
     from ayci.settings import Settings
     from schemas.combos import Matrix
     from schemas.events import RequestSubmitted
-    from services.archiver.handlers import summary_key
+
     from services.request.submission import new_run, store_model
 
     def request(store):
@@ -98,7 +99,7 @@ def small_run_wall_times(prefix: str, outputs, model_path: Path) -> dict:
         app.publisher.publish([envelope])
         app.bus.run_until_idle()
         embedded_s = time.perf_counter() - started
-        assert json.loads(app.store.get_bytes(summary_key(envelope.run_id)))["status"] == "complete"
+        assert json.loads(app.store.get_bytes(keys.summary(envelope.run_id)))["status"] == "complete"
 
     env = cloud.service_env(outputs, prefix, caps)
     processes = cloud.ServiceProcesses(env=env, log_dir=Path(tempfile.mkdtemp()))
@@ -112,10 +113,10 @@ def small_run_wall_times(prefix: str, outputs, model_path: Path) -> dict:
         envelope = new_run(request(wiring.store))
         started = time.perf_counter()
         wiring.publisher.publish([envelope])
-        while not wiring.store.exists(summary_key(envelope.run_id)):
+        while not wiring.store.exists(keys.summary(envelope.run_id)):
             time.sleep(0.2)
         localstack_s = time.perf_counter() - started
-        summary = json.loads(wiring.store.get_bytes(summary_key(envelope.run_id)))
+        summary = json.loads(wiring.store.get_bytes(keys.summary(envelope.run_id)))
         assert summary["status"] == "complete", summary["failures"]
     finally:
         processes.stop_all()

@@ -17,6 +17,7 @@ import structlog
 
 from core.ports import EventPublisher, ObjectStore
 from schemas.events import ComboFailed, Envelope, FailureStage, Payload
+from schemas import keys
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class Service:
 def event_log_key(envelope: Envelope) -> str:
     """`runs/{run_id}/events/{seq}-{type}-{event_id}.json`: the log replay reads, in order."""
     seq = f"{int(envelope.time.timestamp() * 1_000_000):020d}"
-    return f"runs/{envelope.run_id}/events/{seq}-{envelope.type}-{envelope.event_id}.json"
+    return keys.event_log_entry(envelope.run_id, seq, envelope.type, envelope.event_id)
 
 
 class LoggedPublisher:
@@ -75,7 +76,7 @@ class ServiceRunner:
     log: Any = field(default_factory=lambda: structlog.get_logger())
 
     def marker_key(self, envelope: Envelope) -> str:
-        return f"processed/{self.service.name}/{envelope.event_id}"
+        return keys.processed_marker(self.service.name, envelope.event_id)
 
     def handle(self, envelope: Envelope) -> list[Envelope]:
         log = self.log.bind(service=self.service.name, run_id=envelope.run_id, event_id=envelope.event_id, event_type=envelope.type)

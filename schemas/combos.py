@@ -163,14 +163,3 @@ def artifact_key(model: ModelRef, combo: Combo, target_cpu: str) -> str:
 def reference_key(model: ModelRef, batch_size: int) -> str:
     """The key of the base model's outputs on the fixed example inputs of one batch size."""
     return _digest({"model": model.sha256, "input_size": model.input_size, "batch": batch_size, "engine": ENGINE_VERSION})
-
-
-# Where the stored objects of those keys live (the same on the local folder and on S3).
-def result_object_key(key: str) -> str:
-    """`results/{combination key}.json`: one measured combination."""
-    return f"results/{key}.json"
-
-
-def manifest_object_key(key: str) -> str:
-    """`artifacts/{artifact key}/manifest.json`: written last, once, when an artifact is stored."""
-    return f"artifacts/{key}/manifest.json"

@@ -30,6 +30,7 @@ from schemas.events import (
     RunStatus,
 )
 from schemas.cost import UnknownPriceRegion, cost_block
+from schemas import keys
 from services.archiver.recommendation import recommend
 
 log = structlog.get_logger()
@@ -41,64 +42,52 @@ class ArchiverDeps:
     now: callable = lambda: datetime.now(UTC)
 
 
-def plan_key(run_id: str) -> str:
-    return f"runs/{run_id}/plan.json"
-
-
-def outcome_key(run_id: str, combo_key: str) -> str:
-    return f"runs/{run_id}/outcomes/{combo_key}.json"
-
-
-def summary_key(run_id: str) -> str:
-    return f"runs/{run_id}/summary.json"
-
-
 def on_run_planned(event: Envelope, deps: ArchiverDeps) -> list[Payload | Delayed]:
     planned: RunPlanned = event.payload
-    deps.store.put_bytes(plan_key(event.run_id), planned.model_dump_json().encode(), if_absent=True)
+    deps.store.put_bytes(keys.plan(event.run_id), planned.model_dump_json().encode(), if_absent=True)
     return [Delayed(RunDeadlineReached(deadline=planned.deadline), planned.deadline), *_archive_if_complete(event.run_id, deps)]
 
 
 def on_inference_done(event: Envelope, deps: ArchiverDeps) -> list[Payload]:
     done: InferenceDone = event.payload
     outcome = {"status": "done", "result_key": done.result_key, "reused": done.reused}
-    deps.store.put_bytes(outcome_key(event.run_id, done.combo_key), json.dumps(outcome).encode(), if_absent=True)
+    deps.store.put_bytes(keys.outcome(event.run_id, done.combo_key), json.dumps(outcome).encode(), if_absent=True)
     return _archive_if_complete(event.run_id, deps)
 
 
 def on_combo_failed(event: Envelope, deps: ArchiverDeps) -> list[Payload]:
     failed: ComboFailed = event.payload
     outcome = {"status": "failed", "stage": failed.stage.value, "reason": failed.reason}
-    deps.store.put_bytes(outcome_key(event.run_id, failed.combo_key), json.dumps(outcome).encode(), if_absent=True)
+    deps.store.put_bytes(keys.outcome(event.run_id, failed.combo_key), json.dumps(outcome).encode(), if_absent=True)
     return _archive_if_complete(event.run_id, deps)
 
 
 def on_deadline_reached(event: Envelope, deps: ArchiverDeps) -> list[Payload | Delayed]:
     deadline: RunDeadlineReached = event.payload
-    if deps.store.exists(summary_key(event.run_id)):
+    if deps.store.exists(keys.summary(event.run_id)):
         return []
     if deps.now() < deadline.deadline:  # a delayed message can only wait so long: wait again
         return [Delayed(deadline, deadline.deadline)]
-    if not deps.store.exists(plan_key(event.run_id)):
+    if not deps.store.exists(keys.plan(event.run_id)):
         return []
     return _archive(event.run_id, deps, at_deadline=True)
 
 
 def _archive_if_complete(run_id: str, deps: ArchiverDeps) -> list[Payload]:
-    if not deps.store.exists(plan_key(run_id)) or deps.store.exists(summary_key(run_id)):
+    if not deps.store.exists(keys.plan(run_id)) or deps.store.exists(keys.summary(run_id)):
         return []
-    plan = RunPlanned.model_validate_json(deps.store.get_bytes(plan_key(run_id)))
-    if all(deps.store.exists(outcome_key(run_id, key)) for key in plan.combos):
+    plan = RunPlanned.model_validate_json(deps.store.get_bytes(keys.plan(run_id)))
+    if all(deps.store.exists(keys.outcome(run_id, key)) for key in plan.combos):
         return _archive(run_id, deps, at_deadline=False)
     return []
 
 
 def _archive(run_id: str, deps: ArchiverDeps, *, at_deadline: bool) -> list[Payload]:
-    plan = RunPlanned.model_validate_json(deps.store.get_bytes(plan_key(run_id)))
+    plan = RunPlanned.model_validate_json(deps.store.get_bytes(keys.plan(run_id)))
     results, failures = [], []
     for key, combo in plan.combos.items():
-        if deps.store.exists(outcome_key(run_id, key)):
-            outcome = json.loads(deps.store.get_bytes(outcome_key(run_id, key)))
+        if deps.store.exists(keys.outcome(run_id, key)):
+            outcome = json.loads(deps.store.get_bytes(keys.outcome(run_id, key)))
         else:
             outcome = {"status": "failed", "stage": FailureStage.deadline.value, "reason": "never reported before the run's deadline"}
         if outcome["status"] == "done":
@@ -120,12 +109,12 @@ def _archive(run_id: str, deps: ArchiverDeps, *, at_deadline: bool) -> list[Payl
         "failures": failures,
         "recommendation": recommendation,
     }
-    if not deps.store.put_bytes(summary_key(run_id), json.dumps(summary, indent=1).encode(), if_absent=True):
+    if not deps.store.put_bytes(keys.summary(run_id), json.dumps(summary, indent=1).encode(), if_absent=True):
         return []  # another archiver got there first
     log.info("run_archived", run_id=run_id, status=status.value, succeeded=len(results), failed=len(failures))
     return [
         RunArchived(
-            status=status, summary_key=summary_key(run_id), succeeded=len(results), failed=len(failures),
+            status=status, summary_key=keys.summary(run_id), succeeded=len(results), failed=len(failures),
             failures={f["label"]: f"{f['stage']}: {f['reason']}" for f in failures},
             recommendation=recommendation, email=request.email,
         )

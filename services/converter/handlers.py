@@ -21,8 +21,9 @@ from core import measurement_lock
 from core.ports import ObjectStore
 from engines import ConversionError, ConversionJob, engine_module
 from engines.model_files import NotAModelError
-from schemas.combos import ModelRef, Optimizer, manifest_object_key, reference_key
+from schemas.combos import ModelRef, Optimizer, reference_key
 from schemas.events import ComboFailed, ComboPending, Envelope, FailureStage, ModelConverted, Payload
+from schemas import keys
 from workloads import workload_module
 
 log = structlog.get_logger()
@@ -36,12 +37,6 @@ class ConverterDeps:
     convert: Callable[[Optimizer, ConversionJob], object] = lambda optimizer, job: engine_module(optimizer).convert(job)
 
 
-def tuning_prefix(model: ModelRef, target_cpu: str, batch: int) -> str:
-    """Where TVM tuning records live: by model, target, batch size and input shape."""
-    shape = "x".join(map(str, model.input_size))
-    return f"tuning/{model.sha256}/{target_cpu}/b{batch}-{shape}"
-
-
 def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
     pending: ComboPending = event.payload
     combo, model = pending.combo, pending.model
@@ -49,14 +44,14 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
     with tempfile.TemporaryDirectory(dir=deps.work_dir, prefix="convert-") as tmp:
         work = Path(tmp)
         model_path = work / f"model.{model.format.value}"
-        deps.store.get_file(f"models/{model.sha256}", model_path)
+        deps.store.get_file(keys.model(model.sha256), model_path)
         try:
             with measurement_lock.shared():  # runs the base model: not beside a measurement either
                 ensure_reference(deps.store, model, model_path, combo.batch_size, work)
         except (NotAModelError, ConversionError) as exc:
             return [_failed(pending, f"the base model does not run on the workload's inputs: {_first_line(exc)}")]
-        if deps.store.exists(manifest_object_key(pending.artifact_key)):
-            manifest = json.loads(deps.store.get_bytes(manifest_object_key(pending.artifact_key)))
+        if deps.store.exists(keys.manifest(pending.artifact_key)):
+            manifest = json.loads(deps.store.get_bytes(keys.manifest(pending.artifact_key)))
             bound.info("artifact_reused", artifact_key=pending.artifact_key)
             return [_converted(pending, manifest, reused=True)]
         out_dir = work / "artifact"
@@ -76,7 +71,7 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
             return [_failed(pending, str(exc))]
         if tuning_dir is not None:
             _store_tuning_records(deps.store, pending, tuning_dir)
-        deps.store.put_file(f"artifacts/{pending.artifact_key}/{conversion.artifact_file}", out_dir / conversion.artifact_file)
+        deps.store.put_file(keys.artifact_file(pending.artifact_key, conversion.artifact_file), out_dir / conversion.artifact_file)
         manifest = {
             "artifact_file": conversion.artifact_file,
             "optimizer": combo.optimizer.value,
@@ -86,7 +81,7 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
             "tuning_s": conversion.tuning_s,
             "details": conversion.details,
         }
-        deps.store.put_bytes(manifest_object_key(pending.artifact_key), json.dumps(manifest).encode(), if_absent=True)
+        deps.store.put_bytes(keys.manifest(pending.artifact_key), json.dumps(manifest).encode(), if_absent=True)
         bound.info("conversion_done", conversion_s=round(conversion.conversion_s, 2), tuning_s=round(conversion.tuning_s, 2))
         return [_converted(pending, manifest, reused=False)]
 
@@ -94,7 +89,7 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
 def ensure_reference(store: ObjectStore, model: ModelRef, model_path: Path, batch: int, work: Path) -> str:
     """Store the base model's outputs on the workload's fixed example inputs for `batch`
     (once), and return its key. Raises if the base model does not run on those inputs."""
-    key = f"references/{reference_key(model, batch)}.npz"
+    key = keys.reference(reference_key(model, batch))
     if store.exists(key):
         return key
     workload = workload_module(model.workload)
@@ -116,7 +111,7 @@ def ensure_reference(store: ObjectStore, model: ModelRef, model_path: Path, batc
 def _fetch_tuning_records(store: ObjectStore, pending: ComboPending, work: Path) -> Path:
     tuning_dir = work / "tuning"
     tuning_dir.mkdir()
-    prefix = tuning_prefix(pending.model, pending.target_cpu, pending.combo.batch_size)
+    prefix = keys.tuning_prefix(pending.model.sha256, pending.target_cpu, pending.combo.batch_size, pending.model.input_size)
     index_key = f"{prefix}/index.json"
     if store.exists(index_key):
         for name in json.loads(store.get_bytes(index_key)):
@@ -125,7 +120,7 @@ def _fetch_tuning_records(store: ObjectStore, pending: ComboPending, work: Path)
 
 
 def _store_tuning_records(store: ObjectStore, pending: ComboPending, tuning_dir: Path) -> None:
-    prefix = tuning_prefix(pending.model, pending.target_cpu, pending.combo.batch_size)
+    prefix = keys.tuning_prefix(pending.model.sha256, pending.target_cpu, pending.combo.batch_size, pending.model.input_size)
     names = sorted(p.name for p in tuning_dir.iterdir() if p.is_file())
     for name in names:
         store.put_file(f"{prefix}/{name}", tuning_dir / name)

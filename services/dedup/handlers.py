@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from core.ports import ObjectStore
-from schemas.combos import Hardware, Optimizer, artifact_key, combo_key, manifest_object_key, result_object_key
+from schemas.combos import Hardware, Optimizer, artifact_key, combo_key
 from schemas.events import (
     ComboFailed,
     ComboPending,
@@ -26,6 +26,7 @@ from schemas.events import (
     RequestSubmitted,
     RunPlanned,
 )
+from schemas import keys
 
 
 @dataclass
@@ -43,24 +44,24 @@ def on_request_submitted(event: Envelope, deps: DedupDeps) -> list[Payload]:
         model=model, combos=combos, deadline=event.time + timedelta(seconds=request.deadline_s), request=request
     )
     out: list[Payload] = [planned]
-    model_stored = deps.store.exists(f"models/{model.sha256}")
+    model_stored = deps.store.exists(keys.model(model.sha256))
     for key, combo in combos.items():
         if not model_stored:
             out.append(ComboFailed(combo=combo, combo_key=key, stage=FailureStage.dedup, reason=f"model {model.sha256[:12]} is not stored"))
             continue
-        if not request.force and deps.store.exists(result_object_key(key)):
-            stored = json.loads(deps.store.get_bytes(result_object_key(key)))
+        if not request.force and deps.store.exists(keys.result(key)):
+            stored = json.loads(deps.store.get_bytes(keys.result(key)))
             out.append(
                 InferenceDone(
-                    combo=combo, combo_key=key, result_key=result_object_key(key),
+                    combo=combo, combo_key=key, result_key=keys.result(key),
                     p50_ms=stored["latency_ms"]["p50"], p99_ms=stored["latency_ms"]["p99"], reused=True,
                 )
             )
             continue
         target_cpu = deps.target_cpu(combo.hardware, combo.optimizer)
         art_key = artifact_key(model, combo, target_cpu)
-        if deps.store.exists(manifest_object_key(art_key)):
-            manifest = json.loads(deps.store.get_bytes(manifest_object_key(art_key)))
+        if deps.store.exists(keys.manifest(art_key)):
+            manifest = json.loads(deps.store.get_bytes(keys.manifest(art_key)))
             out.append(
                 ModelConverted(
                     model=model, combo=combo, combo_key=key, artifact_key=art_key,

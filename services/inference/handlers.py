@@ -17,10 +17,11 @@ import structlog
 
 from core.ports import ObjectStore
 from engines.targets import native_hardware
-from schemas.combos import MEASUREMENT_VERSION, Hardware, reference_key, result_object_key
+from schemas.combos import MEASUREMENT_VERSION, Hardware, reference_key
 from schemas.cost import cost_block
 from schemas.cost import default_region as default_price_region
 from schemas.events import ComboFailed, Envelope, FailureStage, InferenceDone, ModelConverted, Payload
+from schemas import keys
 from services.inference.launcher import MeasureSpec, MeasurementFailed, measure
 
 log = structlog.get_logger()
@@ -63,7 +64,7 @@ def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload]:
     converted: ModelConverted = event.payload
     combo, model = converted.combo, converted.model
     bound = log.bind(run_id=event.run_id, combo_key=converted.combo_key, combo=combo.label)
-    key = result_object_key(converted.combo_key)
+    key = keys.result(converted.combo_key)
     runtime = deps.runtime_for(combo.hardware)
     if runtime is None:
         reason = f"no {combo.hardware.value} worker here and no emulation of it ({_arm_emulation()[1]})"
@@ -72,9 +73,9 @@ def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload]:
     with tempfile.TemporaryDirectory(dir=deps.work_dir, prefix="infer-") as tmp:
         work = Path(tmp)
         artifact = work / converted.artifact_file
-        deps.store.get_file(f"artifacts/{converted.artifact_key}/{converted.artifact_file}", artifact)
+        deps.store.get_file(keys.artifact_file(converted.artifact_key, converted.artifact_file), artifact)
         reference = work / "reference.npz"
-        deps.store.get_file(f"references/{reference_key(model, combo.batch_size)}.npz", reference)
+        deps.store.get_file(keys.reference(reference_key(model, combo.batch_size)), reference)
         spec = MeasureSpec(
             optimizer=combo.optimizer.value, workload=model.workload.value, artifact_path=artifact,
             reference_path=reference, memory_mb=combo.memory_mb, time_cap_s=deps.time_cap_s,

@@ -22,6 +22,7 @@ import structlog
 
 from core.ports import Mailer, ObjectStore
 from schemas.events import Envelope, Payload, RunArchived
+from schemas import keys
 from services.archiver.report import COLUMNS, format_cell, summary_rows
 
 log = structlog.get_logger()
@@ -36,18 +37,14 @@ class NotifierDeps:
     results_url: str = "http://127.0.0.1:8000"
 
 
-def email_key(run_id: str) -> str:
-    return f"runs/{run_id}/email.json"
-
-
 def _claim(store: ObjectStore, run_id: str) -> bool:
     """True if this worker may send the run's email now."""
     record = {"state": "sending", "at": datetime.now(UTC).isoformat()}
-    if store.put_bytes(email_key(run_id), json.dumps(record).encode(), if_absent=True):
+    if store.put_bytes(keys.email(run_id), json.dumps(record).encode(), if_absent=True):
         return True
-    previous = json.loads(store.get_bytes(email_key(run_id)))
+    previous = json.loads(store.get_bytes(keys.email(run_id)))
     if previous.get("state") == "failed":  # an earlier attempt failed: take it over
-        store.put_bytes(email_key(run_id), json.dumps(record).encode())
+        store.put_bytes(keys.email(run_id), json.dumps(record).encode())
         return True
     return False
 
@@ -64,9 +61,9 @@ def on_run_archived(event: Envelope, deps: NotifierDeps) -> list[Payload]:
     try:
         message_id = deps.mailer.send(to=archived.email, **email)
     except Exception as exc:
-        deps.store.put_bytes(email_key(event.run_id), json.dumps({"state": "failed", "error": f"{type(exc).__name__}: {exc}"[:500]}).encode())
+        deps.store.put_bytes(keys.email(event.run_id), json.dumps({"state": "failed", "error": f"{type(exc).__name__}: {exc}"[:500]}).encode())
         raise
-    deps.store.put_bytes(email_key(event.run_id), json.dumps({"state": "sent", "message_id": message_id, "to": archived.email}).encode())
+    deps.store.put_bytes(keys.email(event.run_id), json.dumps({"state": "sent", "message_id": message_id, "to": archived.email}).encode())
     log.info("email_sent", run_id=event.run_id, message_id=message_id)
     return []
 

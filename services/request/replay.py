@@ -13,8 +13,9 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 from core.ports import ObjectStore
-from schemas.combos import result_object_key
+
 from schemas.events import Envelope, InferenceDone, Payload, RequestSubmitted, RunPlanned
+from schemas import keys
 
 REPLAYABLE = ("RequestSubmitted", "ComboPending", "ModelConverted")
 
@@ -25,7 +26,7 @@ class ReplayError(ValueError):
 
 def stored_events(store: ObjectStore, run_id: str) -> list[Envelope]:
     """A run's event log, in order."""
-    return [Envelope.parse(store.get_bytes(key)) for key in store.list_keys(f"runs/{run_id}/events/")]
+    return [Envelope.parse(store.get_bytes(key)) for key in store.list_keys(keys.event_log_prefix(run_id))]
 
 
 def replay(store: ObjectStore, run_id: str, from_type: str, *, force: bool = False, new_run_id: str | None = None) -> list[Envelope]:
@@ -50,7 +51,7 @@ def replay(store: ObjectStore, run_id: str, from_type: str, *, force: bool = Fal
     )
     out: list[Payload] = [plan]
     for key, event in chosen.items():
-        result_key = result_object_key(key)
+        result_key = keys.result(key)
         if not force and store.exists(result_key):
             stored = json.loads(store.get_bytes(result_key))
             out.append(InferenceDone(combo=event.payload.combo, combo_key=key, result_key=result_key, p50_ms=stored["latency_ms"]["p50"], p99_ms=stored["latency_ms"]["p99"], reused=True))

@@ -13,14 +13,11 @@ from datetime import UTC, datetime
 from core.ports import NotFound, ObjectStore
 from schemas.combos import Combo, combo_key
 from schemas.events import RequestSubmitted, RunPlanned
-from services.archiver.handlers import outcome_key, plan_key, summary_key
+from schemas import keys
+
 from services.archiver.report import COLUMNS, summary_rows
 
 RECOMMENDATION_KINDS = ("fastest", "cheapest", "balanced")
-
-
-def run_record_key(run_id: str) -> str:
-    return f"runs/{run_id}/run.json"
 
 
 def record_run(store: ObjectStore, run_id: str, request: RequestSubmitted) -> bool:
@@ -32,20 +29,20 @@ def record_run(store: ObjectStore, run_id: str, request: RequestSubmitted) -> bo
         "combos": {combo_key(request.model, c): c.model_dump(mode="json") for c in request.matrix.combos()},
         "request": request.model_dump(mode="json"),
     }
-    return store.put_bytes(run_record_key(run_id), json.dumps(record).encode(), if_absent=True)
+    return store.put_bytes(keys.run_record(run_id), json.dumps(record).encode(), if_absent=True)
 
 
 def withdraw_run(store: ObjectStore, run_id: str, reason: str) -> None:
     """Mark a run whose request could not be published as never started: it belongs to
     nobody, so it is a 404 for everyone."""
-    store.put_bytes(run_record_key(run_id), json.dumps({"run_id": run_id, "owner": None, "not_submitted": reason}).encode())
+    store.put_bytes(keys.run_record(run_id), json.dumps({"run_id": run_id, "owner": None, "not_submitted": reason}).encode())
 
 
 def load_run(store: ObjectStore, run_id: str, owner: str) -> dict | None:
     """The run's record, or None if there is none or it belongs to another owner (the two
     look the same from outside)."""
     try:
-        record = json.loads(store.get_bytes(run_record_key(run_id)))
+        record = json.loads(store.get_bytes(keys.run_record(run_id)))
     except NotFound:
         return None
     return record if record.get("owner") == owner else None
@@ -53,7 +50,7 @@ def load_run(store: ObjectStore, run_id: str, owner: str) -> dict | None:
 
 def load_summary(store: ObjectStore, run_id: str) -> dict | None:
     try:
-        return json.loads(store.get_bytes(summary_key(run_id)))
+        return json.loads(store.get_bytes(keys.summary(run_id)))
     except NotFound:
         return None
 
@@ -64,14 +61,14 @@ def run_progress(store: ObjectStore, record: dict) -> dict:
     run_id = record["run_id"]
     summary = load_summary(store, run_id)
     try:
-        combos = {k: c.model_dump(mode="json") for k, c in RunPlanned.model_validate_json(store.get_bytes(plan_key(run_id))).combos.items()}
+        combos = {k: c.model_dump(mode="json") for k, c in RunPlanned.model_validate_json(store.get_bytes(keys.plan(run_id))).combos.items()}
     except NotFound:
         combos = record["combos"]
     entries = []
     for key, combo in combos.items():
         entry = {"combo_key": key, "label": Combo.model_validate(combo).label, **combo, "state": "queued"}
         try:
-            outcome = json.loads(store.get_bytes(outcome_key(run_id, key)))
+            outcome = json.loads(store.get_bytes(keys.outcome(run_id, key)))
         except NotFound:
             outcome = None
         if outcome and outcome["status"] == "done":

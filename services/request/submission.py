@@ -12,6 +12,7 @@ from core.ports import NotFound, ObjectStore
 from engines.model_files import sniff_format
 from schemas.combos import ModelRef, Workload
 from schemas.events import Envelope, RequestSubmitted
+from schemas import keys
 
 
 def sha256_of(path: Path) -> str:
@@ -22,25 +23,16 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def model_key(sha256: str) -> str:
-    return f"models/{sha256}"
-
-
-def model_info_key(sha256: str) -> str:
-    """A stored model's facts (`{"sha256", "size_bytes", "format"}`), written once beside it."""
-    return f"models/{sha256}.json"
-
-
 def store_model(store: ObjectStore, path: Path, workload: Workload, input_size: list[int]) -> ModelRef:
     """Check that `path` is an accepted model (`NotAModelError` if not), store it under
     `models/{sha256}` unless already there, and return its reference."""
     model_format = sniff_format(path)
     sha = sha256_of(path)
     size = path.stat().st_size
-    if not store.exists(model_key(sha)):
-        store.put_file(model_key(sha), path)
+    if not store.exists(keys.model(sha)):
+        store.put_file(keys.model(sha), path)
     info = {"sha256": sha, "size_bytes": size, "format": model_format.value}
-    store.put_bytes(model_info_key(sha), json.dumps(info).encode(), if_absent=True)
+    store.put_bytes(keys.model_info(sha), json.dumps(info).encode(), if_absent=True)
     return ModelRef(sha256=sha, size_bytes=size, format=model_format, workload=workload, input_size=input_size)
 
 
@@ -48,16 +40,16 @@ def model_info(store: ObjectStore, sha256: str) -> dict | None:
     """The facts of a stored model, or None if no model has this SHA-256. A model stored
     before its facts were kept is sniffed once and its facts written."""
     try:
-        return json.loads(store.get_bytes(model_info_key(sha256)))
+        return json.loads(store.get_bytes(keys.model_info(sha256)))
     except NotFound:
         pass
-    if not store.exists(model_key(sha256)):
+    if not store.exists(keys.model(sha256)):
         return None
     with tempfile.TemporaryDirectory(prefix="ayci-model-") as tmp:
         path = Path(tmp) / "model"
-        store.get_file(model_key(sha256), path)
+        store.get_file(keys.model(sha256), path)
         info = {"sha256": sha256, "size_bytes": path.stat().st_size, "format": sniff_format(path).value}
-    store.put_bytes(model_info_key(sha256), json.dumps(info).encode(), if_absent=True)
+    store.put_bytes(keys.model_info(sha256), json.dumps(info).encode(), if_absent=True)
     return info
 
 

@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Protocol
 
 from core.ports import ObjectStore
+from schemas import keys
 from engines.model_files import NotAModelError, sniff_format
-from services.request.submission import model_info, model_info_key, model_key
+from services.request.submission import model_info
 
 
 @dataclass(frozen=True)
@@ -172,7 +173,7 @@ def verify_upload(store: ObjectStore, uploader: Uploader, owner: str, sha256: st
         finally:
             uploader.discard(owner, sha256)
         info = {"sha256": sha256, "size_bytes": size_bytes, "format": model_format.value}
-        store.put_file(model_key(sha256), path)
-        store.put_bytes(model_info_key(sha256), json.dumps(info).encode(), if_absent=True)
+        store.put_file(keys.model(sha256), path)
+        store.put_bytes(keys.model_info(sha256), json.dumps(info).encode(), if_absent=True)
     return info
 

@@ -9,7 +9,8 @@ from ayci.cli import main as cli_main
 from ayci.settings import Settings
 from schemas.combos import Matrix
 from schemas.events import RequestSubmitted
-from services.archiver.handlers import summary_key
+from schemas import keys
+
 from services.request.submission import new_run, store_model
 from tests.conftest import TINY_IMAGE_SIZE
 
@@ -18,7 +19,7 @@ def run(app, request):
     envelope = new_run(request)
     app.publisher.publish([envelope])
     app.bus.run_until_idle()
-    return json.loads(app.store.get_bytes(summary_key(envelope.run_id))), envelope.run_id
+    return json.loads(app.store.get_bytes(keys.summary(envelope.run_id))), envelope.run_id
 
 
 @pytest.fixture
@@ -104,7 +105,7 @@ def test_duplicate_delivery_changes_nothing(app, tiny_image_model):
     envelope = new_run(request)
     app.publisher.publish([envelope, envelope])
     app.bus.run_until_idle()
-    summary = json.loads(app.store.get_bytes(summary_key(envelope.run_id)))
+    summary = json.loads(app.store.get_bytes(keys.summary(envelope.run_id)))
     assert summary["status"] == "complete" and len(summary["results"]) == 1
 
 
@@ -144,7 +145,7 @@ def test_replay_from_model_converted_is_a_new_linked_run(app, tiny_image_model):
         envelopes = replay(app.store, run_id, "ModelConverted", force=force)
         app.publisher.publish(envelopes)
         app.bus.run_until_idle()
-        replayed = json.loads(app.store.get_bytes(summary_key(envelopes[0].run_id)))
+        replayed = json.loads(app.store.get_bytes(keys.summary(envelopes[0].run_id)))
         assert envelopes[0].run_id != run_id
         assert replayed["status"] == "complete" and replayed["request"]["replay_of"] == run_id
         assert len(replayed["results"]) == 2

@@ -18,9 +18,10 @@ from hypothesis import HealthCheck
 from adapters.local_store import LocalFolderStore
 from ayci.settings import Settings
 from services.request.app import RequestDeps, create_app, parse_api_keys
-from services.request.submission import model_info_key, model_key
+
 from services.request.uploads import LocalUploader
 from tests.fakes import RecordingPublisher, tiny_onnx_model
+from schemas import keys
 
 KEY = "fuzz-key-123456"
 MAX_EXAMPLES = 60
@@ -32,8 +33,8 @@ def fuzzed_app():
     store = LocalFolderStore(settings.data_dir)
     model = tiny_onnx_model()  # one stored model, so that some runs get past the model check
     sha = hashlib.sha256(model).hexdigest()
-    store.put_bytes(model_key(sha), model)
-    store.put_bytes(model_info_key(sha), f'{{"sha256": "{sha}", "size_bytes": {len(model)}, "format": "onnx"}}'.encode())
+    store.put_bytes(keys.model(sha), model)
+    store.put_bytes(keys.model_info(sha), f'{{"sha256": "{sha}", "size_bytes": {len(model)}, "format": "onnx"}}'.encode())
     deps = RequestDeps(store=store, publisher=RecordingPublisher(), api_keys=parse_api_keys(f"{KEY}:fuzzer"),
                        uploader=LocalUploader(root / "uploads"), settings=settings)
     return create_app(deps)

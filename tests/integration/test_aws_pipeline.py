@@ -16,7 +16,8 @@ from ayci.bootstrap import aws
 from ayci.settings import Settings
 from schemas.combos import Combo, Matrix, combo_key
 from schemas.events import ComboPending, RequestSubmitted, RunPlanned
-from services.archiver.handlers import summary_key
+from schemas import keys
+
 from services.request.replay import replay
 from services.request.submission import new_run, store_model
 from tests.conftest import TINY_IMAGE_SIZE
@@ -56,8 +57,8 @@ def wait_summary(stack, run_id: str, timeout: float = RUN_TIMEOUT_S) -> dict:
     store = stack["wiring"].store
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if store.exists(summary_key(run_id)):
-            return json.loads(store.get_bytes(summary_key(run_id)))
+        if store.exists(keys.summary(run_id)):
+            return json.loads(store.get_bytes(keys.summary(run_id)))
         for name, process in stack["processes"].processes.items():
             assert process.poll() is None, f"{name} died:\n{stack['processes'].log_text(name)[-3000:]}"
         time.sleep(1)
@@ -124,7 +125,7 @@ def test_every_event_delivered_twice_changes_nothing(stack, tiny_image_model):
         assert len(log) == len({tuple(e) for e in event_ids})
         assert sum("RunArchived" in k for k in log) == 1
         assert sum("InferenceDone" in k for k in log) == 2
-        assert json.loads(wiring.store.get_bytes(summary_key(envelope.run_id))) == summary
+        assert json.loads(wiring.store.get_bytes(keys.summary(envelope.run_id))) == summary
     finally:
         doubled.stop_all()
         stack["processes"].processes.clear()

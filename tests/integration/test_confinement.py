@@ -24,7 +24,8 @@ from ayci.settings import Settings
 from engines import ConversionJob, engine_module
 from schemas.combos import Hardware, Matrix
 from schemas.events import RequestSubmitted
-from services.archiver.handlers import summary_key
+from schemas import keys
+
 from services.converter.handlers import ensure_reference
 from services.inference import launcher
 from services.inference.confinement import Limits, MeasurementGroup, unavailable_reason
@@ -152,7 +153,7 @@ def test_emulated_results_are_unconfined_not_costed_not_recommended(cgroups, tin
     envelope = new_run(request)
     app.publisher.publish([envelope])
     app.bus.run_until_idle()
-    summary = json.loads(app.store.get_bytes(summary_key(envelope.run_id)))
+    summary = json.loads(app.store.get_bytes(keys.summary(envelope.run_id)))
     (result,) = summary["results"]
     assert result["emulated"] is True and result["confined"] is False and result["cost"] is None
     assert "emulated" in result["confinement_reason"]

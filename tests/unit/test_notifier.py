@@ -10,7 +10,8 @@ from tests.conftest import archived_summary, measured_result
 
 from adapters.local_store import LocalFolderStore
 from schemas.events import Envelope, RunArchived, RunStatus
-from services.notifier.handlers import NotifierDeps, compose, email_key, on_run_archived
+from schemas import keys
+from services.notifier.handlers import NotifierDeps, compose, on_run_archived
 
 RUN_ID = "6f1c1d2e-0000-4000-8000-000000000001"
 
@@ -73,7 +74,7 @@ def test_once_per_run_even_when_delivered_twice(store):
     on_run_archived(event, deps)
     on_run_archived(Envelope.wrap(event.payload, run_id=RUN_ID, producer="archiver"), deps)  # another event id, same run
     assert len(mailer.sent) == 1 and mailer.sent[0]["to"] == "user@example.com"
-    assert json.loads(store.get_bytes(email_key(RUN_ID))) == {"state": "sent", "message_id": "msg-1", "to": "user@example.com"}
+    assert json.loads(store.get_bytes(keys.email(RUN_ID))) == {"state": "sent", "message_id": "msg-1", "to": "user@example.com"}
 
 
 def test_a_failed_send_is_retried_by_the_redelivery(store):
@@ -82,7 +83,7 @@ def test_a_failed_send_is_retried_by_the_redelivery(store):
     event = archived_event(store)
     with pytest.raises(ConnectionError):
         on_run_archived(event, deps)
-    assert json.loads(store.get_bytes(email_key(RUN_ID)))["state"] == "failed"
+    assert json.loads(store.get_bytes(keys.email(RUN_ID)))["state"] == "failed"
     on_run_archived(event, deps)
     assert len(mailer.sent) == 1
 
@@ -90,4 +91,4 @@ def test_a_failed_send_is_retried_by_the_redelivery(store):
 def test_no_address_no_email(store):
     mailer = FakeMailer()
     on_run_archived(archived_event(store, email=None), NotifierDeps(store=store, mailer=mailer))
-    assert mailer.sent == [] and not store.exists(email_key(RUN_ID))
+    assert mailer.sent == [] and not store.exists(keys.email(RUN_ID))

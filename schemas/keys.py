@@ -1,0 +1,101 @@
+"""The whole object-store layout: every key and prefix AYCI reads or writes, in one place.
+
+The same keys on the local folder (`.ayci/data`) and on S3. Content keys (combination,
+artifact, reference) are hashes computed in `schemas/combos.py`; this module only places them.
+
+```
+models/{sha256}                              the user's model (.pt2 or ONNX), stored once
+models/{sha256}.json                         what intake learned about it (format, size)
+artifacts/{artifact key}/{file}              a converted artifact
+artifacts/{artifact key}/manifest.json       written last, once: the artifact is complete
+references/{reference key}.npz               the base model's outputs on the example inputs
+tuning/{sha256}/{target cpu}/b{batch}-{HxW}/ TVM MetaSchedule records, reused by later conversions
+results/{combination key}.json               one measured combination (reused across runs)
+runs/{run id}/run.json                       the run record: owner, request, time
+runs/{run id}/events/{seq}-{type}-{id}.json  the run's event log (replay reads it)
+runs/{run id}/plan.json                      the combinations the run waits for
+runs/{run id}/outcomes/{combination key}.json  each combination's end: measured, reused or failed
+runs/{run id}/summary.json                   the archived run (written once, conditionally)
+runs/{run id}/email.json                     the notifier's record of the email it sent
+processed/{service}/{event id}               idempotency markers (a handled event)
+failures/{service}/{event id}.json           the last error of a failing event (for the DLQ report)
+dead-letters/{queue}/{message id}.json       what reached a dead-letter queue, with its reason
+```
+
+Everything is found by key (GET/HEAD). Only replay lists a prefix: a run's event log.
+"""
+
+from __future__ import annotations
+
+
+def model(sha256: str) -> str:
+    return f"models/{sha256}"
+
+
+def model_info(sha256: str) -> str:
+    return f"models/{sha256}.json"
+
+
+def artifact_file(artifact_key: str, file_name: str) -> str:
+    return f"artifacts/{artifact_key}/{file_name}"
+
+
+def manifest(artifact_key: str) -> str:
+    return artifact_file(artifact_key, "manifest.json")
+
+
+def reference(reference_key: str) -> str:
+    return f"references/{reference_key}.npz"
+
+
+def tuning_prefix(sha256: str, target_cpu: str, batch_size: int, input_size: list[int] | tuple[int, ...]) -> str:
+    shape = "x".join(str(dim) for dim in input_size)
+    return f"tuning/{sha256}/{target_cpu}/b{batch_size}-{shape}"
+
+
+def result(combo_key: str) -> str:
+    return f"results/{combo_key}.json"
+
+
+def run_prefix(run_id: str) -> str:
+    return f"runs/{run_id}/"
+
+
+def run_record(run_id: str) -> str:
+    return f"runs/{run_id}/run.json"
+
+
+def event_log_prefix(run_id: str) -> str:
+    return f"runs/{run_id}/events/"
+
+
+def event_log_entry(run_id: str, seq: str, event_type: str, event_id: str) -> str:
+    return f"{event_log_prefix(run_id)}{seq}-{event_type}-{event_id}.json"
+
+
+def plan(run_id: str) -> str:
+    return f"runs/{run_id}/plan.json"
+
+
+def outcome(run_id: str, combo_key: str) -> str:
+    return f"runs/{run_id}/outcomes/{combo_key}.json"
+
+
+def summary(run_id: str) -> str:
+    return f"runs/{run_id}/summary.json"
+
+
+def email(run_id: str) -> str:
+    return f"runs/{run_id}/email.json"
+
+
+def processed_marker(service: str, event_id: str) -> str:
+    return f"processed/{service}/{event_id}"
+
+
+def failure(service: str, event_id: str) -> str:
+    return f"failures/{service}/{event_id}.json"
+
+
+def dead_letter(queue: str, message_id: str) -> str:
+    return f"dead-letters/{queue}/{message_id}.json"

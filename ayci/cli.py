@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import json
 import logging
 import os
 import sys
@@ -28,6 +27,7 @@ from engines.model_files import NotAModelError
 from schemas.combos import Matrix, Workload
 from schemas.events import RequestSubmitted
 from schemas import keys
+from schemas.documents import RunSummary
 
 from services.archiver.report import COLUMNS, format_cell, summary_rows
 
@@ -165,7 +165,7 @@ def follow_embedded(app, envelopes: list, total: int, settings: Settings, what: 
         app.bus.observers.append(observe)
         app.publisher.publish(envelopes)
         app.bus.run_until_idle()
-    summary = json.loads(app.store.get_bytes(keys.summary(run_id)))
+    summary = RunSummary.read(app.store.get_bytes(keys.summary(run_id))).to_dict()
     print_table(summary, Console(width=max(Console().width, 170)))
     err.print(f"results: {settings.data_dir / keys.summary(run_id)}")
     return {"complete": 0, "partial": 0, "failed": 2}[summary["status"]]
@@ -220,7 +220,7 @@ def follow_store(store, run_id: str, keys: list[str], timeout_s: float) -> int:
             progress.update(task, completed=sum(store.exists(keys.outcome(run_id, k)) for k in keys))
             time.sleep(1)
         progress.update(task, completed=len(keys))
-    summary = json.loads(store.get_bytes(keys.summary(run_id)))
+    summary = RunSummary.read(store.get_bytes(keys.summary(run_id))).to_dict()
     print_table(summary, Console(width=max(Console().width, 170)))
     return {"complete": 0, "partial": 0, "failed": 2}[summary["status"]]
 

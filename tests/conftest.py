@@ -51,10 +51,18 @@ def measured_result(label: str, *, p99: float, cost: float, agreement: float = 1
     """A stored result of the combination `label` ("intel/onnx/b1/1769MB"), as the inference
     service writes it, with the figures the table shows (p50 and p90 derived from p99)."""
     hardware, optimizer, batch, memory = label.split("/")
+    p50 = p99 / 2
+    latency = {"p50": p50, "p90": p99 * 0.8, "p99": p99, "mean": p50, "min": p50, "max": p99, "ci95_low": p50, "ci95_high": p50,
+               "cv": 0.1, "iterations": 100, "converged": True, "billed_ms_mean": float(int(p50) + 1)}
+    cold = {"process_start": 50.0, "imports": cold_start_ms / 2 - 50, "model_load": cold_start_ms / 4, "first_inference": cold_start_ms / 4, "total": cold_start_ms}
     return {
+        "combo_key": f"key-{label}", "measurement_version": "m2", "measured_at": "2026-01-01T00:00:00+00:00", "run_id": "r0",
+        "conversion_s": 1.0, "artifact_key": f"artifact-{label}",
+        "model": {"sha256": "ab" * 32, "size_bytes": 1000, "format": "pt2", "workload": "image_classification", "input_size": [32, 32]},
         "combo": {"hardware": hardware, "optimizer": optimizer, "batch_size": int(batch[1:]), "memory_mb": int(memory[:-2])},
-        "latency_ms": {"p50": p99 / 2, "p90": p99 * 0.8, "p99": p99}, "cold_start_ms": {"total": cold_start_ms},
+        "latency_ms": latency, "cold_start_ms": cold, "warmup_iterations": 10,
         "peak_rss_mb": peak_rss_mb, "cost": {"per_million_inferences_usd": cost}, "agreement": {"score": agreement, "metric": "top1"},
+        "document_version": 1,
     }
 
 
@@ -64,9 +72,15 @@ def archived_summary(run_id: str, status: str, results: list[dict], failures: li
     from services.archiver.recommendation import recommend
 
     return {
-        "run_id": run_id, "status": status,
-        "model": {"sha256": "ab" * 32, "workload": "image_classification", "input_size": list(input_size)},
+        "run_id": run_id, "status": status, "archived_at": "2026-01-01T00:00:00+00:00", "closed_at_deadline": False,
+        "model": {"sha256": "ab" * 32, "size_bytes": 1000, "format": "pt2", "workload": "image_classification", "input_size": list(input_size)},
+        "request": {},
         "results": results,
-        "failures": [{"combo_key": f"k{i}", **f} for i, f in enumerate(failures)],
+        "failures": [{"combo_key": f"k{i}", "combo": _combo_of(f["label"]), **f} for i, f in enumerate(failures)],
         "recommendation": recommend(results, slo_p99_ms=None, min_agreement=0.99),
     }
+
+
+def _combo_of(label: str) -> dict:
+    hardware, optimizer, batch, memory = label.split("/")
+    return {"hardware": hardware, "optimizer": optimizer, "batch_size": int(batch[1:]), "memory_mb": int(memory[:-2])}

@@ -10,7 +10,6 @@ never reported. Only the archiver whose conditional write of the summary succeed
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -31,6 +30,7 @@ from schemas.events import (
 )
 from schemas.cost import UnknownPriceRegion, cost_block
 from schemas import keys
+from schemas.documents import FailedCombination, MeasuredResult, Outcome, RunSummary
 from services.archiver.recommendation import recommend
 
 log = structlog.get_logger()
@@ -50,15 +50,15 @@ def on_run_planned(event: Envelope, deps: ArchiverDeps) -> list[Payload | Delaye
 
 def on_inference_done(event: Envelope, deps: ArchiverDeps) -> list[Payload]:
     done: InferenceDone = event.payload
-    outcome = {"status": "done", "result_key": done.result_key, "reused": done.reused}
-    deps.store.put_bytes(keys.outcome(event.run_id, done.combo_key), json.dumps(outcome).encode(), if_absent=True)
+    outcome = Outcome(status="done", result_key=done.result_key, reused=done.reused)
+    deps.store.put_bytes(keys.outcome(event.run_id, done.combo_key), outcome.to_bytes(), if_absent=True)
     return _archive_if_complete(event.run_id, deps)
 
 
 def on_combo_failed(event: Envelope, deps: ArchiverDeps) -> list[Payload]:
     failed: ComboFailed = event.payload
-    outcome = {"status": "failed", "stage": failed.stage.value, "reason": failed.reason}
-    deps.store.put_bytes(keys.outcome(event.run_id, failed.combo_key), json.dumps(outcome).encode(), if_absent=True)
+    outcome = Outcome(status="failed", stage=failed.stage, reason=failed.reason)
+    deps.store.put_bytes(keys.outcome(event.run_id, failed.combo_key), outcome.to_bytes(), if_absent=True)
     return _archive_if_complete(event.run_id, deps)
 
 
@@ -87,35 +87,29 @@ def _archive(run_id: str, deps: ArchiverDeps, *, at_deadline: bool) -> list[Payl
     results, failures = [], []
     for key, combo in plan.combos.items():
         if deps.store.exists(keys.outcome(run_id, key)):
-            outcome = json.loads(deps.store.get_bytes(keys.outcome(run_id, key)))
+            outcome = Outcome.read(deps.store.get_bytes(keys.outcome(run_id, key)))
         else:
-            outcome = {"status": "failed", "stage": FailureStage.deadline.value, "reason": "never reported before the run's deadline"}
-        if outcome["status"] == "done":
-            result = json.loads(deps.store.get_bytes(outcome["result_key"]))
-            results.append(priced_for_region({**result, "reused": outcome.get("reused", False)}, plan.request.price_region))
+            outcome = Outcome(status="failed", stage=FailureStage.deadline, reason="never reported before the run's deadline")
+        if outcome.status == "done":
+            result = MeasuredResult.read(deps.store.get_bytes(outcome.result_key)).to_dict()
+            results.append(priced_for_region({**result, "reused": outcome.reused}, plan.request.price_region))
         else:
-            failures.append({"combo_key": key, "combo": combo.model_dump(mode="json"), "label": combo.label, "stage": outcome["stage"], "reason": outcome["reason"]})
+            failures.append(FailedCombination(combo_key=key, combo=combo, label=combo.label, stage=outcome.stage, reason=outcome.reason))
     status = RunStatus.failed if not results else RunStatus.partial if failures else RunStatus.complete
     request = plan.request
     recommendation = recommend(results, slo_p99_ms=request.slo_p99_ms, min_agreement=request.min_agreement, balance_weight=request.balance_weight)
-    summary = {
-        "run_id": run_id,
-        "status": status.value,
-        "archived_at": deps.now().isoformat(),
-        "closed_at_deadline": at_deadline,
-        "model": plan.model.model_dump(mode="json"),
-        "request": request.model_dump(mode="json"),
-        "results": results,
-        "failures": failures,
-        "recommendation": recommendation,
-    }
-    if not deps.store.put_bytes(keys.summary(run_id), json.dumps(summary, indent=1).encode(), if_absent=True):
+    summary = RunSummary(
+        run_id=run_id, status=status.value, archived_at=deps.now().isoformat(), closed_at_deadline=at_deadline,
+        model=plan.model, request=request.model_dump(mode="json"), results=results, failures=failures,
+        recommendation=recommendation,
+    )
+    if not deps.store.put_bytes(keys.summary(run_id), summary.to_bytes(indent=1), if_absent=True):
         return []  # another archiver got there first
     log.info("run_archived", run_id=run_id, status=status.value, succeeded=len(results), failed=len(failures))
     return [
         RunArchived(
             status=status, summary_key=keys.summary(run_id), succeeded=len(results), failed=len(failures),
-            failures={f["label"]: f"{f['stage']}: {f['reason']}" for f in failures},
+            failures={f.label: f"{f.stage.value}: {f.reason}" for f in failures},
             recommendation=recommendation, email=request.email,
         )
     ]

@@ -24,6 +24,7 @@ from engines.model_files import NotAModelError
 from schemas.combos import ModelRef, Optimizer, reference_key
 from schemas.events import ComboFailed, ComboPending, Envelope, FailureStage, ModelConverted, Payload
 from schemas import keys
+from schemas.documents import ArtifactManifest
 from workloads import workload_module
 
 log = structlog.get_logger()
@@ -51,7 +52,7 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
         except (NotAModelError, ConversionError) as exc:
             return [_failed(pending, f"the base model does not run on the workload's inputs: {_first_line(exc)}")]
         if deps.store.exists(keys.manifest(pending.artifact_key)):
-            manifest = json.loads(deps.store.get_bytes(keys.manifest(pending.artifact_key)))
+            manifest = ArtifactManifest.read(deps.store.get_bytes(keys.manifest(pending.artifact_key)))
             bound.info("artifact_reused", artifact_key=pending.artifact_key)
             return [_converted(pending, manifest, reused=True)]
         out_dir = work / "artifact"
@@ -72,16 +73,12 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
         if tuning_dir is not None:
             _store_tuning_records(deps.store, pending, tuning_dir)
         deps.store.put_file(keys.artifact_file(pending.artifact_key, conversion.artifact_file), out_dir / conversion.artifact_file)
-        manifest = {
-            "artifact_file": conversion.artifact_file,
-            "optimizer": combo.optimizer.value,
-            "hardware": combo.hardware.value,
-            "target_cpu": job.target_cpu,
-            "conversion_s": conversion.conversion_s,
-            "tuning_s": conversion.tuning_s,
-            "details": conversion.details,
-        }
-        deps.store.put_bytes(keys.manifest(pending.artifact_key), json.dumps(manifest).encode(), if_absent=True)
+        manifest = ArtifactManifest(
+            artifact_file=conversion.artifact_file, optimizer=combo.optimizer.value, hardware=combo.hardware.value,
+            target_cpu=job.target_cpu, conversion_s=conversion.conversion_s, tuning_s=conversion.tuning_s,
+            details=conversion.details,
+        )
+        deps.store.put_bytes(keys.manifest(pending.artifact_key), manifest.to_bytes(), if_absent=True)
         bound.info("conversion_done", conversion_s=round(conversion.conversion_s, 2), tuning_s=round(conversion.tuning_s, 2))
         return [_converted(pending, manifest, reused=False)]
 
@@ -127,12 +124,8 @@ def _store_tuning_records(store: ObjectStore, pending: ComboPending, tuning_dir:
     store.put_bytes(f"{prefix}/index.json", json.dumps(names).encode())
 
 
-def _converted(pending: ComboPending, manifest: dict, *, reused: bool) -> ModelConverted:
-    return ModelConverted(
-        model=pending.model, combo=pending.combo, combo_key=pending.combo_key, artifact_key=pending.artifact_key,
-        artifact_file=manifest["artifact_file"], conversion_s=manifest["conversion_s"],
-        tuning_s=manifest.get("tuning_s", 0.0), artifact_reused=reused,
-    )
+def _converted(pending: ComboPending, manifest: ArtifactManifest, *, reused: bool) -> ModelConverted:
+    return manifest.model_converted(model=pending.model, combo=pending.combo, combo_key=pending.combo_key, artifact_key=pending.artifact_key, reused=reused)
 
 
 def _failed(pending: ComboPending, reason: str) -> ComboFailed:

@@ -8,7 +8,6 @@ archiver what to wait for (`RunPlanned`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -20,13 +19,12 @@ from schemas.events import (
     ComboPending,
     Envelope,
     FailureStage,
-    InferenceDone,
-    ModelConverted,
     Payload,
     RequestSubmitted,
     RunPlanned,
 )
 from schemas import keys
+from schemas.documents import ArtifactManifest, MeasuredResult
 
 
 @dataclass
@@ -50,25 +48,14 @@ def on_request_submitted(event: Envelope, deps: DedupDeps) -> list[Payload]:
             out.append(ComboFailed(combo=combo, combo_key=key, stage=FailureStage.dedup, reason=f"model {model.sha256[:12]} is not stored"))
             continue
         if not request.force and deps.store.exists(keys.result(key)):
-            stored = json.loads(deps.store.get_bytes(keys.result(key)))
-            out.append(
-                InferenceDone(
-                    combo=combo, combo_key=key, result_key=keys.result(key),
-                    p50_ms=stored["latency_ms"]["p50"], p99_ms=stored["latency_ms"]["p99"], reused=True,
-                )
-            )
+            stored = MeasuredResult.read(deps.store.get_bytes(keys.result(key)))
+            out.append(stored.inference_done(result_key=keys.result(key), reused=True))
             continue
         target_cpu = deps.target_cpu(combo.hardware, combo.optimizer)
         art_key = artifact_key(model, combo, target_cpu)
         if deps.store.exists(keys.manifest(art_key)):
-            manifest = json.loads(deps.store.get_bytes(keys.manifest(art_key)))
-            out.append(
-                ModelConverted(
-                    model=model, combo=combo, combo_key=key, artifact_key=art_key,
-                    artifact_file=manifest["artifact_file"], conversion_s=manifest["conversion_s"],
-                    tuning_s=manifest.get("tuning_s", 0.0), artifact_reused=True,
-                )
-            )
+            manifest = ArtifactManifest.read(deps.store.get_bytes(keys.manifest(art_key)))
+            out.append(manifest.model_converted(model=model, combo=combo, combo_key=key, artifact_key=art_key, reused=True))
             continue
         out.append(ComboPending(model=model, combo=combo, combo_key=key, artifact_key=art_key, target_cpu=target_cpu, tuning_trials=request.tuning_trials))
     return out

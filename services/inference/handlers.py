@@ -5,7 +5,6 @@ that combination's failure; the run goes on."""
 from __future__ import annotations
 
 import functools
-import json
 import sys
 import tempfile
 from collections.abc import Callable
@@ -20,8 +19,9 @@ from engines.targets import native_hardware
 from schemas.combos import MEASUREMENT_VERSION, Hardware, reference_key
 from schemas.cost import cost_block
 from schemas.cost import default_region as default_price_region
-from schemas.events import ComboFailed, Envelope, FailureStage, InferenceDone, ModelConverted, Payload
+from schemas.events import ComboFailed, Envelope, FailureStage, ModelConverted, Payload
 from schemas import keys
+from schemas.documents import MeasuredResult
 from services.inference.launcher import MeasureSpec, MeasurementFailed, measure
 
 log = structlog.get_logger()
@@ -89,28 +89,30 @@ def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload]:
         except MeasurementFailed as exc:
             bound.warning("measurement_failed", reason=exc.reason)
             return [ComboFailed(combo=combo, combo_key=converted.combo_key, stage=FailureStage.inference, reason=exc.reason)]
-    result = {
-        "combo_key": converted.combo_key,
-        "combo": combo.model_dump(mode="json"),
-        "model": model.model_dump(mode="json"),
-        "measurement_version": MEASUREMENT_VERSION,
-        "measured_at": datetime.now(UTC).isoformat(),
-        "run_id": event.run_id,
-        "conversion_s": converted.conversion_s,
-        "tuning_s": converted.tuning_s,
-        "artifact_key": converted.artifact_key,
-        "emulated": emulated,
-        **report,
-        "cost": None if emulated else result_cost(report, combo, default_price_region()),
-    }
-    if not report.get("confined", True):
-        bound.info("measurement_unconfined", reason=report.get("confinement_reason"))
-    if (report.get("load") or {}).get("disturbed"):
-        bound.info("measurement_disturbed", other_busy_cores=round(report["load"]["other_busy_cores"], 2))
-    deps.store.put_bytes(key, json.dumps(result, indent=1).encode())
-    lat = report["latency_ms"]
-    bound.info("measurement_done", p50_ms=round(lat["p50"], 2), p99_ms=round(lat["p99"], 2), iterations=lat["iterations"])
-    return [InferenceDone(combo=combo, combo_key=converted.combo_key, result_key=key, p50_ms=lat["p50"], p99_ms=lat["p99"])]
+    result = MeasuredResult.model_validate(
+        {
+            "combo_key": converted.combo_key,
+            "combo": combo,
+            "model": model,
+            "measurement_version": MEASUREMENT_VERSION,
+            "measured_at": datetime.now(UTC).isoformat(),
+            "run_id": event.run_id,
+            "conversion_s": converted.conversion_s,
+            "tuning_s": converted.tuning_s,
+            "artifact_key": converted.artifact_key,
+            "emulated": emulated,
+            **report,
+            "cost": None if emulated else result_cost(report, combo, default_price_region()),
+        }
+    )
+    if not result.confined:
+        bound.info("measurement_unconfined", reason=result.confinement_reason)
+    if (result.load or {}).get("disturbed"):
+        bound.info("measurement_disturbed", other_busy_cores=round(result.load["other_busy_cores"], 2))
+    deps.store.put_bytes(key, result.to_bytes(indent=1))
+    lat = result.latency_ms
+    bound.info("measurement_done", p50_ms=round(lat.p50, 2), p99_ms=round(lat.p99, 2), iterations=lat.iterations)
+    return [result.inference_done(result_key=key, reused=False)]
 
 
 def result_cost(report: dict, combo, region: str) -> dict:

@@ -26,6 +26,7 @@ from pathlib import Path
 import structlog
 
 from core import measurement_lock
+from schemas.documents import MeasurementReport
 from services.inference.confinement import (
     ENTER_FAILED_EXIT,
     ConfinementUnavailable,
@@ -163,7 +164,10 @@ def _run_child(spec: MeasureSpec, group: MeasurementGroup | None, python_command
         if group is not None and ("MemoryError" in tail or "bad_alloc" in tail):
             raise MeasurementFailed(f"out of memory at {spec.memory_mb} MB ({tail})")
         raise MeasurementFailed(f"measuring process exited with {returncode}: {tail}")
-    report = json.loads(stdout.rsplit(RESULT_MARKER, 1)[1])
+    try:  # the one place the measuring process's report is checked
+        report = MeasurementReport.model_validate_json(stdout.rsplit(RESULT_MARKER, 1)[1]).model_dump(mode="json", exclude_unset=True)
+    except ValueError as exc:
+        raise MeasurementFailed(f"the measuring process's report does not fit the schema: {str(exc)[:300]}") from exc
     if report["peak_rss_mb"] > spec.memory_mb:
         # A Lambda function whose resident memory passes its size dies. The cap alone may not
         # catch it: pages of libraries already cached are charged to whoever read them first.

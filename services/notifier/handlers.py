@@ -23,6 +23,7 @@ import structlog
 from core.ports import Mailer, ObjectStore
 from schemas.events import Envelope, Payload, RunArchived
 from schemas import keys
+from schemas.documents import RunSummary
 from services.archiver.report import COLUMNS, format_cell, summary_rows
 
 log = structlog.get_logger()
@@ -56,7 +57,7 @@ def on_run_archived(event: Envelope, deps: NotifierDeps) -> list[Payload]:
     if not _claim(deps.store, event.run_id):
         log.info("email_already_sent", run_id=event.run_id)
         return []
-    summary = json.loads(deps.store.get_bytes(archived.summary_key))
+    summary = RunSummary.read(deps.store.get_bytes(archived.summary_key)).to_dict()
     email = compose(summary, deps.results_url)
     try:
         message_id = deps.mailer.send(to=archived.email, **email)

@@ -8,14 +8,14 @@ is stored is reused (`InferenceDone`, `reused: true`); with it, it is measured a
 
 from __future__ import annotations
 
-import json
 import uuid
 from datetime import UTC, datetime, timedelta
 
 from core.ports import ObjectStore
 
-from schemas.events import Envelope, InferenceDone, Payload, RequestSubmitted, RunPlanned
+from schemas.events import Envelope, Payload, RequestSubmitted, RunPlanned
 from schemas import keys
+from schemas.documents import MeasuredResult
 
 REPLAYABLE = ("RequestSubmitted", "ComboPending", "ModelConverted")
 
@@ -53,8 +53,7 @@ def replay(store: ObjectStore, run_id: str, from_type: str, *, force: bool = Fal
     for key, event in chosen.items():
         result_key = keys.result(key)
         if not force and store.exists(result_key):
-            stored = json.loads(store.get_bytes(result_key))
-            out.append(InferenceDone(combo=event.payload.combo, combo_key=key, result_key=result_key, p50_ms=stored["latency_ms"]["p50"], p99_ms=stored["latency_ms"]["p99"], reused=True))
+            out.append(MeasuredResult.read(store.get_bytes(result_key)).inference_done(result_key=result_key, reused=True))
         else:
             out.append(event.payload)
     return [start.caused(p, producer="replay", index=i) for i, p in enumerate(out)]

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from datetime import UTC, datetime
 
 from core.ports import NotFound, ObjectStore
 from schemas.combos import Combo, combo_key
 from schemas.events import RequestSubmitted, RunPlanned
 from schemas import keys
+from schemas.documents import MeasuredResult, Outcome, RunRecord, RunSummary
 
 from services.archiver.report import COLUMNS, summary_rows
 
@@ -22,35 +22,32 @@ RECOMMENDATION_KINDS = ("fastest", "cheapest", "balanced")
 
 def record_run(store: ObjectStore, run_id: str, request: RequestSubmitted) -> bool:
     """Write the run's record (owner, combinations); False if a run with this id exists."""
-    record = {
-        "run_id": run_id,
-        "owner": request.owner,
-        "submitted_at": datetime.now(UTC).isoformat(),
-        "combos": {combo_key(request.model, c): c.model_dump(mode="json") for c in request.matrix.combos()},
-        "request": request.model_dump(mode="json"),
-    }
-    return store.put_bytes(keys.run_record(run_id), json.dumps(record).encode(), if_absent=True)
+    record = RunRecord(
+        run_id=run_id, owner=request.owner, submitted_at=datetime.now(UTC).isoformat(),
+        combos={combo_key(request.model, c): c for c in request.matrix.combos()}, request=request.model_dump(mode="json"),
+    )
+    return store.put_bytes(keys.run_record(run_id), record.to_bytes(), if_absent=True)
 
 
 def withdraw_run(store: ObjectStore, run_id: str, reason: str) -> None:
     """Mark a run whose request could not be published as never started: it belongs to
     nobody, so it is a 404 for everyone."""
-    store.put_bytes(keys.run_record(run_id), json.dumps({"run_id": run_id, "owner": None, "not_submitted": reason}).encode())
+    store.put_bytes(keys.run_record(run_id), RunRecord(run_id=run_id, owner=None, not_submitted=reason).to_bytes())
 
 
 def load_run(store: ObjectStore, run_id: str, owner: str) -> dict | None:
     """The run's record, or None if there is none or it belongs to another owner (the two
     look the same from outside)."""
     try:
-        record = json.loads(store.get_bytes(keys.run_record(run_id)))
+        record = RunRecord.read(store.get_bytes(keys.run_record(run_id)))
     except NotFound:
         return None
-    return record if record.get("owner") == owner else None
+    return record.to_dict() if record.owner == owner else None
 
 
 def load_summary(store: ObjectStore, run_id: str) -> dict | None:
     try:
-        return json.loads(store.get_bytes(keys.summary(run_id)))
+        return RunSummary.read(store.get_bytes(keys.summary(run_id))).to_dict()
     except NotFound:
         return None
 
@@ -68,14 +65,14 @@ def run_progress(store: ObjectStore, record: dict) -> dict:
     for key, combo in combos.items():
         entry = {"combo_key": key, "label": Combo.model_validate(combo).label, **combo, "state": "queued"}
         try:
-            outcome = json.loads(store.get_bytes(keys.outcome(run_id, key)))
+            outcome = Outcome.read(store.get_bytes(keys.outcome(run_id, key)))
         except NotFound:
             outcome = None
-        if outcome and outcome["status"] == "done":
-            result = json.loads(store.get_bytes(outcome["result_key"]))
-            entry.update(state="measured", p50_ms=result["latency_ms"]["p50"], p99_ms=result["latency_ms"]["p99"], reused=outcome.get("reused", False))
+        if outcome and outcome.status == "done":
+            result = MeasuredResult.read(store.get_bytes(outcome.result_key))
+            entry.update(state="measured", p50_ms=result.latency_ms.p50, p99_ms=result.latency_ms.p99, reused=outcome.reused)
         elif outcome:
-            entry.update(state="failed", reason=f"{outcome['stage']}: {outcome['reason']}")
+            entry.update(state="failed", reason=f"{outcome.stage.value}: {outcome.reason}")
         entries.append(entry)
     if summary:  # the archiver's word is final (e.g. combinations failed at the deadline)
         failed = {f["combo_key"]: f for f in summary["failures"]}

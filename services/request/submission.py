@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import tempfile
 import uuid
 from pathlib import Path
@@ -13,6 +12,7 @@ from engines.model_files import sniff_format
 from schemas.combos import ModelRef, Workload
 from schemas.events import Envelope, RequestSubmitted
 from schemas import keys
+from schemas.documents import ModelInfo
 
 
 def sha256_of(path: Path) -> str:
@@ -29,18 +29,23 @@ def store_model(store: ObjectStore, path: Path, workload: Workload, input_size: 
     model_format = sniff_format(path)
     sha = sha256_of(path)
     size = path.stat().st_size
-    if not store.exists(keys.model(sha)):
-        store.put_file(keys.model(sha), path)
-    info = {"sha256": sha, "size_bytes": size, "format": model_format.value}
-    store.put_bytes(keys.model_info(sha), json.dumps(info).encode(), if_absent=True)
+    keep_model(store, path, ModelInfo(sha256=sha, size_bytes=size, format=model_format.value))
     return ModelRef(sha256=sha, size_bytes=size, format=model_format, workload=workload, input_size=input_size)
+
+
+def keep_model(store: ObjectStore, path: Path, info: ModelInfo) -> None:
+    """Store a checked model file (unless already there) and its facts beside it: the one
+    place a model enters the store."""
+    if not store.exists(keys.model(info.sha256)):
+        store.put_file(keys.model(info.sha256), path)
+    store.put_bytes(keys.model_info(info.sha256), info.to_bytes(), if_absent=True)
 
 
 def model_info(store: ObjectStore, sha256: str) -> dict | None:
     """The facts of a stored model, or None if no model has this SHA-256. A model stored
     before its facts were kept is sniffed once and its facts written."""
     try:
-        return json.loads(store.get_bytes(keys.model_info(sha256)))
+        return ModelInfo.read(store.get_bytes(keys.model_info(sha256))).public()
     except NotFound:
         pass
     if not store.exists(keys.model(sha256)):
@@ -48,9 +53,9 @@ def model_info(store: ObjectStore, sha256: str) -> dict | None:
     with tempfile.TemporaryDirectory(prefix="ayci-model-") as tmp:
         path = Path(tmp) / "model"
         store.get_file(keys.model(sha256), path)
-        info = {"sha256": sha256, "size_bytes": path.stat().st_size, "format": sniff_format(path).value}
-    store.put_bytes(keys.model_info(sha256), json.dumps(info).encode(), if_absent=True)
-    return info
+        info = ModelInfo(sha256=sha256, size_bytes=path.stat().st_size, format=sniff_format(path).value)
+    store.put_bytes(keys.model_info(sha256), info.to_bytes(), if_absent=True)
+    return info.public()
 
 
 def new_run(request: RequestSubmitted, run_id: str | None = None) -> Envelope:

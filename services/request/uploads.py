@@ -14,7 +14,6 @@ bytes are discarded and nothing is stored. Two staging places, one interface:
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import tempfile
 from collections.abc import AsyncIterator
@@ -23,9 +22,9 @@ from pathlib import Path
 from typing import Protocol
 
 from core.ports import ObjectStore
-from schemas import keys
+from schemas.documents import ModelInfo
 from engines.model_files import NotAModelError, sniff_format
-from services.request.submission import model_info
+from services.request.submission import keep_model, model_info
 
 
 @dataclass(frozen=True)
@@ -172,8 +171,7 @@ def verify_upload(store: ObjectStore, uploader: Uploader, owner: str, sha256: st
                 raise UploadRejected(f"not an accepted model (a torch.export .pt2 or ONNX file): {exc}") from None
         finally:
             uploader.discard(owner, sha256)
-        info = {"sha256": sha256, "size_bytes": size_bytes, "format": model_format.value}
-        store.put_file(keys.model(sha256), path)
-        store.put_bytes(keys.model_info(sha256), json.dumps(info).encode(), if_absent=True)
-    return info
+        info = ModelInfo(sha256=sha256, size_bytes=size_bytes, format=model_format.value)
+        keep_model(store, path, info)
+    return info.public()
 

@@ -1,0 +1,220 @@
+"""The stored state, typed and versioned like the events: what AYCI writes to the object store
+(where: `schemas/keys.py`).
+
+Each document carries `document_version`; a document written before versioning reads as
+version 1. Reading a document of an older version runs its class's upcasters in order (as
+`Envelope.parse` does for events), so older documents stay readable. Writing always writes the
+current version. Documents keep fields they do not know (`extra="allow"`): a newer writer's
+additions survive a round trip through an older reader.
+
+- `ModelInfo`        models/{sha256}.json: what intake learned about a stored model
+- `RunRecord`        runs/{id}/run.json: who submitted what, when
+- `ArtifactManifest` artifacts/{key}/manifest.json: a complete converted artifact
+- `MeasurementReport` what the measuring process reports (validated once, by the launcher)
+- `MeasuredResult`   results/{combo key}.json: one measured combination
+- `Outcome`          runs/{id}/outcomes/{combo key}.json: how a combination ended in a run
+- `RunSummary`       runs/{id}/summary.json: the archived run
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, ClassVar, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from schemas.combos import Combo, ModelRef
+from schemas.events import FailureStage, InferenceDone, ModelConverted, SchemaError
+
+
+class Document(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    VERSION: ClassVar[int] = 1
+    # version it reads -> function giving the document of the next version
+    UPCASTERS: ClassVar[dict[int, Callable[[dict[str, Any]], dict[str, Any]]]] = {}
+
+    @classmethod
+    def read(cls, raw: bytes | str | dict[str, Any]) -> Self:
+        """A stored document of any known version, upcast to the current one."""
+        data = dict(raw) if isinstance(raw, dict) else json.loads(raw)
+        version = data.pop("document_version", 1)
+        if not isinstance(version, int) or not 1 <= version <= cls.VERSION:
+            raise SchemaError(f"unknown version {version!r} of {cls.__name__} (known: 1..{cls.VERSION})")
+        while version < cls.VERSION:
+            data = cls.UPCASTERS[version](data)
+            version += 1
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise SchemaError(f"{cls.__name__} v{version} does not fit the schema: {exc}") from exc
+
+    def to_dict(self) -> dict[str, Any]:
+        """The document as stored: the fields it was built with, and its version."""
+        return {**self.model_dump(mode="json", exclude_unset=True), "document_version": self.VERSION}
+
+    def to_bytes(self, *, indent: int | None = None) -> bytes:
+        return json.dumps(self.to_dict(), indent=indent).encode()
+
+
+class ModelInfo(Document):
+    sha256: str
+    size_bytes: int
+    format: str
+
+    def public(self) -> dict[str, Any]:
+        """What the API returns about a model."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+class RunRecord(Document):
+    run_id: str
+    owner: str | None
+    submitted_at: str | None = None
+    combos: dict[str, Combo] = {}
+    request: dict[str, Any] | None = None
+    not_submitted: str | None = None  # the request could not be published: the run never started
+
+
+class ArtifactManifest(Document):
+    artifact_file: str
+    optimizer: str
+    hardware: str
+    target_cpu: str
+    conversion_s: float
+    tuning_s: float = 0.0
+    details: dict[str, Any] = {}
+
+    def model_converted(self, *, model: ModelRef, combo: Combo, combo_key: str, artifact_key: str, reused: bool) -> ModelConverted:
+        """The `ModelConverted` this artifact stands for: the one place it is built from a manifest."""
+        return ModelConverted(
+            model=model, combo=combo, combo_key=combo_key, artifact_key=artifact_key,
+            artifact_file=self.artifact_file, conversion_s=self.conversion_s, tuning_s=self.tuning_s,
+            artifact_reused=reused,
+        )
+
+
+class Flexible(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class LatencyStats(Flexible):
+    """Warm latency in ms over `iterations` samples; `billed_ms_mean` is the mean of the
+    samples each rounded up to 1 ms, as Lambda bills them."""
+
+    p50: float
+    p90: float
+    p99: float
+    mean: float
+    min: float
+    max: float
+    ci95_low: float
+    ci95_high: float
+    cv: float
+    iterations: int
+    converged: bool
+    billed_ms_mean: float
+
+
+class ColdStart(Flexible):
+    """A cold start split, in ms, from the process's spawn to its first answer."""
+
+    process_start: float
+    imports: float
+    model_load: float
+    first_inference: float
+    total: float
+    model_load_compiles: bool = False
+
+
+class Agreement(Flexible):
+    """Agreement with the base model's outputs: a score in [0, 1] by the workload's metric,
+    plus the metric's details (max abs diff, top-1, IoU...)."""
+
+    score: float
+    metric: str
+
+
+class MeasurementReport(Flexible):
+    """What the measuring process (`services/inference/measure.py`) and its launcher report."""
+
+    cold_start_ms: ColdStart
+    latency_ms: LatencyStats
+    warmup_iterations: int
+    agreement: Agreement
+    peak_rss_mb: float
+    confined: bool = True
+    confinement_reason: str | None = None
+    threads: int | None = None
+    vcpus: float | None = None
+    lock_wait_s: float | None = None
+    measurement_s: float | None = None
+    load: dict[str, Any] | None = None
+    cgroup_peak_mb: float | None = None
+    cpu_throttled_share: float | None = None
+
+
+class MeasuredResult(Document):
+    """One measured combination: the measurement report plus what was measured and its cost."""
+
+    combo_key: str
+    combo: Combo
+    model: ModelRef
+    measurement_version: str
+    measured_at: str
+    run_id: str
+    conversion_s: float
+    tuning_s: float = 0.0
+    artifact_key: str
+    emulated: bool = False
+    cold_start_ms: ColdStart
+    latency_ms: LatencyStats
+    warmup_iterations: int
+    agreement: Agreement
+    peak_rss_mb: float
+    confined: bool = True
+    confinement_reason: str | None = None
+    threads: int | None = None
+    vcpus: float | None = None
+    lock_wait_s: float | None = None
+    measurement_s: float | None = None
+    load: dict[str, Any] | None = None
+    cgroup_peak_mb: float | None = None
+    cpu_throttled_share: float | None = None
+    cost: dict[str, Any] | None = None
+
+    def inference_done(self, *, result_key: str, reused: bool) -> InferenceDone:
+        """The `InferenceDone` this result stands for: the one place it is built from a result."""
+        return InferenceDone(
+            combo=self.combo, combo_key=self.combo_key, result_key=result_key,
+            p50_ms=self.latency_ms.p50, p99_ms=self.latency_ms.p99, reused=reused,
+        )
+
+
+class Outcome(Document):
+    status: Literal["done", "failed"]
+    result_key: str | None = None
+    reused: bool = False
+    stage: FailureStage | None = None
+    reason: str | None = None
+
+
+class FailedCombination(Flexible):
+    combo_key: str
+    combo: Combo
+    label: str
+    stage: FailureStage
+    reason: str
+
+
+class RunSummary(Document):
+    run_id: str
+    status: Literal["complete", "partial", "failed"]
+    archived_at: str
+    closed_at_deadline: bool
+    model: ModelRef
+    request: dict[str, Any]
+    results: list[dict[str, Any]]  # MeasuredResult documents, each with `reused`, priced for the run's region
+    failures: list[FailedCombination]
+    recommendation: dict[str, Any] | None = None

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from core.ports import ObjectStore
-from schemas.combos import Hardware, Optimizer, artifact_key, combo_key
+from schemas.combos import Hardware, Optimizer, artifact_key, combo_key, reference_key
 from schemas.events import (
     ComboFailed,
     ComboPending,
@@ -53,7 +53,9 @@ def on_request_submitted(event: Envelope, deps: DedupDeps) -> list[Payload]:
             continue
         target_cpu = deps.target_cpu(combo.hardware, combo.optimizer)
         art_key = artifact_key(model, combo, target_cpu)
-        if deps.store.exists(keys.manifest(art_key)):
+        # an artifact serves its combination only with the base outputs for its batch: `base`
+        # serves every batch, and the converter is the one that computes a batch's reference
+        if deps.store.exists(keys.manifest(art_key)) and deps.store.exists(keys.reference(reference_key(model, combo.batch_size))):
             manifest = ArtifactManifest.read(deps.store.get_bytes(keys.manifest(art_key)))
             out.append(manifest.model_converted(model=model, combo=combo, combo_key=key, artifact_key=art_key, reused=True))
             continue

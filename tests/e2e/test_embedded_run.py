@@ -192,3 +192,13 @@ def test_inputs_the_model_does_not_accept_fail_that_combination_at_once(app, tin
     assert failure["stage"] == "converter" and expected in failure["reason"]
     assert "the base model does not run on the workload's inputs" in failure["reason"]
     assert app.bus.dead_letters == []
+
+
+def test_base_at_a_batch_size_it_has_not_run_yet_measures(app, tiny_image_model):
+    """The stored base artifact serves every batch, but the base outputs of a new batch must
+    still be computed: a second run at batch 2 measures instead of dead-lettering."""
+    first, _ = run(app, request_for(app, tiny_image_model, ["base"], batches=(1, 4)))
+    assert first["status"] == "complete"
+    second, _ = run(app, request_for(app, tiny_image_model, ["base"], batches=(2,)))
+    assert second["status"] == "complete", second["failures"]
+    assert [r["combo"]["batch_size"] for r in second["results"]] == [2] and second["results"][0]["agreement"]["score"] == 1.0

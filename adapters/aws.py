@@ -9,6 +9,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import boto3
+
+from adapters.aws_calls import record_calls
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
@@ -22,7 +24,9 @@ _CLIENT_CONFIG = Config(retries={"max_attempts": 8, "mode": "adaptive"}, max_poo
 
 
 def client(service: str):
-    return boto3.session.Session().client(service, config=_CLIENT_CONFIG)
+    made = boto3.session.Session().client(service, config=_CLIENT_CONFIG)
+    record_calls(made)
+    return made
 
 
 class S3Store:

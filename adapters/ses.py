@@ -3,7 +3,7 @@ from `AWS_ENDPOINT_URL` (LocalStack here, unset on AWS); boto3 reads it itself."
 
 from __future__ import annotations
 
-import boto3
+from adapters.aws import client
 
 
 class SesMailer:
@@ -11,7 +11,7 @@ class SesMailer:
 
     def __init__(self, sender: str, ses=None) -> None:
         self.sender = sender
-        self.ses = ses or boto3.session.Session().client("ses")
+        self.ses = ses or client("ses")
 
     def send(self, *, to: str, subject: str, text: str, html: str) -> str:
         """One email with a plain-text and an HTML part; returns SES's message id."""

@@ -24,6 +24,7 @@ import structlog
 from aiobotocore.session import get_session
 
 from adapters.aws import envelope_from_sqs_body
+from adapters.aws_calls import record_calls
 from core.ports import ObjectStore
 from core.runtime import LoggedPublisher, ServiceRunner, dead_letter_failure
 from schemas.events import Envelope, SchemaError
@@ -48,6 +49,7 @@ class QueueWorker:
 
     async def run(self) -> None:
         async with get_session().create_client("sqs") as sqs:
+            record_calls(sqs)
             urls = {name: (await sqs.get_queue_url(QueueName=f"{self.queue_prefix}-{name}"))["QueueUrl"] for name in self.queue_names}
             dlqs = {name: (await sqs.get_queue_url(QueueName=f"{self.queue_prefix}-{name}-dlq"))["QueueUrl"] for name in self.queue_names}
             log.info("worker_started", service=self.service, queues=self.queue_names)
@@ -125,12 +127,17 @@ class DeadLetterWatcher:
 
     async def run(self) -> None:
         async with get_session().create_client("sqs") as sqs:
+            record_calls(sqs)
             urls = {name: (await sqs.get_queue_url(QueueName=f"{self.queue_prefix}-{name}-dlq"))["QueueUrl"] for name in self.queue_names}
             while not self.stopping.is_set():
                 for name, url in urls.items():
                     response = await sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1, MessageAttributeNames=["All"])
                     for message in response.get("Messages", []):
-                        await asyncio.to_thread(self.report, name, message)
+                        try:
+                            await asyncio.to_thread(self.report, name, message)
+                        except Exception:  # a dead letter that cannot be reported stays for the next pass; the watcher goes on
+                            log.exception("dead_letter_report_failed", queue=name, message_id=message.get("MessageId"))
+                            continue
                         await sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
 
     def report(self, queue: str, message: dict) -> None:

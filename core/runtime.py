@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 
 from core.ports import EventPublisher, ObjectStore
-from schemas.events import ComboFailed, Envelope, FailureStage, Payload
+from schemas.events import ComboFailed, RunDeadlineReached, Envelope, FailureStage, Payload
 from schemas import keys
 
 
@@ -103,11 +103,21 @@ class ServiceRunner:
 
 
 def dead_letter_failure(envelope: Envelope, reason: str) -> Envelope | None:
-    """The `ComboFailed` that reports a dead-lettered event of one combination (None if the
-    event belongs to no single combination)."""
+    """What ends the work a dead-lettered event stood for, so its run still ends: the
+    `ComboFailed` of its combination, or for an event of the whole run (its request, its
+    plan, its deadline) a `RunDeadlineReached` that closes the run now with the reason.
+    None for what needs no end (a failure report, an announcement, a closing that already
+    carried a reason)."""
     payload = envelope.payload
+    why = f"dead-lettered after retries: {reason[:2000]}"
     combo, key = getattr(payload, "combo", None), getattr(payload, "combo_key", None)
-    if combo is None or key is None or envelope.type == "ComboFailed":
-        return None
-    failed = ComboFailed(combo=combo, combo_key=key, stage=FailureStage.dead_letter, reason=f"dead-lettered after retries: {reason[:300]}")
-    return envelope.caused(failed, producer="dead-letter", index=0)
+    if combo is not None and key is not None and envelope.type != "ComboFailed":
+        failed = ComboFailed(combo=combo, combo_key=key, stage=FailureStage.dead_letter, reason=why)
+        return envelope.caused(failed, producer="dead-letter", index=0)
+    request = {"RequestSubmitted": payload, "RunPlanned": getattr(payload, "request", None)}.get(envelope.type)
+    if envelope.type in ("RequestSubmitted", "RunPlanned") or (envelope.type == "RunDeadlineReached" and payload.reason is None):
+        if envelope.type == "RunDeadlineReached":
+            request = payload.request
+        closing = RunDeadlineReached(deadline=envelope.time, reason=f"{envelope.type} {why}", stage=FailureStage.dead_letter, request=request)
+        return envelope.caused(closing, producer="dead-letter", index=0)
+    return None

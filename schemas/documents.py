@@ -38,7 +38,12 @@ class Document(BaseModel):
     @classmethod
     def read(cls, raw: bytes | str | dict[str, Any]) -> Self:
         """A stored document of any known version, upcast to the current one."""
-        data = dict(raw) if isinstance(raw, dict) else json.loads(raw)
+        try:
+            data = dict(raw) if isinstance(raw, dict) else json.loads(raw)
+        except ValueError as exc:
+            raise SchemaError(f"{cls.__name__} is not JSON: {exc}") from exc
+        if not isinstance(data, dict):
+            raise SchemaError(f"{cls.__name__} must be a JSON object")
         version = data.pop("document_version", 1)
         if not isinstance(version, int) or not 1 <= version <= cls.VERSION:
             raise SchemaError(f"unknown version {version!r} of {cls.__name__} (known: 1..{cls.VERSION})")
@@ -218,3 +223,4 @@ class RunSummary(Document):
     results: list[dict[str, Any]]  # MeasuredResult documents, each with `reused`, priced for the run's region
     failures: list[FailedCombination]
     recommendation: dict[str, Any] | None = None
+    archived_by: str | None = None  # the id of the event whose handling wrote this summary

@@ -114,8 +114,16 @@ class ComboFailed(Payload):
 
 
 class RunDeadlineReached(Payload):
+    """Close the run now if `deadline` has passed. Version 2 can also end a run that cannot go
+    on (`reason`: e.g. its request or plan was dead-lettered), carrying the `request` so a run
+    whose plan was never stored still ends with a summary."""
+
     TYPE = "RunDeadlineReached"
+    VERSION = 2
     deadline: datetime
+    reason: str | None = None
+    stage: FailureStage = FailureStage.deadline
+    request: RequestSubmitted | None = None
 
 
 class RunStatus(StrEnum):
@@ -162,9 +170,15 @@ def _request_submitted_v1_to_v2(old: dict[str, Any]) -> dict[str, Any]:
     return new
 
 
+def _deadline_v1_to_v2(old: dict[str, Any]) -> dict[str, Any]:
+    """v1 was only the deadline."""
+    return {"deadline": old["deadline"]}
+
+
 # (type, version it reads) -> function giving the payload of the next version
 UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("RequestSubmitted", 1): _request_submitted_v1_to_v2,
+    ("RunDeadlineReached", 1): _deadline_v1_to_v2,
 }
 
 
@@ -215,7 +229,7 @@ class Envelope(BaseModel):
     @classmethod
     def parse(cls, data: str | bytes | dict[str, Any]) -> Envelope:
         """Read an envelope of any known version, upcasting its payload to the current one."""
-        if not isinstance(data, dict):
+        if isinstance(data, (str, bytes, bytearray)):
             try:
                 data = json.loads(data)
             except ValueError as exc:
@@ -233,7 +247,10 @@ class Envelope(BaseModel):
         if not isinstance(payload, dict):
             raise SchemaError(f"{event_type} has no payload object")
         while version < payload_cls.VERSION:
-            payload = UPCASTERS[(event_type, version)](payload)
+            try:
+                payload = UPCASTERS[(event_type, version)](payload)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:  # an old payload missing what its version had
+                raise SchemaError(f"{event_type} v{version} cannot be upcast: {type(exc).__name__}: {exc}") from exc
             version += 1
         try:
             return cls(

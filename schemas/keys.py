@@ -15,6 +15,7 @@ runs/{run id}/run.json                       the run record: owner, request, tim
 runs/{run id}/events/{seq}-{type}-{id}.json  the run's event log (replay reads it)
 runs/{run id}/plan.json                      the combinations the run waits for
 runs/{run id}/outcomes/{combination key}.json  each combination's end: measured, reused or failed
+runs/{run id}/outcomes/expected-{N}          empty; N = how many outcomes the plan waits for
 runs/{run id}/summary.json                   the archived run (written once, conditionally)
 runs/{run id}/email.json                     the notifier's record of the email it sent
 processed/{service}/{event id}               idempotency markers (a handled event)
@@ -22,7 +23,8 @@ failures/{service}/{event id}.json           the last error of a failing event (
 dead-letters/{queue}/{message id}.json       what reached a dead-letter queue, with its reason
 ```
 
-Everything is found by key (GET/HEAD). Only replay lists a prefix: a run's event log.
+Everything is found by key (GET/HEAD), except two listings: replay lists a run's event log,
+and the archiver lists a run's outcomes (one page per 1,000) to know whether the run is complete.
 """
 
 from __future__ import annotations
@@ -78,7 +80,24 @@ def plan(run_id: str) -> str:
 
 
 def outcome(run_id: str, combo_key: str) -> str:
-    return f"runs/{run_id}/outcomes/{combo_key}.json"
+    return f"{outcomes_prefix(run_id)}{combo_key}.json"
+
+
+def outcomes_prefix(run_id: str) -> str:
+    return f"runs/{run_id}/outcomes/"
+
+
+def expected_outcomes(run_id: str, count: int) -> str:
+    return f"{outcomes_prefix(run_id)}expected-{count}"
+
+
+def expected_outcomes_in(listed: list[str]) -> int | None:
+    """The count named by the `expected-{N}` marker among listed outcome keys (None: no plan yet)."""
+    for key in listed:
+        name = key.rsplit("/", 1)[-1]
+        if name.startswith("expected-"):
+            return int(name.removeprefix("expected-"))
+    return None
 
 
 def summary(run_id: str) -> str:

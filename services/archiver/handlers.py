@@ -1,21 +1,27 @@
 """Archiver: collects what arrives for a run and ends every run with a stored summary
 (`runs/{run id}/summary.json`) and an explicit status.
 
-It learns what to wait for from `RunPlanned`. Each arrival (a result or a failure) is kept
-under `runs/{run id}/outcomes/{combo key}.json` (first one wins). The run ends when every
-planned combination has an outcome, or at its deadline, when the missing ones are failed as
-never reported. Only the archiver whose conditional write of the summary succeeds announces
-`RunArchived`, so two workers racing on the last arrivals archive a run once.
+It learns what to wait for from `RunPlanned` (kept with an `expected-{N}` marker beside the
+outcomes). Each arrival (a result or a failure) is kept under `runs/{run id}/outcomes/{combo
+key}.json` (first one wins); one listing of the outcomes (a page per 1,000) tells whether all
+N have arrived, so an arrival costs a few store calls whatever the run's size
+(`bench/bench_archiver.py`). The run ends when every planned combination has an outcome, at its
+deadline (the missing ones failed as never reported), or at once when its request or plan was
+dead-lettered (`RunDeadlineReached` with a reason). One unreadable result fails only its
+combination. Only the archiver whose conditional write of the summary succeeds announces
+`RunArchived`; if it dies before publishing, the redelivered event announces again with the
+same id, so the email is neither lost nor sent twice.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import structlog
 
-from core.ports import ObjectStore
+from core.ports import NotFound, ObjectStore
 from core.runtime import Delayed
 from schemas.events import (
     ComboFailed,
@@ -27,13 +33,16 @@ from schemas.events import (
     RunDeadlineReached,
     RunPlanned,
     RunStatus,
+    SchemaError,
 )
 from schemas.cost import UnknownPriceRegion, cost_block
 from schemas import keys
+from schemas.combos import combo_key
 from schemas.documents import FailedCombination, MeasuredResult, Outcome, RunSummary
 from services.archiver.recommendation import recommend
 
 log = structlog.get_logger()
+ARCHIVE_READERS = 16  # concurrent reads when a run closes
 
 
 @dataclass
@@ -44,54 +53,73 @@ class ArchiverDeps:
 
 def on_run_planned(event: Envelope, deps: ArchiverDeps) -> list[Payload | Delayed]:
     planned: RunPlanned = event.payload
-    deps.store.put_bytes(keys.plan(event.run_id), planned.model_dump_json().encode(), if_absent=True)
-    return [Delayed(RunDeadlineReached(deadline=planned.deadline), planned.deadline), *_archive_if_complete(event.run_id, deps)]
+    _keep_plan(event.run_id, planned, deps)
+    return [Delayed(RunDeadlineReached(deadline=planned.deadline), planned.deadline), *_archive_if_complete(event, deps)]
 
 
 def on_inference_done(event: Envelope, deps: ArchiverDeps) -> list[Payload]:
     done: InferenceDone = event.payload
     outcome = Outcome(status="done", result_key=done.result_key, reused=done.reused)
     deps.store.put_bytes(keys.outcome(event.run_id, done.combo_key), outcome.to_bytes(), if_absent=True)
-    return _archive_if_complete(event.run_id, deps)
+    return _archive_if_complete(event, deps)
 
 
 def on_combo_failed(event: Envelope, deps: ArchiverDeps) -> list[Payload]:
     failed: ComboFailed = event.payload
     outcome = Outcome(status="failed", stage=failed.stage, reason=failed.reason)
     deps.store.put_bytes(keys.outcome(event.run_id, failed.combo_key), outcome.to_bytes(), if_absent=True)
-    return _archive_if_complete(event.run_id, deps)
+    return _archive_if_complete(event, deps)
 
 
 def on_deadline_reached(event: Envelope, deps: ArchiverDeps) -> list[Payload | Delayed]:
+    """The deadline, or an end forced with a reason (a dead-lettered request or plan): what
+    has not arrived fails with that reason and the run is archived."""
     deadline: RunDeadlineReached = event.payload
     if deps.store.exists(keys.summary(event.run_id)):
-        return []
-    if deps.now() < deadline.deadline:  # a delayed message can only wait so long: wait again
+        return _announce_again(event, deps)
+    if deadline.reason is None and deps.now() < deadline.deadline:  # a delayed message can only wait so long: wait again
         return [Delayed(deadline, deadline.deadline)]
     if not deps.store.exists(keys.plan(event.run_id)):
+        if deadline.request is None:
+            return []
+        request = deadline.request  # the run was never planned: plan it from its request, to end it
+        combos = {combo_key(request.model, c): c for c in request.matrix.combos()}
+        _keep_plan(event.run_id, RunPlanned(model=request.model, combos=combos, deadline=deadline.deadline, request=request), deps)
+    missing = (deadline.stage, deadline.reason or "never reported before the run's deadline")
+    return _archive(event, deps, at_deadline=True, missing=missing)
+
+
+def _keep_plan(run_id: str, planned: RunPlanned, deps: ArchiverDeps) -> None:
+    """The plan, and beside the outcomes a marker naming how many there will be: one listing
+    of the outcomes then tells whether the run is complete, without reading the plan."""
+    deps.store.put_bytes(keys.plan(run_id), planned.model_dump_json().encode(), if_absent=True)
+    deps.store.put_bytes(keys.expected_outcomes(run_id, len(planned.combos)), b"", if_absent=True)
+
+
+def _archive_if_complete(event: Envelope, deps: ArchiverDeps) -> list[Payload]:
+    """Archive the run if every planned combination has an outcome. Costs one listing (a page
+    per 1,000 combinations) per arrival, whatever the run's size."""
+    listed = deps.store.list_keys(keys.outcomes_prefix(event.run_id))
+    expected = keys.expected_outcomes_in(listed)
+    if expected is None or len(listed) - 1 < expected:
         return []
-    return _archive(event.run_id, deps, at_deadline=True)
+    if deps.store.exists(keys.summary(event.run_id)):
+        return _announce_again(event, deps)
+    return _archive(event, deps, at_deadline=False)
 
 
-def _archive_if_complete(run_id: str, deps: ArchiverDeps) -> list[Payload]:
-    if not deps.store.exists(keys.plan(run_id)) or deps.store.exists(keys.summary(run_id)):
-        return []
+def _archive(event: Envelope, deps: ArchiverDeps, *, at_deadline: bool, missing: tuple[FailureStage, str] | None = None) -> list[Payload]:
+    run_id = event.run_id
     plan = RunPlanned.model_validate_json(deps.store.get_bytes(keys.plan(run_id)))
-    if all(deps.store.exists(keys.outcome(run_id, key)) for key in plan.combos):
-        return _archive(run_id, deps, at_deadline=False)
-    return []
-
-
-def _archive(run_id: str, deps: ArchiverDeps, *, at_deadline: bool) -> list[Payload]:
-    plan = RunPlanned.model_validate_json(deps.store.get_bytes(keys.plan(run_id)))
+    stage, reason = missing or (FailureStage.deadline, "never reported before the run's deadline")
+    missing_outcome = Outcome(status="failed", stage=stage, reason=reason)
+    # the one step that reads every combination (once per run): concurrently, so a large run
+    # closes in seconds on S3, not in one round trip per object
+    with ThreadPoolExecutor(max_workers=ARCHIVE_READERS) as pool:
+        ends = list(pool.map(lambda key: _end_of(run_id, key, deps, missing_outcome), plan.combos))
     results, failures = [], []
-    for key, combo in plan.combos.items():
-        if deps.store.exists(keys.outcome(run_id, key)):
-            outcome = Outcome.read(deps.store.get_bytes(keys.outcome(run_id, key)))
-        else:
-            outcome = Outcome(status="failed", stage=FailureStage.deadline, reason="never reported before the run's deadline")
-        if outcome.status == "done":
-            result = MeasuredResult.read(deps.store.get_bytes(outcome.result_key)).to_dict()
+    for (key, combo), (outcome, result) in zip(plan.combos.items(), ends, strict=True):
+        if result is not None:
             results.append(priced_for_region({**result, "reused": outcome.reused}, plan.request.price_region))
         else:
             failures.append(FailedCombination(combo_key=key, combo=combo, label=combo.label, stage=outcome.stage, reason=outcome.reason))
@@ -101,18 +129,49 @@ def _archive(run_id: str, deps: ArchiverDeps, *, at_deadline: bool) -> list[Payl
     summary = RunSummary(
         run_id=run_id, status=status.value, archived_at=deps.now().isoformat(), closed_at_deadline=at_deadline,
         model=plan.model, request=request.model_dump(mode="json"), results=results, failures=failures,
-        recommendation=recommendation,
+        recommendation=recommendation, archived_by=event.event_id,
     )
     if not deps.store.put_bytes(keys.summary(run_id), summary.to_bytes(indent=1), if_absent=True):
-        return []  # another archiver got there first
+        return _announce_again(event, deps)  # another archiver got there first
     log.info("run_archived", run_id=run_id, status=status.value, succeeded=len(results), failed=len(failures))
-    return [
-        RunArchived(
-            status=status, summary_key=keys.summary(run_id), succeeded=len(results), failed=len(failures),
-            failures={f.label: f"{f.stage.value}: {f.reason}" for f in failures},
-            recommendation=recommendation, email=request.email,
-        )
-    ]
+    return [_announcement(summary)]
+
+
+def _end_of(run_id: str, key: str, deps: ArchiverDeps, missing: Outcome) -> tuple[Outcome, dict | None]:
+    """A combination's outcome and, if it was measured, its result."""
+    outcome = _outcome(run_id, key, deps) or missing
+    if outcome.status != "done":
+        return outcome, None
+    try:
+        return outcome, MeasuredResult.read(deps.store.get_bytes(outcome.result_key)).to_dict()
+    except (NotFound, SchemaError) as exc:  # one unreadable result fails its combination, not the run
+        return Outcome(status="failed", stage=FailureStage.inference, reason=f"its stored result cannot be read: {exc}"[:2000]), None
+
+
+def _outcome(run_id: str, key: str, deps: ArchiverDeps) -> Outcome | None:
+    try:
+        return Outcome.read(deps.store.get_bytes(keys.outcome(run_id, key)))
+    except NotFound:
+        return None
+    except SchemaError as exc:
+        return Outcome(status="failed", stage=FailureStage.inference, reason=f"its outcome cannot be read: {exc}"[:2000])
+
+
+def _announcement(summary: RunSummary) -> RunArchived:
+    return RunArchived(
+        status=RunStatus(summary.status), summary_key=keys.summary(summary.run_id), succeeded=len(summary.results),
+        failed=len(summary.failures), failures={f.label: f"{f.stage.value}: {f.reason}" for f in summary.failures},
+        recommendation=summary.recommendation, email=summary.request.get("email"),
+    )
+
+
+def _announce_again(event: Envelope, deps: ArchiverDeps) -> list[Payload]:
+    """The run is archived. If this very event archived it, its announcement may not have
+    gone out (the worker died between the summary's write and the publish): announce again,
+    with the same event id, so the email is never lost and never sent twice. Any other
+    event announces nothing."""
+    summary = RunSummary.read(deps.store.get_bytes(keys.summary(event.run_id)))
+    return [_announcement(summary)] if summary.archived_by == event.event_id else []
 
 
 def priced_for_region(result: dict, region: str) -> dict:

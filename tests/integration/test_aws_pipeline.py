@@ -11,6 +11,7 @@ import uuid
 import boto3
 import pytest
 
+from adapters.aws_calls import ENV, iam_action, recorded_calls
 from ayci import cloud
 from ayci.bootstrap import aws
 from ayci.settings import Settings
@@ -30,13 +31,15 @@ RUN_TIMEOUT_S = 240
 def stack(tmp_path_factory):
     prefix = f"t{uuid.uuid4().hex[:6]}"
     outputs = cloud.deploy(prefix)
-    env = cloud.service_env(outputs, prefix, {"AYCI_MEASURE_TIME_CAP_S": "1", "AYCI_MEASURE_MIN_ITERATIONS": "5"})
+    calls = tmp_path_factory.mktemp("aws-calls")  # every AWS action the services call (test_iam_grants)
+    env = cloud.service_env(outputs, prefix, {"AYCI_MEASURE_TIME_CAP_S": "1", "AYCI_MEASURE_MIN_ITERATIONS": "5", ENV: str(calls)})
     processes = cloud.ServiceProcesses(env=env, log_dir=tmp_path_factory.mktemp("service-logs"))
     processes.start_all()
     with pytest.MonkeyPatch.context() as patch:
         for name in ("AYCI_BUCKET", "AYCI_BUS_NAME", "AYCI_QUEUE_PREFIX"):
             patch.setenv(name, env[name])
-        yield {"prefix": prefix, "outputs": outputs, "processes": processes, "wiring": aws(Settings())}
+        patch.setenv(ENV, str(calls))  # the test acts as the request service: its calls count too
+        yield {"prefix": prefix, "outputs": outputs, "processes": processes, "wiring": aws(Settings()), "calls": calls}
     processes.stop_all()
     from ayci.infra import delete_stack
 
@@ -138,6 +141,9 @@ def test_poison_messages_go_to_the_dlq_and_the_run_still_ends(stack, tiny_image_
     dedup_url = sqs.get_queue_url(QueueName=f"{stack['prefix']}-dedup")["QueueUrl"]
     sqs.send_message(QueueUrl=dedup_url, MessageBody="{this is not json")
     sqs.send_message(QueueUrl=dedup_url, MessageBody=json.dumps({"detail": {"type": "Mystery", "schema_version": 1}}))
+    old_request = {"event_id": "e", "type": "RequestSubmitted", "schema_version": 1, "run_id": "r", "time": "2026-01-01T00:00:00Z", "producer": "x", "payload": {"model": {}}}
+    for body in ("[]", "123", "null", json.dumps({"detail": old_request})):  # each once killed the worker
+        sqs.send_message(QueueUrl=dedup_url, MessageBody=body)
 
     # a planned run whose one combination names a model that is not stored: the converter
     # fails on it every time, SQS dead-letters it after 3 receives, the run ends partial
@@ -164,6 +170,8 @@ def test_poison_messages_go_to_the_dlq_and_the_run_still_ends(stack, tiny_image_
     letters = [json.loads(store.get_bytes(k)) for k in store.list_keys("dead-letters/")]
     reasons = " ".join(letter["reason"] for letter in letters)
     assert "not JSON" in reasons and "unknown event type 'Mystery'" in reasons
+    assert "an event must be a JSON object" in reasons and "RequestSubmitted v1 cannot be upcast" in reasons
+    assert sum(letter["queue"] == "dedup" for letter in letters) >= 6
     for name in ("dedup", "converter", "archiver"):
         assert stack["processes"].processes[name].poll() is None  # nothing else stopped
 
@@ -242,3 +250,31 @@ def test_lambda_entrypoint_reports_only_the_failed_records(stack, tiny_image_mod
     assert wiring.store.exists(f"processed/dedup/{envelope.event_id}")
     summary = wait_summary(stack, envelope.run_id)  # the planned run goes on through the workers
     assert summary["status"] == "complete"
+
+
+def granted_actions() -> set[str]:
+    """The IAM actions the template grants the services' role."""
+    from cfnlint.decode import decode
+
+    from ayci.infra import TEMPLATE
+
+    template, errors = decode(str(TEMPLATE))
+    assert not errors, errors
+    granted = set()
+    for policy in template["Resources"]["ServiceFunctionRole"]["Properties"]["Policies"]:
+        for statement in policy["PolicyDocument"]["Statement"]:
+            actions = statement["Action"]
+            granted.update([actions] if isinstance(actions, str) else actions)
+    return granted
+
+
+def test_every_aws_action_the_services_called_is_granted_by_the_template(stack):
+    """LocalStack does not enforce IAM: a call the role does not grant works here and fails on
+    AWS (as `sqs:GetQueueUrl` did: every RunPlanned dead-lettered). Runs last in this module,
+    after every kind of run above, so it has seen what the services call."""
+    calls = recorded_calls(stack["calls"])
+    actions = {iam_action(service, operation) for service, operation in calls}
+    assert {"sqs:ReceiveMessage", "events:PutEvents", "s3:PutObject", "sqs:SendMessage"} <= actions, actions  # the record works
+    granted = granted_actions()
+    missing = sorted(a for a in actions if a not in granted and f"{a.split(':')[0]}:*" not in granted)
+    assert missing == [], f"called but not granted by infra/template.yaml: {missing}"

@@ -55,7 +55,7 @@ def test_the_test_summary_builder_writes_what_the_archiver_writes():
 
 
 def test_every_key_function_is_in_the_layout_and_no_service_spells_a_key():
-    functions = [name for name, f in inspect.getmembers(keys, inspect.isfunction) if f.__module__ == keys.__name__]
+    functions = [name for name, f in inspect.getmembers(keys, inspect.isfunction) if f.__module__ == keys.__name__ and f.__annotations__.get("return") == "str"]
     layout = keys.__doc__
     for name in functions:
         example = getattr(keys, name)(*["x"] * (len(inspect.signature(getattr(keys, name)).parameters) - 1), *([[1, 2]] if name == "tuning_prefix" else ["x"]))

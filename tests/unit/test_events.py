@@ -86,3 +86,16 @@ def test_base_artifact_does_not_depend_on_batch_but_onnx_does():
 def test_bad_matrix_is_rejected(matrix):
     with pytest.raises(ValidationError):
         Matrix.model_validate(matrix)
+
+
+@pytest.mark.parametrize(
+    "body",
+    ["[]", "123", "null", '{"detail": []}', '"text"',
+     # a v1 request missing the fields its upcaster reads
+     '{"event_id": "e", "type": "RequestSubmitted", "schema_version": 1, "run_id": "r", "time": "2026-01-01T00:00:00Z", "producer": "x", "payload": {"model": {}}}'],
+)
+def test_a_malformed_message_body_is_a_schema_error_never_a_crash(body):
+    from adapters.aws import envelope_from_sqs_body
+
+    with pytest.raises(SchemaError):
+        envelope_from_sqs_body(body)

@@ -1,0 +1,137 @@
+"""The archiver's handlers on an in-memory store: every run ends, the announcement is never
+lost, one bad result fails only its combination, and an arrival costs a bounded number of
+store calls whatever the run's size."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from adapters.memory_store import MemoryStore
+from core.runtime import dead_letter_failure
+from schemas import keys
+from schemas.combos import Matrix, ModelRef, combo_key
+from schemas.events import ComboFailed, Envelope, FailureStage, InferenceDone, RequestSubmitted, RunArchived, RunDeadlineReached, RunPlanned
+from services.archiver.handlers import ArchiverDeps, on_combo_failed, on_deadline_reached, on_inference_done, on_run_planned
+from tests.conftest import measured_result
+
+MODEL = ModelRef(sha256="ab" * 32, size_bytes=1000, format="pt2", workload="image_classification", input_size=[32, 32])
+RUN = "run-1"
+
+
+def request(batches=(1, 2), email="user@example.com") -> RequestSubmitted:
+    matrix = Matrix(optimizers={"intel": ["base", "onnx"]}, batch_sizes=list(batches), memory_sizes_mb=[1769])
+    return RequestSubmitted(model=MODEL, matrix=matrix, email=email)
+
+
+def planned(req: RequestSubmitted) -> Envelope:
+    combos = {combo_key(MODEL, c): c for c in req.matrix.combos()}
+    plan = RunPlanned(model=MODEL, combos=combos, deadline=datetime.now(UTC) + timedelta(hours=1), request=req)
+    return Envelope.wrap(plan, run_id=RUN, producer="dedup")
+
+
+def done(store: MemoryStore, key: str, combo) -> Envelope:
+    result = measured_result(combo.label, p99=2.0, cost=0.1)
+    store.objects[keys.result(key)] = json.dumps({**result, "combo_key": key, "cost": None}).encode()
+    return Envelope.wrap(InferenceDone(combo=combo, combo_key=key, result_key=keys.result(key), p50_ms=1.0, p99_ms=2.0), run_id=RUN, producer="inference")
+
+
+def announcements(out) -> list[RunArchived]:
+    return [p for p in out if isinstance(p, RunArchived)]
+
+
+def test_a_run_ends_when_its_last_combination_arrives_and_is_announced_once():
+    store = MemoryStore()
+    deps = ArchiverDeps(store)
+    plan = planned(request())
+    on_run_planned(plan, deps)
+    arrivals = [done(store, k, c) for k, c in plan.payload.combos.items()]
+    outs = [on_inference_done(e, deps) for e in arrivals]
+    assert [len(announcements(o)) for o in outs] == [0, 0, 0, 1]
+    assert json.loads(store.objects[keys.summary(RUN)])["status"] == "complete"
+    # a late duplicate of an arrival announces nothing
+    assert announcements(on_inference_done(arrivals[0], deps)) == []
+
+
+def test_the_archiving_event_redelivered_announces_again_so_the_email_is_not_lost():
+    """The worker wrote the summary and died before publishing RunArchived: SQS delivers the
+    same event again; it sees the summary it wrote and announces (the notifier sends once)."""
+    store = MemoryStore()
+    deps = ArchiverDeps(store)
+    plan = planned(request(batches=(1,)))
+    on_run_planned(plan, deps)
+    first, last = [done(store, k, c) for k, c in plan.payload.combos.items()]
+    on_inference_done(first, deps)
+    (announced,) = announcements(on_inference_done(last, deps))
+    (again,) = announcements(on_inference_done(last, deps))
+    assert again == announced and again.email == "user@example.com"
+
+
+def test_a_dead_lettered_request_ends_its_run_with_the_reason():
+    store = MemoryStore()
+    req = request(batches=(1,))
+    submitted = Envelope.wrap(req, run_id=RUN, producer="request")
+    closing = dead_letter_failure(submitted, "ValueError: dedup broke")
+    assert isinstance(closing.payload, RunDeadlineReached)
+    out = on_deadline_reached(Envelope.parse(closing.to_json()), ArchiverDeps(store))
+    (announced,) = announcements(out)
+    summary = json.loads(store.objects[keys.summary(RUN)])
+    assert summary["status"] == "failed" and announced.status == "failed" and len(summary["failures"]) == 2
+    assert all(f["stage"] == "dead_letter" and "dedup broke" in f["reason"] for f in summary["failures"])
+
+
+def test_a_dead_lettered_plan_ends_its_run_keeping_what_arrived():
+    store = MemoryStore()
+    deps = ArchiverDeps(store)
+    plan = planned(request(batches=(1,)))
+    (key, combo), _ = plan.payload.combos.items()
+    on_inference_done(done(store, key, combo), deps)  # arrived before the plan could be kept
+    out = on_deadline_reached(dead_letter_failure(plan, "AccessDenied: sqs:GetQueueUrl"), deps)
+    summary = json.loads(store.objects[keys.summary(RUN)])
+    assert announcements(out) and summary["status"] == "partial" and len(summary["results"]) == 1
+    assert "AccessDenied" in summary["failures"][0]["reason"]
+    # a closing that itself dead-letters is not closed again (no loop)
+    assert dead_letter_failure(dead_letter_failure(plan, "x"), "y") is None
+
+
+def test_one_corrupt_result_fails_its_combination_not_the_run():
+    store = MemoryStore()
+    deps = ArchiverDeps(store)
+    plan = planned(request(batches=(1,)))
+    (k1, c1), (k2, c2) = plan.payload.combos.items()
+    on_run_planned(plan, deps)
+    on_inference_done(done(store, k1, c1), deps)
+    broken = done(store, k2, c2)
+    store.objects[keys.result(k2)] = b"{not json"
+    assert announcements(on_inference_done(broken, deps))
+    summary = json.loads(store.objects[keys.summary(RUN)])
+    assert summary["status"] == "partial" and "cannot be read" in summary["failures"][0]["reason"]
+
+
+@pytest.mark.parametrize("order", ["plan", "reverse"])
+def test_an_arrival_costs_a_bounded_number_of_store_calls(order):
+    store = MemoryStore()
+    deps = ArchiverDeps(store)
+    req = RequestSubmitted(model=MODEL, matrix=Matrix(optimizers={"intel": ["base", "onnx", "tvm"]}, batch_sizes=list(range(1, 17)), memory_sizes_mb=[512, 1024, 1769, 3538]))
+    plan = planned(req)
+    on_run_planned(plan, deps)
+    arrivals = [done(store, k, c) for k, c in plan.payload.combos.items()]
+    per_arrival = []
+    for event in arrivals if order == "plan" else arrivals[::-1]:
+        before = store.call_count
+        on_inference_done(event, deps)
+        per_arrival.append(store.call_count - before)
+    assert len(arrivals) == 192 and max(per_arrival[:-1]) <= 3
+    assert sum(per_arrival) <= 5 * len(arrivals) + 10
+
+
+def test_a_failure_arrival_counts_like_a_result():
+    store = MemoryStore()
+    deps = ArchiverDeps(store)
+    plan = planned(request(batches=(1,)))
+    on_run_planned(plan, deps)
+    for key, combo in plan.payload.combos.items():
+        out = on_combo_failed(Envelope.wrap(ComboFailed(combo=combo, combo_key=key, stage=FailureStage.converter, reason="no"), run_id=RUN, producer="converter"), deps)
+    assert announcements(out)[0].status == "failed"

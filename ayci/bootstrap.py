@@ -35,7 +35,7 @@ def build_service(name: str, store: ObjectStore, settings: Settings, mailer: Mai
     if name == "dedup":
         return Service(name, dedup.HANDLERS, dedup.DedupDeps(store=store, target_cpu=settings.target_cpu))
     if name == "converter":
-        return Service(name, converter.HANDLERS, converter.ConverterDeps(store=store))
+        return Service(name, converter.HANDLERS, converter.ConverterDeps(store=store, reference_timeout_s=settings.reference_timeout_s, reference_memory_mb=settings.reference_memory_mb))
     if name == "inference":
         return Service(name, inference.HANDLERS, inference.InferenceDeps(store=store, time_cap_s=settings.measure_time_cap_s, min_iterations=settings.measure_min_iterations))
     if name == "archiver":

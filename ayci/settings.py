@@ -19,6 +19,8 @@ class Settings(BaseSettings):
     arm_sysroot: Path = Path(".arm-sysroot")
     measure_time_cap_s: float = 20.0  # per combination, warm iterations
     measure_min_iterations: int = 10
+    reference_timeout_s: float = 300.0  # the base model on the example inputs, in a child process
+    reference_memory_mb: int = 10240  # its address-space cap
     log_format: str = "console"  # console | json
 
     # the real path

@@ -7,14 +7,12 @@ An artifact is converted once: a stored manifest means it is reused.
 
 from __future__ import annotations
 
-import io
 import json
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import structlog
 
 from core import measurement_lock
@@ -25,7 +23,7 @@ from schemas.combos import ModelRef, Optimizer, reference_key
 from schemas.events import ComboFailed, ComboPending, Envelope, FailureStage, ModelConverted, Payload
 from schemas import keys
 from schemas.documents import ArtifactManifest
-from workloads import workload_module
+from services.converter.reference import ReferenceFailed, compute_reference
 
 log = structlog.get_logger()
 
@@ -34,6 +32,8 @@ log = structlog.get_logger()
 class ConverterDeps:
     store: ObjectStore
     work_dir: Path | None = None
+    reference_timeout_s: float = 300.0  # the base model on the example inputs, in its own process
+    reference_memory_mb: int = 10240  # the largest Lambda: a model that cannot run there cannot run anywhere
     # runs a conversion; the embedded default calls the engine in-process
     convert: Callable[[Optimizer, ConversionJob], object] = lambda optimizer, job: engine_module(optimizer).convert(job)
 
@@ -48,9 +48,9 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
         deps.store.get_file(keys.model(model.sha256), model_path)
         try:
             with measurement_lock.shared():  # runs the base model: not beside a measurement either
-                ensure_reference(deps.store, model, model_path, combo.batch_size, work)
-        except (NotAModelError, ConversionError) as exc:
-            return [_failed(pending, f"the base model does not run on the workload's inputs: {_first_line(exc)}")]
+                ensure_reference(deps.store, model, model_path, combo.batch_size, work, timeout_s=deps.reference_timeout_s, memory_mb=deps.reference_memory_mb)
+        except ReferenceFailed as exc:
+            return [_failed(pending, f"the base model does not run on the workload's inputs: {exc}")]
         if deps.store.exists(keys.manifest(pending.artifact_key)):
             manifest = ArtifactManifest.read(deps.store.get_bytes(keys.manifest(pending.artifact_key)))
             bound.info("artifact_reused", artifact_key=pending.artifact_key)
@@ -83,25 +83,17 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
         return [_converted(pending, manifest, reused=False)]
 
 
-def ensure_reference(store: ObjectStore, model: ModelRef, model_path: Path, batch: int, work: Path) -> str:
+def ensure_reference(store: ObjectStore, model: ModelRef, model_path: Path, batch: int, work: Path, *, timeout_s: float = 300.0, memory_mb: int = 10240) -> str:
     """Store the base model's outputs on the workload's fixed example inputs for `batch`
-    (once), and return its key. Raises if the base model does not run on those inputs."""
+    (once), and return its key. They are computed in a child process with a time limit and a
+    memory cap (`reference.py`); raises `ReferenceFailed` if the base model does not run on
+    those inputs within them."""
     key = keys.reference(reference_key(model, batch))
     if store.exists(key):
         return key
-    workload = workload_module(model.workload)
-    inputs = workload.example_inputs(batch, model.input_size)
-    artifact = work / "reference-base"
-    artifact.mkdir(exist_ok=True)
-    base = engine_module(Optimizer.base)
-    conversion = base.convert(ConversionJob(model=model, model_path=model_path, hardware=None, batch_size=batch, target_cpu="", out_dir=artifact))
-    try:
-        outputs = base.load(artifact / conversion.artifact_file, threads=1)(inputs)
-    except Exception as exc:  # the user's model on the workload's inputs: any failure is theirs
-        raise ConversionError(f"{type(exc).__name__}: {_first_line(exc)}") from exc
-    buffer = io.BytesIO()
-    np.savez(buffer, **{f"input:{k}": v for k, v in inputs.items()}, **{f"output:{i}": o for i, o in enumerate(outputs)})
-    store.put_bytes(key, buffer.getvalue(), if_absent=True)
+    out = work / f"reference-b{batch}.npz"
+    compute_reference(model_path, model.model_dump_json(), model.workload.value, model.input_size, batch, out, timeout_s=timeout_s, memory_mb=memory_mb)
+    store.put_file(key, out)  # the same bytes whoever writes them
     return key
 
 

@@ -9,7 +9,8 @@ models/{sha256}.json                         what intake learned about it (forma
 artifacts/{artifact key}/{file}              a converted artifact
 artifacts/{artifact key}/manifest.json       written last, once: the artifact is complete
 references/{reference key}.npz               the base model's outputs on the example inputs
-tuning/{sha256}/{target cpu}/b{batch}-{HxW}/ TVM MetaSchedule records, reused by later conversions
+artifacts/{artifact key}/lease.json          who converts it now, until when (one conversion per artifact)
+tuning/{sha256}/{target cpu}/b{batch}-{HxW}.tar.gz  TVM MetaSchedule records (one archive), reused by later conversions
 results/{combination key}.json               one measured combination (reused across runs)
 runs/{run id}/run.json                       the run record: owner, request, time
 runs/{run id}/events/{seq}-{type}-{id}.json  the run's event log (replay reads it)
@@ -50,9 +51,13 @@ def reference(reference_key: str) -> str:
     return f"references/{reference_key}.npz"
 
 
-def tuning_prefix(sha256: str, target_cpu: str, batch_size: int, input_size: list[int] | tuple[int, ...]) -> str:
+def conversion_lease(artifact_key: str) -> str:
+    return artifact_file(artifact_key, "lease.json")
+
+
+def tuning_records(sha256: str, target_cpu: str, batch_size: int, input_size: list[int] | tuple[int, ...]) -> str:
     shape = "x".join(str(dim) for dim in input_size)
-    return f"tuning/{sha256}/{target_cpu}/b{batch_size}-{shape}"
+    return f"tuning/{sha256}/{target_cpu}/b{batch_size}-{shape}.tar.gz"
 
 
 def result(combo_key: str) -> str:

@@ -8,15 +8,18 @@ An artifact is converted once: a stored manifest means it is reused.
 from __future__ import annotations
 
 import json
+import tarfile
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import structlog
 
 from core import measurement_lock
-from core.ports import ObjectStore
+from core.ports import NotFound, ObjectStore
+from core.runtime import Delayed
 from engines import ConversionError, ConversionJob, engine_module
 from engines.model_files import NotAModelError
 from schemas.combos import ModelRef, Optimizer, reference_key
@@ -34,6 +37,9 @@ class ConverterDeps:
     work_dir: Path | None = None
     reference_timeout_s: float = 300.0  # the base model on the example inputs, in its own process
     reference_memory_mb: int = 10240  # the largest Lambda: a model that cannot run there cannot run anywhere
+    lease_s: float = 900.0  # a conversion's lease on its artifact, renewed at each progress step
+    lease_retry_s: float = 30.0  # a combination whose artifact another worker converts comes back after this
+    now: Callable[[], datetime] = lambda: datetime.now(UTC)
     # runs a conversion; the embedded default calls the engine in-process
     convert: Callable[[Optimizer, ConversionJob], object] = lambda optimizer, job: engine_module(optimizer).convert(job)
 
@@ -55,13 +61,17 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
             manifest = ArtifactManifest.read(deps.store.get_bytes(keys.manifest(pending.artifact_key)))
             bound.info("artifact_reused", artifact_key=pending.artifact_key)
             return [_converted(pending, manifest, reused=True)]
+        if not _take_lease(deps, pending.artifact_key, event.event_id):
+            # another worker converts this artifact (e.g. for another memory size): come back when it is done
+            bound.info("conversion_waits_for_lease", artifact_key=pending.artifact_key, retry_s=deps.lease_retry_s)
+            return [Delayed(pending, deps.now() + timedelta(seconds=deps.lease_retry_s))]
         out_dir = work / "artifact"
         out_dir.mkdir()
         tuning_dir = _fetch_tuning_records(deps.store, pending, work) if combo.optimizer == Optimizer.tvm else None
         job = ConversionJob(
             model=model, model_path=model_path, hardware=combo.hardware, batch_size=combo.batch_size,
             target_cpu=pending.target_cpu, out_dir=out_dir, tuning_trials=pending.tuning_trials,
-            tuning_dir=tuning_dir, progress=lambda message: bound.info("conversion_progress", message=message),
+            tuning_dir=tuning_dir, progress=lambda message: _progress(deps, pending.artifact_key, event.event_id, bound, message),
         )
         bound.info("conversion_started", optimizer=combo.optimizer.value, hardware=combo.hardware.value)
         try:
@@ -69,6 +79,7 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
                 conversion = deps.convert(combo.optimizer, job)
         except (ConversionError, NotAModelError) as exc:
             bound.warning("conversion_failed", reason=str(exc))
+            _release_lease(deps, pending.artifact_key)  # those waiting try (and fail) for themselves
             return [_failed(pending, str(exc))]
         if tuning_dir is not None:
             _store_tuning_records(deps.store, pending, tuning_dir)
@@ -97,23 +108,59 @@ def ensure_reference(store: ObjectStore, model: ModelRef, model_path: Path, batc
     return key
 
 
+def _take_lease(deps: ConverterDeps, artifact_key: str, holder: str) -> bool:
+    """One conversion per artifact: a conditional write of a lease with an expiry. True if
+    `holder` (the event being handled) holds it now: taken, already its own (a redelivery),
+    or taken over from a holder whose lease expired (it died)."""
+    key = keys.conversion_lease(artifact_key)
+    lease = json.dumps({"holder": holder, "expires_at": (deps.now() + timedelta(seconds=deps.lease_s)).isoformat()}).encode()
+    if deps.store.put_bytes(key, lease, if_absent=True):
+        return True
+    try:
+        current = json.loads(deps.store.get_bytes(key))
+        expired = datetime.fromisoformat(current["expires_at"]) <= deps.now()
+        mine = current["holder"] == holder
+    except (NotFound, ValueError, KeyError):
+        expired, mine = True, False
+    if mine or expired:
+        deps.store.put_bytes(key, lease)
+        return True
+    return False
+
+
+def _release_lease(deps: ConverterDeps, artifact_key: str) -> None:
+    deps.store.put_bytes(keys.conversion_lease(artifact_key), json.dumps({"holder": None, "expires_at": deps.now().isoformat()}).encode())
+
+
+def _progress(deps: ConverterDeps, artifact_key: str, holder: str, bound, message: str) -> None:
+    """Log the conversion's progress and keep its lease alive while it works (tuning is long)."""
+    bound.info("conversion_progress", message=message)
+    deps.store.put_bytes(
+        keys.conversion_lease(artifact_key),
+        json.dumps({"holder": holder, "expires_at": (deps.now() + timedelta(seconds=deps.lease_s)).isoformat()}).encode(),
+    )
+
+
 def _fetch_tuning_records(store: ObjectStore, pending: ComboPending, work: Path) -> Path:
+    """The stored TVM tuning records of this model, target, batch and input size (one archive,
+    written whole once the search ended: never half-written), unpacked into a folder."""
     tuning_dir = work / "tuning"
     tuning_dir.mkdir()
-    prefix = keys.tuning_prefix(pending.model.sha256, pending.target_cpu, pending.combo.batch_size, pending.model.input_size)
-    index_key = f"{prefix}/index.json"
-    if store.exists(index_key):
-        for name in json.loads(store.get_bytes(index_key)):
-            store.get_file(f"{prefix}/{name}", tuning_dir / name)
+    key = keys.tuning_records(pending.model.sha256, pending.target_cpu, pending.combo.batch_size, pending.model.input_size)
+    if store.exists(key):
+        archive = work / "tuning.tar.gz"
+        store.get_file(key, archive)
+        with tarfile.open(archive) as tar:
+            tar.extractall(tuning_dir, filter="data")  # no absolute paths, no links out, no devices
     return tuning_dir
 
 
 def _store_tuning_records(store: ObjectStore, pending: ComboPending, tuning_dir: Path) -> None:
-    prefix = keys.tuning_prefix(pending.model.sha256, pending.target_cpu, pending.combo.batch_size, pending.model.input_size)
-    names = sorted(p.name for p in tuning_dir.iterdir() if p.is_file())
-    for name in names:
-        store.put_file(f"{prefix}/{name}", tuning_dir / name)
-    store.put_bytes(f"{prefix}/index.json", json.dumps(names).encode())
+    archive = tuning_dir.parent / "tuning-out.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for path in sorted(p for p in tuning_dir.iterdir() if p.is_file()):
+            tar.add(path, arcname=path.name)
+    store.put_file(keys.tuning_records(pending.model.sha256, pending.target_cpu, pending.combo.batch_size, pending.model.input_size), archive)
 
 
 def _converted(pending: ComboPending, manifest: ArtifactManifest, *, reused: bool) -> ModelConverted:

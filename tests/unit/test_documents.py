@@ -58,7 +58,7 @@ def test_every_key_function_is_in_the_layout_and_no_service_spells_a_key():
     functions = [name for name, f in inspect.getmembers(keys, inspect.isfunction) if f.__module__ == keys.__name__ and f.__annotations__.get("return") == "str"]
     layout = keys.__doc__
     for name in functions:
-        example = getattr(keys, name)(*["x"] * (len(inspect.signature(getattr(keys, name)).parameters) - 1), *([[1, 2]] if name == "tuning_prefix" else ["x"]))
+        example = getattr(keys, name)(*["x"] * (len(inspect.signature(getattr(keys, name)).parameters) - 1), *([[1, 2]] if name == "tuning_records" else ["x"]))
         top = example.split("/")[0]
         assert f"\n{top}/" in layout, f"{name} ({example}) is not in the layout"
     import pathlib

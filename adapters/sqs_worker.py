@@ -142,24 +142,31 @@ class DeadLetterWatcher:
 
     def report(self, queue: str, message: dict) -> None:
         reason = message.get("MessageAttributes", {}).get("reason", {}).get("StringValue")
-        envelope: Envelope | None = None
-        try:
-            envelope = envelope_from_sqs_body(message["Body"])
-        except SchemaError as exc:
-            reason = reason or str(exc)
-        if envelope is not None and reason is None:
-            service = queue.split("-")[0]
-            key = keys.failure(service, envelope.event_id)
-            reason = json.loads(self.store.get_bytes(key))["reason"] if self.store.exists(key) else "failed 3 deliveries"
-        self.store.put_bytes(
-            keys.dead_letter(queue, message["MessageId"]),
-            json.dumps({"queue": queue, "reason": reason, "body": message["Body"], "at": time.time()}).encode(),
-            if_absent=True,
-        )
-        failure = dead_letter_failure(envelope, reason) if envelope is not None else None
-        log.error("dead_letter", queue=queue, reason=reason, run_id=envelope.run_id if envelope else None, reported=failure is not None)
-        if failure is not None:
-            self.publisher.publish([failure])
+        report_dead_letter(self.store, self.publisher, queue, message["Body"], message["MessageId"], reason)
+
+
+def report_dead_letter(store: ObjectStore, publisher, queue: str, body: str, message_id: str, reason: str | None) -> None:
+    """Keep what reached `queue`'s DLQ at `dead-letters/{queue}/{message id}.json` and publish
+    what ends the work it stood for (`dead_letter_failure`). Used by the worker processes'
+    `DeadLetterWatcher` and by the dead-letter Lambda function."""
+    envelope: Envelope | None = None
+    try:
+        envelope = envelope_from_sqs_body(body)
+    except SchemaError as exc:
+        reason = reason or str(exc)
+    if envelope is not None and reason is None:
+        service = queue.split("-")[0]
+        key = keys.failure(service, envelope.event_id)
+        reason = json.loads(store.get_bytes(key))["reason"] if store.exists(key) else "failed 3 deliveries"
+    store.put_bytes(
+        keys.dead_letter(queue, message_id),
+        json.dumps({"queue": queue, "reason": reason, "body": body, "at": time.time()}).encode(),
+        if_absent=True,
+    )
+    failure = dead_letter_failure(envelope, reason) if envelope is not None else None
+    log.error("dead_letter", queue=queue, reason=reason, run_id=envelope.run_id if envelope else None, reported=failure is not None)
+    if failure is not None:
+        publisher.publish([failure])
 
 
 async def run_until_signalled(*tasks_of) -> None:

@@ -29,3 +29,30 @@ def make_handler(service: str):
         return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
 
     return handler
+
+
+def make_dead_letter_handler():
+    """`handler(event, context)` for the event source mappings of every service's DLQ: each
+    dead letter is kept and ends what it stood for (its combination or its run), as the
+    `DeadLetterWatcher` does for worker processes."""
+    processor = BatchProcessor(event_type=EventType.SQS)
+    settings, wiring = Settings(), None
+
+    def record_handler(record: SQSRecord) -> None:
+        nonlocal wiring
+        from adapters.sqs_worker import report_dead_letter
+
+        if wiring is None:
+            from ayci.bootstrap import aws
+
+            configure_logging("json")
+            wiring = aws(settings)
+        queue_name = record.event_source_arn.rsplit(":", 1)[-1]  # "<prefix>-<queue>-dlq"
+        queue = queue_name.removeprefix(f"{settings.queue_prefix}-").removesuffix("-dlq")
+        reason = (record.message_attributes.get("reason") or {}).get("stringValue")
+        report_dead_letter(wiring.store, wiring.publisher, queue, record.body, record.message_id, reason)
+
+    def handler(event: dict, context) -> dict:
+        return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
+
+    return handler

@@ -5,8 +5,14 @@ shared. On a 2-core machine ResNet-18 under ONNX Runtime measured 112 ms p50 wit
 running and 20 ms on a quiet machine, so overlapping work would make the figures wrong.
 
 The lock is an `flock` on one file (`AYCI_MEASUREMENT_LOCK`, default
-`/tmp/ayci-measurement.lock`), so it spans every process on the machine (queue workers, the
-CLI, tests) and the kernel releases it when a holder dies.
+`/tmp/ayci-measurement.lock`; docker-compose puts it on a volume every container shares), so
+it spans every process on the machine (queue workers, the CLI, tests) and the kernel releases
+it when a holder dies.
+
+Measurements go first: a measurement waiting for the lock holds a turnstile (a second file,
+`<lock>.turnstile`) that new conversions must pass, so a stream of conversions cannot starve
+it; it waits only for the conversions already running. A measurement that still cannot get
+the lock in time is retried later by its caller, never failed for good.
 """
 
 from __future__ import annotations
@@ -30,8 +36,8 @@ def lock_path() -> Path:
 
 
 @contextmanager
-def _locked(mode: int, timeout_s: float | None) -> Iterator[float]:
-    path = lock_path()
+def _locked(mode: int, timeout_s: float | None, path: Path | None = None) -> Iterator[float]:
+    path = path or lock_path()
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     started = time.monotonic()
     try:
@@ -48,12 +54,33 @@ def _locked(mode: int, timeout_s: float | None) -> Iterator[float]:
         os.close(fd)  # closing releases the lock
 
 
-def exclusive(timeout_s: float | None = None):
-    """Hold the lock alone (a measurement); yields the seconds spent waiting for it."""
-    return _locked(fcntl.LOCK_EX, timeout_s)
+def _turnstile() -> Path:
+    return lock_path().with_name(lock_path().name + ".turnstile")
 
 
-def shared(timeout_s: float | None = None):
+@contextmanager
+def exclusive(timeout_s: float | None = None) -> Iterator[float]:
+    """Hold the lock alone (a measurement); yields the seconds spent waiting for it. While it
+    waits, no new shared holder gets in."""
+    started = time.monotonic()
+    with _locked(fcntl.LOCK_EX, timeout_s, _turnstile()):
+        remaining = None if timeout_s is None else max(0.0, timeout_s - (time.monotonic() - started))
+        lock = _locked(fcntl.LOCK_EX, remaining)
+        lock.__enter__()
+    try:
+        yield time.monotonic() - started
+    finally:
+        lock.__exit__(None, None, None)
+
+
+@contextmanager
+def shared(timeout_s: float | None = None) -> Iterator[float]:
     """Hold the lock beside other shared holders (conversion, tuning), never beside a
-    measurement; yields the seconds spent waiting for it."""
-    return _locked(fcntl.LOCK_SH, timeout_s)
+    measurement, and never before a measurement that is waiting; yields the seconds spent
+    waiting for it."""
+    started = time.monotonic()
+    with _locked(fcntl.LOCK_SH, timeout_s, _turnstile()):
+        pass  # passes only when no measurement waits
+    remaining = None if timeout_s is None else max(0.0, timeout_s - (time.monotonic() - started))
+    with _locked(fcntl.LOCK_SH, remaining):
+        yield time.monotonic() - started

@@ -9,12 +9,13 @@ import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import structlog
 
 from core.ports import ObjectStore
+from core.runtime import Delayed
 from engines.targets import native_hardware
 from schemas.combos import MEASUREMENT_VERSION, Hardware, reference_key
 from schemas.cost import cost_block
@@ -22,7 +23,7 @@ from schemas.cost import default_region as default_price_region
 from schemas.events import ComboFailed, Envelope, FailureStage, ModelConverted, Payload
 from schemas import keys
 from schemas.documents import MeasuredResult
-from services.inference.launcher import MeasureSpec, MeasurementFailed, measure
+from services.inference.launcher import MachineBusy, MeasureSpec, MeasurementFailed, measure
 
 log = structlog.get_logger()
 
@@ -32,6 +33,7 @@ class InferenceDeps:
     store: ObjectStore
     time_cap_s: float = 20.0  # warm iterations, per combination
     min_iterations: int = 10
+    busy_retry_s: float = 60.0  # when the machine's measurement lock stays busy, try again after this
     measure: Callable[..., dict] = measure
     work_dir: Path | None = None
     # how this worker runs code of a hardware: (python command, emulated) or None if it cannot
@@ -60,7 +62,7 @@ def _arm_emulation() -> tuple[bool, str]:
     return available, reason
 
 
-def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload]:
+def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload | Delayed]:
     converted: ModelConverted = event.payload
     combo, model = converted.combo, converted.model
     bound = log.bind(run_id=event.run_id, combo_key=converted.combo_key, combo=combo.label)
@@ -86,6 +88,9 @@ def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload]:
         bound.info("measurement_started", threads=spec.threads, vcpus=round(spec.vcpus, 3))
         try:
             report = deps.measure(spec, python_command=python_command)
+        except MachineBusy as exc:  # the run's deadline bounds how long it may keep trying
+            bound.info("measurement_postponed", reason=exc.reason, retry_s=deps.busy_retry_s)
+            return [Delayed(converted, datetime.now(UTC) + timedelta(seconds=deps.busy_retry_s))]
         except MeasurementFailed as exc:
             bound.warning("measurement_failed", reason=exc.reason)
             return [ComboFailed(combo=combo, combo_key=converted.combo_key, stage=FailureStage.inference, reason=exc.reason)]

@@ -50,6 +50,10 @@ class MeasurementFailed(Exception):
         self.peak_rss_mb = peak_rss_mb
 
 
+class MachineBusy(MeasurementFailed):
+    """The machine's measurement lock stayed busy: measure again later (not a failure)."""
+
+
 @dataclass
 class MeasureSpec:
     optimizer: str
@@ -92,7 +96,7 @@ def measure(spec: MeasureSpec, python_command: list[str] | None = None, env_extr
                 if group is not None:
                     group.remove()
     except measurement_lock.LockTimeout as exc:
-        raise MeasurementFailed(str(exc)) from exc
+        raise MachineBusy(str(exc)) from exc
     report.update(
         confined=confined, confinement_reason=reason, threads=spec.threads, vcpus=spec.vcpus,
         lock_wait_s=lock_wait_s,

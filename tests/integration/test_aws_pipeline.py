@@ -252,6 +252,29 @@ def test_lambda_entrypoint_reports_only_the_failed_records(stack, tiny_image_mod
     assert summary["status"] == "complete"
 
 
+def test_the_dead_letter_lambda_ends_the_run_of_a_dead_lettered_request(stack, tiny_image_model):
+    """On Lambda, nothing watches the DLQs but this function: a request that dedup failed three
+    times ends its run (failed, with the reason) instead of leaving it running forever."""
+    from services.archiver.dead_letter_lambda import handler
+
+    wiring = stack["wiring"]
+    model = store_model(wiring.store, tiny_image_model, "image_classification", TINY_IMAGE_SIZE)
+    envelope = new_run(RequestSubmitted(model=model, matrix=Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1769])))
+    wiring.store.put_bytes(keys.failure("dedup", envelope.event_id), json.dumps({"reason": "RuntimeError: dedup is broken", "receives": 3}).encode())
+    body = json.dumps({"detail-type": envelope.type, "detail": json.loads(envelope.to_json())})
+    record = {
+        "messageId": "m1", "receiptHandle": "r", "body": body, "attributes": {"ApproximateReceiveCount": "1"},
+        "messageAttributes": {}, "md5OfBody": "", "eventSource": "aws:sqs", "awsRegion": "us-east-1",
+        "eventSourceARN": f"arn:aws:sqs:us-east-1:000000000000:{stack['prefix']}-dedup-dlq",
+    }
+    assert handler({"Records": [record]}, None) == {"batchItemFailures": []}
+    summary = wait_summary(stack, envelope.run_id)
+    assert summary["status"] == "failed" and not summary["results"]
+    (failure,) = summary["failures"]
+    assert failure["stage"] == "dead_letter" and "dedup is broken" in failure["reason"]
+    assert wiring.store.exists(keys.dead_letter("dedup", "m1"))
+
+
 def granted_actions() -> set[str]:
     """The IAM actions the template grants the services' role."""
     from cfnlint.decode import decode

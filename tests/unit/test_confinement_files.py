@@ -4,6 +4,7 @@ kernel is exercised in tests/integration/test_confinement.py)."""
 import math
 import subprocess
 import sys
+import time
 import textwrap
 
 import pytest
@@ -140,6 +141,43 @@ def test_measurement_lock_excludes_conversion_and_measurement(tmp_path, monkeypa
         holder.wait()
     with measurement_lock.exclusive(timeout_s=5):  # the kernel released the dead holder's lock
         pass
+
+
+def test_a_waiting_measurement_goes_before_new_conversions(tmp_path, monkeypatch):
+    """Conversions that keep arriving cannot starve a measurement: once it waits, new
+    conversions wait behind it; it waits only for the conversion already running."""
+    import threading
+
+    monkeypatch.setenv("AYCI_MEASUREMENT_LOCK", str(tmp_path / "lock"))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from core import measurement_lock\n"
+         "with measurement_lock.shared():\n    print('held', flush=True); sys.stdin.readline()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**__import__("os").environ, "PYTHONPATH": "."},
+    )
+    order = []
+    try:
+        assert holder.stdout.readline().strip() == "held"
+
+        def measurement() -> None:
+            with measurement_lock.exclusive(timeout_s=30):
+                order.append("measured")
+
+        waiting = threading.Thread(target=measurement)
+        waiting.start()
+        time.sleep(0.5)  # the measurement now waits for the running conversion
+        with pytest.raises(measurement_lock.LockTimeout):  # a new conversion does not get in before it
+            with measurement_lock.shared(timeout_s=0.5):
+                pass
+        holder.stdin.write("done\n")
+        holder.stdin.flush()
+        waiting.join(timeout=30)
+        assert order == ["measured"]
+        with measurement_lock.shared(timeout_s=5):  # and after it, conversions go on
+            order.append("converted")
+        assert order == ["measured", "converted"]
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_inside_lambda_the_function_confines_to_its_own_size(monkeypatch):

@@ -186,40 +186,46 @@ def localstack_services(stack: str, settings: Settings):
     processes.start_all(inference_hardware=("intel", "arm"))
     try:
         os.environ.update({"AYCI_BUCKET": outputs.bucket, "AYCI_BUS_NAME": outputs.bus_name, "AYCI_QUEUE_PREFIX": stack})
-        yield aws(Settings())
+        yield aws(Settings()), processes
     finally:
         processes.stop_all()
         err.print(f"service logs: {processes.log_dir}")
+        if processes.restarts:
+            err.print(f"restarted after dying: {', '.join(f'{n} x{c}' for n, c in processes.restarts.items())}")
+        err.print(f"LocalStack is still running ({cloud.LOCALSTACK_ENV['AWS_ENDPOINT_URL']}, stack {stack!r}, kept for the next run): "
+                  "stop it with `scripts/localstack.sh stop`")
 
 
 def run_on_localstack(args: argparse.Namespace, settings: Settings, model_path: Path, workload: Workload, input_size: list[int]) -> int:
     from schemas.combos import combo_key
     from services.request.submission import new_run, store_model
 
-    with localstack_services(args.stack, settings) as wiring:
+    with localstack_services(args.stack, settings) as (wiring, processes):
         model = store_model(wiring.store, model_path, workload, input_size)
         request = build_request(args, model)
         envelope = new_run(request)
         wiring.publisher.publish([envelope])
-        return follow_store(wiring.store, envelope.run_id, [combo_key(model, c) for c in request.matrix.combos()], args.timeout)
+        return follow_store(wiring.store, envelope.run_id, [combo_key(model, c) for c in request.matrix.combos()], args.timeout, processes)
 
 
-def follow_store(store, run_id: str, keys: list[str], timeout_s: float) -> int:
+def follow_store(store, run_id: str, combo_keys: list[str], timeout_s: float, processes=None) -> int:
     """Wait for a run on the real path, showing its progress, and print the table. Reads
-    each planned combination's outcome by key."""
+    each planned combination's outcome by key. A service process that dies is restarted."""
     import time
 
 
-    err.print(f"run {run_id}: {len(keys)} combinations")
+    err.print(f"run {run_id}: {len(combo_keys)} combinations")
     deadline = time.monotonic() + timeout_s
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err) as progress:
-        task = progress.add_task("running on LocalStack", total=len(keys))
+        task = progress.add_task("running on LocalStack", total=len(combo_keys))
         while not store.exists(keys.summary(run_id)):
             if time.monotonic() > deadline:
                 raise UsageError(f"run {run_id} did not end within --timeout {timeout_s:.0f} s")
-            progress.update(task, completed=sum(store.exists(keys.outcome(run_id, k)) for k in keys))
+            progress.update(task, completed=sum(store.exists(keys.outcome(run_id, k)) for k in combo_keys))
+            for name in processes.restart_dead() if processes is not None else []:
+                err.print(f"[yellow]{name} died: restarted it (log: {processes.log_dir / (name + '.log')})[/yellow]")
             time.sleep(1)
-        progress.update(task, completed=len(keys))
+        progress.update(task, completed=len(combo_keys))
     summary = RunSummary.read(store.get_bytes(keys.summary(run_id))).to_dict()
     print_table(summary, Console(width=max(Console().width, 170)))
     return {"complete": 0, "partial": 0, "failed": 2}[summary["status"]]
@@ -244,13 +250,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return envelopes, [combo_key(request.model, c) for c in request.matrix.combos()]
 
     if args.localstack:
-        with localstack_services(args.stack, settings) as wiring:
-            envelopes, keys = replayed(wiring.store)
+        with localstack_services(args.stack, settings) as (wiring, processes):
+            envelopes, combo_keys = replayed(wiring.store)
             wiring.publisher.publish(envelopes)
-            return follow_store(wiring.store, envelopes[0].run_id, keys, args.timeout)
+            return follow_store(wiring.store, envelopes[0].run_id, combo_keys, args.timeout, processes)
     app = embedded(settings)
-    envelopes, keys = replayed(app.store)
-    return follow_embedded(app, envelopes, len(keys), settings, f"a replay of run {args.run_id} from {args.from_type}")
+    envelopes, combo_keys = replayed(app.store)
+    return follow_embedded(app, envelopes, len(combo_keys), settings, f"a replay of run {args.run_id} from {args.from_type}")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -54,9 +54,12 @@ class ServiceProcesses:
     env: dict[str, str]
     log_dir: Path
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    specs: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
+    restarts: dict[str, int] = field(default_factory=dict)
 
     def start(self, name: str, service: str | None = None, args: list[str] | None = None) -> subprocess.Popen:
         service = service or name
+        self.specs[name] = (service, list(args or []))
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_dir / f"{name}.log", "ab")
         process = subprocess.Popen(
@@ -71,6 +74,18 @@ class ServiceProcesses:
             self.start(service)
         for hardware in inference_hardware:
             self.start(f"inference-{hardware}", "inference", ["--hardware", hardware])
+
+    def restart_dead(self) -> list[str]:
+        """Start again every process that exited (as docker-compose's restart policy does);
+        the names restarted. Its message, if it was handling one, comes back from SQS."""
+        restarted = []
+        for name, process in list(self.processes.items()):
+            if process.poll() is not None:
+                service, args = self.specs[name]
+                self.start(name, service, args)
+                self.restarts[name] = self.restarts.get(name, 0) + 1
+                restarted.append(name)
+        return restarted
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         process = self.processes[name]

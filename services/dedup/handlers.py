@@ -34,12 +34,28 @@ class DedupDeps:
     target_cpu: Callable[[Hardware, Optimizer], str]
 
 
+# rough costs on one machine (measurements run one at a time): the deadline must never cut a
+# large run that is merely long
+MEASUREMENT_ESTIMATE_S = 60.0  # cold start, warm-up, samples up to the time cap, per combination
+CONVERSION_ESTIMATE_S = {Optimizer.base: 10.0, Optimizer.onnx: 30.0, Optimizer.tvm: 120.0}
+TUNING_TRIAL_ESTIMATE_S = 2.0
+
+
+def run_deadline_s(request: RequestSubmitted) -> float:
+    """When the archiver closes the run: the request's deadline, or twice the run's estimated
+    length if that is longer (every combination measured, every artifact converted, TVM tuned)."""
+    combos = request.matrix.combos()
+    artifacts = {(c.hardware, c.optimizer, None if c.optimizer == Optimizer.base else c.batch_size) for c in combos}
+    converting = sum(CONVERSION_ESTIMATE_S[o] + (request.tuning_trials * TUNING_TRIAL_ESTIMATE_S if o == Optimizer.tvm else 0) for _, o, _ in artifacts)
+    return max(request.deadline_s, 2 * (converting + MEASUREMENT_ESTIMATE_S * len(combos)))
+
+
 def on_request_submitted(event: Envelope, deps: DedupDeps) -> list[Payload]:
     request: RequestSubmitted = event.payload
     model = request.model
     combos = {combo_key(model, c): c for c in request.matrix.combos()}
     planned = RunPlanned(
-        model=model, combos=combos, deadline=event.time + timedelta(seconds=request.deadline_s), request=request
+        model=model, combos=combos, deadline=event.time + timedelta(seconds=run_deadline_s(request)), request=request
     )
     out: list[Payload] = [planned]
     model_stored = deps.store.exists(keys.model(model.sha256))

@@ -19,7 +19,6 @@ from pathlib import Path
 from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from core.logs import configure_logging
 from ayci.settings import Settings
@@ -29,7 +28,7 @@ from schemas.events import RequestSubmitted
 from schemas import keys
 from schemas.documents import RunSummary
 
-from services.archiver.report import COLUMNS, format_cell, summary_rows
+from report import print_report
 
 err = Console(stderr=True)
 
@@ -86,23 +85,6 @@ def example_model_path(settings: Settings, workload: Workload, input_size: list[
         err.print(f"building the example {workload.value} model ({path})")
         export_example(workload, input_size, path)
     return path
-
-
-def print_table(summary: dict, console: Console) -> None:
-    table = Table(title=f"run {summary['run_id']}: {summary['status']}")
-    for _, header in COLUMNS:
-        table.add_column(header, overflow="fold")
-    for row in summary_rows(summary):
-        table.add_row(*(format_cell(key, row.get(key)) for key, _ in COLUMNS))
-    console.print(table)
-    rec = summary.get("recommendation") or {}
-    for kind in ("fastest", "cheapest", "balanced"):
-        if kind in rec:
-            console.print(f"{kind}: {rec[kind] or 'none qualifies'}")
-    if rec.get("pareto"):
-        console.print(f"pareto front (p99 against cost): {', '.join(rec['pareto'])}")
-    for label, why in (rec.get("excluded") or {}).items():
-        console.print(f"  not recommended {label}: {why}")
 
 
 @functools.cache
@@ -166,7 +148,7 @@ def follow_embedded(app, envelopes: list, total: int, settings: Settings, what: 
         app.publisher.publish(envelopes)
         app.bus.run_until_idle()
     summary = RunSummary.read(app.store.get_bytes(keys.summary(run_id))).to_dict()
-    print_table(summary, Console(width=max(Console().width, 170)))
+    print_report(summary, Console(width=max(Console().width, 170)))
     err.print(f"results: {settings.data_dir / keys.summary(run_id)}")
     return {"complete": 0, "partial": 0, "failed": 2}[summary["status"]]
 
@@ -227,7 +209,7 @@ def follow_store(store, run_id: str, combo_keys: list[str], timeout_s: float, pr
             time.sleep(1)
         progress.update(task, completed=len(combo_keys))
     summary = RunSummary.read(store.get_bytes(keys.summary(run_id))).to_dict()
-    print_table(summary, Console(width=max(Console().width, 170)))
+    print_report(summary, Console(width=max(Console().width, 170)))
     return {"complete": 0, "partial": 0, "failed": 2}[summary["status"]]
 
 

@@ -69,7 +69,7 @@ def measured_result(label: str, *, p99: float, cost: float, agreement: float = 1
 def archived_summary(run_id: str, status: str, results: list[dict], failures: list[dict], input_size=(224, 224)) -> dict:
     """A run summary as the archiver stores it, its recommendation made by the archiver's own
     `recommend`. A failure is {"label", "stage", "reason"}."""
-    from services.archiver.recommendation import recommend
+    from report.recommendation import recommend
 
     return {
         "run_id": run_id, "status": status, "archived_at": "2026-01-01T00:00:00+00:00", "closed_at_deadline": False,

@@ -39,7 +39,7 @@ from schemas.cost import UnknownPriceRegion, cost_block
 from schemas import keys
 from schemas.combos import combo_key
 from schemas.documents import FailedCombination, MeasuredResult, Outcome, RunSummary
-from services.archiver.recommendation import recommend
+from report import recommend
 
 log = structlog.get_logger()
 ARCHIVE_READERS = 16  # concurrent reads when a run closes

@@ -90,7 +90,7 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
             details=conversion.details,
         )
         deps.store.put_bytes(keys.manifest(pending.artifact_key), manifest.to_bytes(), if_absent=True)
-        bound.info("conversion_done", conversion_s=round(conversion.conversion_s, 2), tuning_s=round(conversion.tuning_s, 2))
+        bound.info("conversion_done", artifact_key=pending.artifact_key, conversion_s=round(conversion.conversion_s, 2), tuning_s=round(conversion.tuning_s, 2))
         return [_converted(pending, manifest, reused=False)]
 
 

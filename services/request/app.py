@@ -31,7 +31,8 @@ from core.ports import ObjectStore
 from ayci.settings import Settings
 from schemas.combos import SHA256_PATTERN, BatchSize, Hardware, Matrix, MemoryMb, ModelRef, Optimizer, Workload
 from schemas.events import Envelope, RequestSubmitted
-from services.request.runs import load_run, load_summary, record_run, results_csv, results_document, run_progress, withdraw_run
+from report import results_csv, results_document
+from services.request.runs import load_run, load_summary, record_run, run_progress, withdraw_run
 from services.request.submission import model_info, new_run
 from services.request.uploads import LocalUploader, UploadRejected, Uploader, verify_upload
 

@@ -5,8 +5,6 @@ listing: `runs/{run_id}/run.json` (written at submission), then the archiver's
 
 from __future__ import annotations
 
-import csv
-import io
 from datetime import UTC, datetime
 
 from core.ports import NotFound, ObjectStore
@@ -14,10 +12,6 @@ from schemas.combos import Combo, combo_key
 from schemas.events import RequestSubmitted, RunPlanned
 from schemas import keys
 from schemas.documents import MeasuredResult, Outcome, RunRecord, RunSummary
-
-from services.archiver.report import COLUMNS, summary_rows
-
-RECOMMENDATION_KINDS = ("fastest", "cheapest", "balanced")
 
 
 def record_run(store: ObjectStore, run_id: str, request: RequestSubmitted) -> bool:
@@ -89,33 +83,3 @@ def run_progress(store: ObjectStore, record: dict) -> dict:
         **counts,
         "combinations": entries,
     }
-
-
-def results_document(summary: dict, results_url: str) -> dict:
-    """The results as JSON: the table rows (the same as the CLI's and the email's), the
-    recommendation, the Pareto front and the failures."""
-    rows = summary_rows(summary)
-    recommendation = summary.get("recommendation") or {}
-    return {
-        "run_id": summary["run_id"],
-        "status": summary["status"],
-        "archived_at": summary.get("archived_at"),
-        "model": summary.get("model"),
-        "columns": [{"key": key, "title": title} for key, title in COLUMNS],
-        "rows": rows,
-        "recommendation": recommendation,
-        "recommended": {kind: recommendation[kind] for kind in RECOMMENDATION_KINDS if recommendation.get(kind)},
-        "pareto_front": recommendation.get("pareto", []),  # the archiver's, over the candidates
-        "failures": [{"combination": f["label"], "stage": f["stage"], "reason": f["reason"]} for f in summary.get("failures", [])],
-        "results_url": results_url,
-    }
-
-
-def results_csv(summary: dict) -> str:
-    """The table rows as CSV, one column per table column, raw numbers (not rounded)."""
-    out = io.StringIO()
-    writer = csv.writer(out)
-    writer.writerow([key for key, _ in COLUMNS])
-    for row in summary_rows(summary):
-        writer.writerow(["" if row.get(key) is None else row[key] for key, _ in COLUMNS])
-    return out.getvalue()

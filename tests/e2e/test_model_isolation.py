@@ -25,7 +25,6 @@ API_KEY = "isolation-key-0001"
 
 def hanging_onnx_model() -> bytes:
     """Valid ONNX that never finishes: a `Loop` of 10^15 iterations before its output."""
-    import onnx
     from onnx import TensorProto, helper
 
     body = helper.make_graph(

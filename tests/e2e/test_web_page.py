@@ -13,7 +13,6 @@ import re
 import socket
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest

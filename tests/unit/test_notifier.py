@@ -11,7 +11,8 @@ from tests.conftest import archived_summary, measured_result
 from adapters.local_store import LocalFolderStore
 from schemas.events import Envelope, RunArchived, RunStatus
 from schemas import keys
-from services.notifier.handlers import NotifierDeps, compose, on_run_archived
+from report import email_message as compose
+from services.notifier.handlers import NotifierDeps, on_run_archived
 
 RUN_ID = "6f1c1d2e-0000-4000-8000-000000000001"
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.archiver.recommendation import balance_scores, pareto_front, recommend
+from report.recommendation import balance_scores, pareto_front, recommend
 
 
 def result(optimizer, memory, p99, cost, agreement=1.0, emulated=False, hardware="intel", disturbed=False):

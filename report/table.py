@@ -1,6 +1,9 @@
-"""A run's summary as table rows (CLI, CSV, email and web page all use these)."""
+"""A run's summary as table rows: the columns, their titles, the notes on a row and how each
+cell is written. The CLI, the CSV/JSON of the API, the email and the web page all show these."""
 
 from __future__ import annotations
+
+RECOMMENDATION_KINDS = ("fastest", "cheapest", "balanced")
 
 COLUMNS = [
     ("combination", "combination"),

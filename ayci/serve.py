@@ -16,8 +16,8 @@ from adapters.background_bus import BackgroundBus
 from ayci.bootstrap import EmbeddedApp, embedded
 from core.runtime import LoggedPublisher
 from ayci.settings import Settings
-from services.request.app import RequestDeps, create_app, parse_api_keys
-from services.request.uploads import LocalUploader, S3PresignedUploader
+from adapters.uploads import LocalUploader, S3PresignedUploader
+from services.request.app import RequestDeps, RequestLimits, create_app, parse_api_keys
 
 
 def api_keys_or_new(settings: Settings) -> tuple[dict[str, str], str | None]:
@@ -28,6 +28,14 @@ def api_keys_or_new(settings: Settings) -> tuple[dict[str, str], str | None]:
         return keys, None
     key = secrets.token_urlsafe(18)
     return {key: "local"}, key
+
+
+def request_limits(settings: Settings) -> RequestLimits:
+    """The request service's limits and links, from the settings."""
+    return RequestLimits(
+        max_body_bytes=settings.max_body_bytes, max_model_bytes=settings.max_model_bytes,
+        max_combinations=settings.max_combinations, results_url=settings.results_url,
+    )
 
 
 def mailer_for(settings: Settings):
@@ -57,7 +65,7 @@ def embedded_server(settings: Settings) -> EmbeddedServer:
     keys, new_key = api_keys_or_new(settings)
     deps = RequestDeps(
         store=services.store, publisher=LoggedPublisher(services.store, driver), api_keys=keys,
-        uploader=LocalUploader(settings.data_dir.parent / "uploads"), settings=settings,
+        uploader=LocalUploader(settings.data_dir.parent / "uploads"), limits=request_limits(settings),
     )
     return EmbeddedServer(app=create_app(deps), services=services, driver=driver, new_key=new_key)
 
@@ -71,7 +79,7 @@ def aws_request_deps(settings: Settings) -> RequestDeps:
         raise ValueError("AYCI_API_KEYS is empty: the request service needs at least one KEY:OWNER")
     return RequestDeps(
         store=wiring.store, publisher=wiring.publisher, api_keys=keys,
-        uploader=S3PresignedUploader(settings.bucket), settings=settings,
+        uploader=S3PresignedUploader(settings.bucket), limits=request_limits(settings),
     )
 
 

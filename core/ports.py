@@ -3,6 +3,8 @@ EventBridge + SQS, SES) implement them and are chosen in `ayci.bootstrap`."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Protocol
@@ -50,3 +52,43 @@ class Mailer(Protocol):
     def send(self, *, to: str, subject: str, text: str, html: str) -> str:
         """Send one email; returns the provider's message id."""
         ...
+
+
+@dataclass(frozen=True)
+class UploadOffer:
+    """How to upload: `PUT` the raw bytes to `url` (a path of this app) with the API key, or
+    `POST` a multipart form of `fields` plus the file (last, as `file`) to `url` (S3)."""
+
+    method: str
+    url: str
+    fields: dict[str, str] = field(default_factory=dict)
+    max_bytes: int = 0
+
+
+class UploadRejected(ValueError):
+    """The staged upload is not the announced model; `status` is the HTTP status to answer."""
+
+    def __init__(self, reason: str, status: int = 422) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+
+
+class Uploader(Protocol):
+    """Where a new model's bytes wait before they are trusted (`{owner}/{sha256}`)."""
+
+    # True if the client sends the bytes to this app (`PUT /uploads/{sha256}`, then `receive`);
+    # False if it sends them elsewhere (a presigned S3 POST)
+    receives_uploads: bool
+
+    def offer(self, owner: str, sha256: str, size_bytes: int) -> UploadOffer: ...
+
+    async def receive(self, owner: str, sha256: str, size_bytes: int, chunks: AsyncIterator[bytes]) -> int:
+        """Stage a streamed body (only where `receives_uploads`); `UploadRejected` past `size_bytes`."""
+        ...
+
+    def fetch(self, owner: str, sha256: str, path: Path) -> bool:
+        """Copy the staged upload to `path`; False if nothing is staged."""
+        ...
+
+    def discard(self, owner: str, sha256: str) -> None: ...

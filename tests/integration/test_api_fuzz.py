@@ -19,7 +19,8 @@ from adapters.local_store import LocalFolderStore
 from ayci.settings import Settings
 from services.request.app import RequestDeps, create_app, parse_api_keys
 
-from services.request.uploads import LocalUploader
+from adapters.uploads import LocalUploader
+from ayci.serve import request_limits
 from tests.fakes import RecordingPublisher, tiny_onnx_model
 from schemas import keys
 
@@ -36,7 +37,7 @@ def fuzzed_app():
     store.put_bytes(keys.model(sha), model)
     store.put_bytes(keys.model_info(sha), f'{{"sha256": "{sha}", "size_bytes": {len(model)}, "format": "onnx"}}'.encode())
     deps = RequestDeps(store=store, publisher=RecordingPublisher(), api_keys=parse_api_keys(f"{KEY}:fuzzer"),
-                       uploader=LocalUploader(root / "uploads"), settings=settings)
+                       uploader=LocalUploader(root / "uploads"), limits=request_limits(settings))
     return create_app(deps)
 
 

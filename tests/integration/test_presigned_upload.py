@@ -11,7 +11,9 @@ import httpx
 import pytest
 
 from adapters.local_store import LocalFolderStore
-from services.request.uploads import S3PresignedUploader, UploadRejected, verify_upload
+from adapters.uploads import S3PresignedUploader
+from core.ports import UploadRejected
+from services.request.uploads import verify_upload
 from tests.fakes import tiny_onnx_model
 
 pytestmark = pytest.mark.localstack

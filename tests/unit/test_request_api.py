@@ -17,7 +17,8 @@ from mangum import Mangum
 from adapters.local_store import LocalFolderStore
 from ayci.settings import Settings
 from services.request.app import RequestDeps, create_app, parse_api_keys
-from services.request.uploads import LocalUploader
+from adapters.uploads import LocalUploader
+from ayci.serve import request_limits
 from tests.fakes import RecordingPublisher, tiny_onnx_model
 
 ALICE = {"X-API-Key": "alice-key-123"}
@@ -31,7 +32,7 @@ def deps(tmp_path):
     store = LocalFolderStore(settings.data_dir)
     return RequestDeps(
         store=store, publisher=RecordingPublisher(), api_keys=parse_api_keys("alice-key-123:alice,bob-key-4567:bob"),
-        uploader=LocalUploader(tmp_path / "uploads"), settings=settings,
+        uploader=LocalUploader(tmp_path / "uploads"), limits=request_limits(settings),
     )
 
 

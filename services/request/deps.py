@@ -1,0 +1,34 @@
+"""What the request service's routes work with, wired by the host (`ayci/serve.py`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+
+from core.ports import ObjectStore, Uploader
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    max_body_bytes: int = 64 * 1024  # a JSON request body
+    max_model_bytes: int = 1 << 30  # an uploaded model
+    max_combinations: int = 512  # per run
+    results_url: str = "http://127.0.0.1:8000"  # where the results are shown (links in answers)
+
+
+@dataclass
+class RequestDeps:
+    store: ObjectStore
+    publisher: Any  # `publish(list[Envelope])`: a LoggedPublisher on any transport
+    api_keys: dict[str, str]  # API key -> owner
+    uploader: Uploader
+    limits: RequestLimits
+
+
+def deps_of(request: Request) -> RequestDeps:
+    return request.app.state.deps
+
+
+Deps = Annotated[RequestDeps, Depends(deps_of)]

@@ -1,0 +1,73 @@
+"""Runs: start one, follow it, get its results (JSON or CSV)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+import structlog
+from fastapi import APIRouter, Body, HTTPException, Request, Response
+from fastapi.responses import JSONResponse
+
+from report import results_csv, results_document
+from schemas.events import Envelope
+from services.request.auth import Owner
+from services.request.bodies import ERRORS, RunCreated, RunId, RunProgress, RunRequest, invalid
+from services.request.deps import Deps, RequestDeps
+from services.request.runs import load_run, load_summary, record_run, run_progress, withdraw_run
+from services.request.submission import model_info, new_run
+
+log = structlog.get_logger()
+router = APIRouter(tags=["runs"])
+
+
+@router.post("/runs", response_model=RunCreated, status_code=201, responses=ERRORS)
+def submit_run(body: Annotated[RunRequest, Body()], owner: Owner, response: Response, deps: Deps) -> RunCreated:
+    """Start a run. The model must be stored (see `/models/uploads`)."""
+    matrix = body.matrix_of()
+    total = len(matrix.combos())
+    if total > deps.limits.max_combinations:
+        raise invalid(("body", "matrix"), f"{total} combinations; a run may have at most {deps.limits.max_combinations}")
+    info = model_info(deps.store, body.model.sha256)
+    request = body.request_for(owner, info["format"] if info else "pt2", matrix)  # the contract checks the input size for the workload
+    if info is None:
+        raise HTTPException(409, f"model {body.model.sha256} is not stored: upload it first (POST /models/uploads)")
+    if info["size_bytes"] != body.model.size_bytes:
+        raise invalid(("body", "model", "size_bytes"), f"the stored model with this SHA-256 has {info['size_bytes']} bytes, not {body.model.size_bytes}")
+    envelope: Envelope = new_run(request, run_id=str(uuid.uuid4()))
+    record_run(deps.store, envelope.run_id, request)
+    try:
+        deps.publisher.publish([envelope])
+    except Exception as exc:  # the bus did not take it: nothing runs, so nothing is shown
+        log.exception("run_not_submitted", run_id=envelope.run_id, owner=owner)
+        withdraw_run(deps.store, envelope.run_id, f"{type(exc).__name__}: {exc}"[:300])
+        raise HTTPException(503, "the run could not be submitted (the event bus did not take it); nothing was started, try again") from None
+    log.info("run_submitted", run_id=envelope.run_id, owner=owner, combinations=total)
+    response.headers["Location"] = f"runs/{envelope.run_id}"
+    return RunCreated(run_id=envelope.run_id, combinations=total, status_url=f"runs/{envelope.run_id}", results_url=f"runs/{envelope.run_id}/results")
+
+
+def owned_run(deps: RequestDeps, run_id: str, owner: str) -> dict:
+    record = load_run(deps.store, run_id, owner)
+    if record is None:
+        raise HTTPException(404, f"no run {run_id}")
+    return record
+
+
+@router.get("/runs/{run_id}", response_model=RunProgress, responses=ERRORS)
+def get_run(run_id: RunId, owner: Owner, deps: Deps) -> dict:
+    """The run's status and each combination's progress."""
+    return run_progress(deps.store, owned_run(deps, run_id, owner))
+
+
+@router.get("/runs/{run_id}/results", responses={**ERRORS, 200: {"content": {"application/json": {}, "text/csv": {"schema": {"type": "string"}}}}})
+def get_results(run_id: RunId, owner: Owner, request: Request, deps: Deps) -> Response:
+    """The archived run's table, recommendation, Pareto front and failures: JSON, or CSV
+    with `Accept: text/csv`. 409 while the run is still going."""
+    owned_run(deps, run_id, owner)
+    summary = load_summary(deps.store, run_id)
+    if summary is None:
+        raise HTTPException(409, f"run {run_id} is still running")
+    if "text/csv" in request.headers.get("accept", ""):
+        return Response(results_csv(summary), media_type="text/csv", headers={"Content-Disposition": f'attachment; filename="ayci-{run_id}.csv"'})
+    return JSONResponse(results_document(summary, f"{deps.limits.results_url}/runs/{run_id}/results"))

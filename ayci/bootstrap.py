@@ -13,6 +13,7 @@ from adapters.inprocess_bus import InProcessBus
 from adapters.local_store import LocalFolderStore
 from core.ports import Mailer, ObjectStore
 from core.runtime import LoggedPublisher, Service, ServiceRunner
+from core.topology import SERVICES
 from ayci.settings import Settings
 from services.archiver import handlers as archiver
 from services.converter import handlers as converter
@@ -20,14 +21,8 @@ from services.dedup import handlers as dedup
 from services.inference import handlers as inference
 from services.notifier import handlers as notifier
 
-# service name -> the queues it consumes (the routing table's names)
-QUEUES: dict[str, tuple[str, ...]] = {
-    "dedup": ("dedup",),
-    "converter": ("converter",),
-    "inference": ("inference-intel", "inference-arm"),
-    "archiver": ("archiver",),
-    "notifier": ("notifier",),
-}
+# service name -> the queues it consumes (from the topology)
+QUEUES: dict[str, tuple[str, ...]] = {spec.name: spec.queues for spec in SERVICES}
 
 
 def build_service(name: str, store: ObjectStore, settings: Settings, mailer: Mailer | None = None, now=None) -> Service:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ayci.infra import StackOutputs, deploy_stack
+from core.topology import SERVICES
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LOCALSTACK_ENV = {
@@ -70,10 +71,10 @@ class ServiceProcesses:
         return process
 
     def start_all(self, inference_hardware: tuple[str, ...] = ("intel",)) -> None:
-        for service in ("dedup", "converter", "archiver", "notifier"):
-            self.start(service)
-        for hardware in inference_hardware:
-            self.start(f"inference-{hardware}", "inference", ["--hardware", hardware])
+        """Every service of the topology; a service per hardware once per `inference_hardware`."""
+        for spec in SERVICES:
+            for name, args in spec.processes(inference_hardware):
+                self.start(name, spec.name, args)
 
     def restart_dead(self) -> list[str]:
         """Start again every process that exited (as docker-compose's restart policy does);

@@ -10,18 +10,17 @@ import asyncio
 import logging
 
 from adapters.sqs_worker import DeadLetterWatcher, QueueWorker, run_until_signalled
-from ayci.bootstrap import QUEUES, aws, aws_runner
+from ayci.bootstrap import aws, aws_runner
+from core.topology import BY_NAME, every_queue
 from core.logs import configure_logging
 from ayci.settings import Settings
 from engines.targets import native_hardware
 
-# long work: a smaller batch, so messages are not held while others are handled
-BATCH_SIZE = {"converter": 1, "inference": 1}
 
 
 def main(service: str, argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m services.{service}")
-    if service == "inference":
+    if BY_NAME[service].per_hardware:
         parser.add_argument("--hardware", choices=["intel", "arm"], default=native_hardware().value, help="which combinations this worker measures")
     parser.add_argument("--visibility", type=int, default=30, help="seconds a received message stays invisible between heartbeats")
     args = parser.parse_args(argv)
@@ -29,9 +28,9 @@ def main(service: str, argv: list[str] | None = None) -> None:
     configure_logging(settings.log_format if settings.log_format != "console" else "json", logging.INFO)
     wiring = aws(settings)
     runner = aws_runner(service, settings, wiring)
-    queues = [f"inference-{args.hardware}"] if service == "inference" else list(QUEUES[service])
-    workers: list = [QueueWorker(runner, queues, settings.queue_prefix, visibility_s=args.visibility, batch_size=BATCH_SIZE.get(service, 10))]
+    spec = BY_NAME[service]
+    queues = [f"{service}-{args.hardware}"] if spec.per_hardware else list(spec.queues)
+    workers: list = [QueueWorker(runner, queues, settings.queue_prefix, visibility_s=args.visibility, batch_size=spec.batch_size)]
     if service == "archiver":
-        every_queue = [q for qs in QUEUES.values() for q in qs]
-        workers.append(DeadLetterWatcher(wiring.store, wiring.publisher, every_queue, settings.queue_prefix))
+        workers.append(DeadLetterWatcher(wiring.store, wiring.publisher, every_queue(), settings.queue_prefix))
     asyncio.run(run_until_signalled(*workers))

@@ -1,20 +1,22 @@
-"""Which service consumes which event: the one routing table. The CloudFormation template
-(`infra/template.yaml`) declares the same routes as EventBridge rules."""
+"""Which queue receives which event, derived from the topology (`core/topology.py`). The
+CloudFormation template (`infra/template.yaml`) declares the same routes as EventBridge rules."""
 
 from __future__ import annotations
 
+from core.topology import SERVICES
 from schemas.events import Envelope
 
-ROUTES: dict[str, tuple[str, ...]] = {
-    "RequestSubmitted": ("dedup",),
-    "RunPlanned": ("archiver",),
-    "ComboPending": ("converter",),
-    "ModelConverted": ("inference-{hardware}",),
-    "InferenceDone": ("archiver",),
-    "ComboFailed": ("archiver",),
-    "RunDeadlineReached": ("archiver",),
-    "RunArchived": ("notifier",),
-}
+def _routes() -> dict[str, tuple[str, ...]]:
+    routes: dict[str, tuple[str, ...]] = {}
+    for spec in SERVICES:
+        for event in spec.consumes:
+            queue = f"{spec.name}-{{hardware}}" if spec.per_hardware else spec.name
+            routes[event.TYPE] = (*routes.get(event.TYPE, ()), queue)
+    return routes
+
+
+# event type -> the queues that receive it ("inference-{hardware}": by the combination's hardware)
+ROUTES: dict[str, tuple[str, ...]] = _routes()
 
 
 def consumers(envelope: Envelope) -> list[str]:

@@ -33,10 +33,10 @@ Handler = Callable[[Envelope, Any], list[Payload | Delayed]]
 
 @dataclass
 class Service:
-    """A service: its name and one handler per event type it consumes."""
+    """A service: its name and one handler per event (payload class) it consumes."""
 
     name: str
-    handlers: dict[str, Handler]
+    handlers: dict[type[Payload], Handler]
     deps: Any = None
 
 
@@ -83,7 +83,7 @@ class ServiceRunner:
         combo_key = getattr(envelope.payload, "combo_key", None)
         if combo_key:
             log = log.bind(combo_key=combo_key)
-        handler = self.service.handlers.get(envelope.type)
+        handler = self.service.handlers.get(type(envelope.payload))
         if handler is None:
             raise LookupError(f"{self.service.name} does not consume {envelope.type}")
         if self.store.exists(self.marker_key(envelope)):

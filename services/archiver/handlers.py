@@ -193,8 +193,8 @@ def priced_for_region(result: dict, region: str) -> dict:
 
 
 HANDLERS = {
-    "RunPlanned": on_run_planned,
-    "InferenceDone": on_inference_done,
-    "ComboFailed": on_combo_failed,
-    "RunDeadlineReached": on_deadline_reached,
+    RunPlanned: on_run_planned,
+    InferenceDone: on_inference_done,
+    ComboFailed: on_combo_failed,
+    RunDeadlineReached: on_deadline_reached,
 }

@@ -175,4 +175,4 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
 
 
-HANDLERS = {"ComboPending": on_combo_pending}
+HANDLERS = {ComboPending: on_combo_pending}

@@ -79,4 +79,4 @@ def on_request_submitted(event: Envelope, deps: DedupDeps) -> list[Payload]:
     return out
 
 
-HANDLERS = {"RequestSubmitted": on_request_submitted}
+HANDLERS = {RequestSubmitted: on_request_submitted}

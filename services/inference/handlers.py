@@ -128,4 +128,4 @@ def result_cost(report: dict, combo, region: str) -> dict:
     )
 
 
-HANDLERS = {"ModelConverted": on_model_converted}
+HANDLERS = {ModelConverted: on_model_converted}

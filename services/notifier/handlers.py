@@ -65,4 +65,4 @@ def on_run_archived(event: Envelope, deps: NotifierDeps) -> list[Payload]:
     return []
 
 
-HANDLERS = {"RunArchived": on_run_archived}
+HANDLERS = {RunArchived: on_run_archived}

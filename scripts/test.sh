@@ -5,6 +5,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 scripts/setup.sh
+.venv/bin/lint-imports  # the layers (.importlinter): a broken layer fails the build before any test
 scripts/system-packages.sh
 scripts/arm-sysroot.sh  # the aarch64 root arm combinations run in, under qemu
 scripts/localstack.sh install

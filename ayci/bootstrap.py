@@ -7,7 +7,7 @@ EventBridge + SQS, S3 and SES.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from adapters.inprocess_bus import InProcessBus
 from adapters.local_store import LocalFolderStore
@@ -25,37 +25,46 @@ from services.notifier import handlers as notifier
 QUEUES: dict[str, tuple[str, ...]] = {spec.name: spec.queues for spec in SERVICES}
 
 
-def build_service(name: str, store: ObjectStore, settings: Settings, mailer: Mailer | None = None, now=None) -> Service:
-    """One service with its handlers and the deps they need."""
+def build_service(name: str, store: ObjectStore, settings: Settings, mailer: Mailer | None = None, now=None, parts: dict | None = None) -> Service:
+    """One service with its handlers and the deps they need. `parts` replaces deps by name
+    (tests pass fakes: `{"inference": {"measure": fake}}`)."""
     if name == "dedup":
-        return Service(name, dedup.HANDLERS, dedup.DedupDeps(store=store, target_cpu=settings.target_cpu))
-    if name == "converter":
-        return Service(name, converter.HANDLERS, converter.ConverterDeps(store=store, reference_timeout_s=settings.reference_timeout_s, reference_memory_mb=settings.reference_memory_mb))
-    if name == "inference":
-        return Service(name, inference.HANDLERS, inference.InferenceDeps(store=store, time_cap_s=settings.measure_time_cap_s, min_iterations=settings.measure_min_iterations))
-    if name == "archiver":
-        return Service(name, archiver.HANDLERS, archiver.ArchiverDeps(store=store, **({"now": now} if now else {})))
-    if name == "notifier":
-        return Service(name, notifier.HANDLERS, notifier.NotifierDeps(store=store, mailer=mailer, results_url=settings.results_url))
-    raise ValueError(f"unknown service {name!r}")
+        deps = dedup.DedupDeps(store=store, target_cpu=settings.target_cpu)
+    elif name == "converter":
+        deps = converter.ConverterDeps(store=store, reference_timeout_s=settings.reference_timeout_s, reference_memory_mb=settings.reference_memory_mb)
+    elif name == "inference":
+        deps = inference.InferenceDeps(store=store, time_cap_s=settings.measure_time_cap_s, min_iterations=settings.measure_min_iterations)
+    elif name == "archiver":
+        deps = archiver.ArchiverDeps(store=store, **({"now": now} if now else {}))
+    elif name == "notifier":
+        deps = notifier.NotifierDeps(store=store, mailer=mailer, results_url=settings.results_url)
+    else:
+        raise ValueError(f"unknown service {name!r}")
+    handlers = {"dedup": dedup, "converter": converter, "inference": inference, "archiver": archiver, "notifier": notifier}[name].HANDLERS
+    return Service(name, handlers, replace(deps, **(parts or {}).get(name, {})))
 
 
 @dataclass
 class EmbeddedApp:
-    store: LocalFolderStore
+    store: ObjectStore
     bus: InProcessBus
     publisher: LoggedPublisher
     runners: dict[str, ServiceRunner]
 
 
-def embedded(settings: Settings, mailer: Mailer | None = None) -> EmbeddedApp:
-    store = LocalFolderStore(settings.data_dir)
+def embedded(settings: Settings, mailer: Mailer | None = None, *, store: ObjectStore | None = None, parts: dict | None = None) -> EmbeddedApp:
+    """Every service in this process on the in-process bus. Its real parts can be replaced:
+    `store` (e.g. `adapters.memory_store.MemoryStore`), `mailer`, and any service dep by
+    `parts` (the converter's `convert` and `compute_reference`, inference's `measure` and
+    `runtime_for`, dedup's `target_cpu`...): the pipeline then runs in milliseconds
+    (`tests/unit/test_pipeline.py`). The clock is the bus's (`bus.now`)."""
+    store = store if store is not None else LocalFolderStore(settings.data_dir)
     bus = InProcessBus()
     publisher = LoggedPublisher(store, bus)
     bus.on_dead_letter = publisher.publish
     runners = {}
     for name, queues in QUEUES.items():
-        runner = ServiceRunner(build_service(name, store, settings, mailer, now=bus.now), store, publisher)
+        runner = ServiceRunner(build_service(name, store, settings, mailer, now=bus.now, parts=parts), store, publisher)
         runners[name] = runner
         for queue in queues:
             bus.subscribe(queue, runner)

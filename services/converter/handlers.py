@@ -40,6 +40,8 @@ class ConverterDeps:
     lease_s: float = 900.0  # a conversion's lease on its artifact, renewed at each progress step
     lease_retry_s: float = 30.0  # a combination whose artifact another worker converts comes back after this
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
+    # computes the base model's outputs (in a child process: `reference.py`)
+    compute_reference: Callable[..., None] = compute_reference
     # runs a conversion; the embedded default calls the engine in-process
     convert: Callable[[Optimizer, ConversionJob], object] = lambda optimizer, job: engine_module(optimizer).convert(job)
 
@@ -54,7 +56,7 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
         deps.store.get_file(keys.model(model.sha256), model_path)
         try:
             with measurement_lock.shared():  # runs the base model: not beside a measurement either
-                ensure_reference(deps.store, model, model_path, combo.batch_size, work, timeout_s=deps.reference_timeout_s, memory_mb=deps.reference_memory_mb)
+                ensure_reference(deps.store, model, model_path, combo.batch_size, work, timeout_s=deps.reference_timeout_s, memory_mb=deps.reference_memory_mb, compute=deps.compute_reference)
         except ReferenceFailed as exc:
             return [_failed(pending, f"the base model does not run on the workload's inputs: {exc}")]
         if deps.store.exists(keys.manifest(pending.artifact_key)):
@@ -94,7 +96,8 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
         return [_converted(pending, manifest, reused=False)]
 
 
-def ensure_reference(store: ObjectStore, model: ModelRef, model_path: Path, batch: int, work: Path, *, timeout_s: float = 300.0, memory_mb: int = 10240) -> str:
+def ensure_reference(store: ObjectStore, model: ModelRef, model_path: Path, batch: int, work: Path, *, timeout_s: float = 300.0, memory_mb: int = 10240,
+                     compute: Callable[..., None] = compute_reference) -> str:
     """Store the base model's outputs on the workload's fixed example inputs for `batch`
     (once), and return its key. They are computed in a child process with a time limit and a
     memory cap (`reference.py`); raises `ReferenceFailed` if the base model does not run on
@@ -103,7 +106,7 @@ def ensure_reference(store: ObjectStore, model: ModelRef, model_path: Path, batc
     if store.exists(key):
         return key
     out = work / f"reference-b{batch}.npz"
-    compute_reference(model_path, model.model_dump_json(), model.workload.value, model.input_size, batch, out, timeout_s=timeout_s, memory_mb=memory_mb)
+    compute(model_path, model.model_dump_json(), model.workload.value, model.input_size, batch, out, timeout_s=timeout_s, memory_mb=memory_mb)
     store.put_file(key, out)  # the same bytes whoever writes them
     return key
 

@@ -1,0 +1,194 @@
+"""Whole runs through every service on the embedded bus, with fakes for the engines, the
+measurement and the mailer (`embedded(..., store=, parts=)`): every kind of run in
+milliseconds, no torch. The same runs with real engines are in tests/e2e and tests/integration."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from adapters.memory_store import MemoryStore
+from ayci.bootstrap import embedded
+from ayci.settings import Settings
+from engines import Conversion
+from schemas import keys
+from schemas.combos import Matrix, ModelRef
+from schemas.events import Envelope, RequestSubmitted
+from services.archiver.handlers import ArchiverDeps, on_inference_done
+from services.converter.reference import ReferenceFailed
+from services.inference.launcher import MeasurementFailed
+from services.request.replay import replay
+from services.request.submission import new_run
+
+TORCH_BEFORE = "torch" in sys.modules
+BROKEN_MODEL = "b" * 64
+
+
+class Fakes:
+    """The engines, the measuring process and the mailer, counting what they were asked."""
+
+    def __init__(self) -> None:
+        self.conversions: Counter[str] = Counter()
+        self.measurements: Counter[tuple] = Counter()
+        self.sent: list[dict] = []
+        self.out_of_memory_below_mb = 0
+        self.crash = False  # the measurement crashes the handler (not a failure it reports)
+
+    def convert(self, optimizer, job) -> Conversion:
+        (job.out_dir / "model.fake").write_bytes(b"artifact")
+        self.conversions[f"{optimizer.value}/b{job.batch_size}"] += 1
+        return Conversion(artifact_file="model.fake", conversion_s=0.01)
+
+    def compute_reference(self, model_path, model_json, workload, input_size, batch, out_path, *, timeout_s, memory_mb) -> None:
+        if ModelRef.model_validate_json(model_json).sha256 == BROKEN_MODEL:
+            raise ReferenceFailed("RuntimeError: the model expects 4 channels")
+        np.savez(out_path, **{"input:pixels": np.zeros((batch, 3, 2, 2), np.float32), "output:0": np.zeros((batch, 10), np.float32)})
+
+    def measure(self, spec, python_command) -> dict:
+        if self.crash:
+            raise RuntimeError("the measuring worker crashed")
+        self.measurements[(spec.optimizer, spec.memory_mb)] += 1
+        if spec.memory_mb < self.out_of_memory_below_mb:
+            raise MeasurementFailed(f"out of memory at {spec.memory_mb} MB (peak 300 MB)")
+        p50 = 1000.0 / spec.memory_mb
+        latency = {"p50": p50, "p90": p50 * 1.1, "p99": p50 * 1.2, "mean": p50, "min": p50 * 0.9, "max": p50 * 1.3, "ci95_low": p50 * 0.99,
+                   "ci95_high": p50 * 1.01, "cv": 0.02, "iterations": 200, "converged": True, "billed_ms_mean": 2.0}
+        cold = {"process_start": 50.0, "imports": 100.0, "model_load": 40.0, "first_inference": 5.0, "total": 200.0}
+        return {"cold_start_ms": cold, "latency_ms": latency, "warmup_iterations": 10, "agreement": {"score": 1.0, "metric": "top1"},
+                "peak_rss_mb": 120.0, "confined": True, "threads": 1, "vcpus": spec.memory_mb / 1769}
+
+    def send(self, *, to, subject, text, html) -> str:
+        self.sent.append({"to": to, "subject": subject})
+        return f"message-{len(self.sent)}"
+
+
+@pytest.fixture
+def fakes() -> Fakes:
+    return Fakes()
+
+
+@pytest.fixture
+def app(tmp_path, fakes):
+    parts = {
+        "dedup": {"target_cpu": lambda hardware, optimizer: "fake-cpu"},
+        "converter": {"convert": fakes.convert, "compute_reference": fakes.compute_reference, "work_dir": tmp_path},
+        "inference": {"measure": fakes.measure, "runtime_for": lambda hardware: ([sys.executable], False), "work_dir": tmp_path},
+    }
+    return embedded(Settings(data_dir=tmp_path / "unused"), fakes, store=MemoryStore(), parts=parts)
+
+
+def stored_model(app, sha256: str = "a" * 64) -> ModelRef:
+    app.store.put_bytes(keys.model(sha256), b"model bytes")
+    return ModelRef(sha256=sha256, size_bytes=11, format="onnx", workload="image_classification", input_size=[2, 2])
+
+
+def request(app, *, memory=(1769, 3538), optimizers=("onnx",), hardware="intel", sha256="a" * 64, **extra) -> RequestSubmitted:
+    matrix = Matrix(optimizers={hardware: list(optimizers)}, batch_sizes=[1], memory_sizes_mb=list(memory))
+    return RequestSubmitted(model=stored_model(app, sha256), matrix=matrix, email="user@example.com", **extra)
+
+
+def run(app, req: RequestSubmitted, copies: int = 1) -> dict:
+    envelope = new_run(req)
+    app.publisher.publish([envelope] * copies)
+    app.bus.run_until_idle()
+    return json.loads(app.store.get_bytes(keys.summary(envelope.run_id)))
+
+
+def test_a_complete_run_measures_every_combination_and_sends_one_email(app, fakes):
+    summary = run(app, request(app))
+    assert summary["status"] == "complete" and len(summary["results"]) == 2 and not summary["failures"]
+    assert fakes.conversions == {"onnx/b1": 1}  # one artifact serves both memory sizes
+    assert fakes.measurements == {("onnx", 1769): 1, ("onnx", 3538): 1}
+    assert summary["recommendation"]["fastest"] == "intel/onnx/b1/3538MB"
+    assert len(fakes.sent) == 1 and "complete" in fakes.sent[0]["subject"]
+
+
+def test_a_partial_run_keeps_what_was_measured(app, fakes):
+    fakes.out_of_memory_below_mb = 1024
+    summary = run(app, request(app, memory=(512, 1769)))
+    assert summary["status"] == "partial"
+    (failure,) = summary["failures"]
+    assert failure["label"] == "intel/onnx/b1/512MB" and failure["reason"].startswith("out of memory at 512 MB")
+
+
+def test_a_model_that_does_not_run_fails_every_combination(app, fakes):
+    summary = run(app, request(app, sha256=BROKEN_MODEL))
+    assert summary["status"] == "failed" and {f["stage"] for f in summary["failures"]} == {"converter"}
+    assert all("expects 4 channels" in f["reason"] for f in summary["failures"])
+    assert not fakes.measurements and len(fakes.sent) == 1
+
+
+def test_a_second_run_reuses_results_and_force_measures_again(app, fakes):
+    run(app, request(app))
+    reused = run(app, request(app))
+    assert reused["status"] == "complete" and all(r["reused"] for r in reused["results"])
+    assert sum(fakes.measurements.values()) == 2
+    forced = run(app, request(app, force=True))
+    assert not any(r["reused"] for r in forced["results"]) and sum(fakes.measurements.values()) == 4
+    assert fakes.conversions == {"onnx/b1": 1}  # the stored artifact still serves
+
+
+def test_a_crashing_measurement_is_dead_lettered_and_the_run_still_ends(app, fakes):
+    fakes.crash = True
+    summary = run(app, request(app, memory=(1769,)))
+    assert summary["status"] == "failed"
+    (failure,) = summary["failures"]
+    assert failure["stage"] == "dead_letter" and "the measuring worker crashed" in failure["reason"]
+    assert [queue for queue, _, _ in app.bus.dead_letters] == ["inference-intel"]
+
+
+def test_every_event_delivered_twice_changes_nothing(app, fakes):
+    summary = run(app, request(app), copies=2)
+    assert summary["status"] == "complete" and len(summary["results"]) == 2
+    assert sum(fakes.measurements.values()) == 2 and len(fakes.sent) == 1
+
+
+def test_a_replay_from_model_converted_is_a_new_run_linked_to_the_old(app, fakes):
+    first = run(app, request(app))
+    envelopes = replay(app.store, first["run_id"], "ModelConverted", force=True)
+    app.publisher.publish(envelopes)
+    app.bus.run_until_idle()
+    again = json.loads(app.store.get_bytes(keys.summary(envelopes[0].run_id)))
+    assert again["status"] == "complete" and again["request"]["replay_of"] == first["run_id"]
+    assert sum(fakes.measurements.values()) == 4 and fakes.conversions == {"onnx/b1": 1}
+
+
+def test_a_combination_that_never_reports_is_failed_at_the_deadline(app, fakes):
+    app.bus.runners.pop("inference-arm")  # no arm worker: its combination never reports
+    req = request(app, memory=(1769,))
+    req = req.model_copy(update={"matrix": Matrix(optimizers={"intel": ["onnx"], "arm": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1769])})
+    summary = run(app, req)
+    assert summary["status"] == "partial" and summary["closed_at_deadline"]
+    (failure,) = summary["failures"]
+    assert failure["label"] == "arm/onnx/b1/1769MB" and failure["stage"] == "deadline"
+
+
+def test_two_archivers_racing_on_the_last_arrival_archive_once(app, fakes):
+    summary = run(app, request(app))
+    run_id = summary["run_id"]
+    del app.store.objects[keys.summary(run_id)]  # as if the last two arrivals were just being handled, at once
+    arrivals = [Envelope.parse(app.store.get_bytes(k)) for k in app.store.list_keys(keys.event_log_prefix(run_id)) if "-InferenceDone-" in k]
+    announced, start = [], threading.Barrier(2)
+
+    def archiver(arrival: Envelope) -> None:
+        start.wait()
+        announced.extend(on_inference_done(arrival, ArchiverDeps(app.store)))
+
+    threads = [threading.Thread(target=archiver, args=(arrival,)) for arrival in arrivals]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len([a for a in announced if a.TYPE == "RunArchived"]) == 1
+
+
+def test_the_pipeline_runs_without_torch(app, fakes):
+    run(app, request(app))
+    assert TORCH_BEFORE or "torch" not in sys.modules
+    assert Path(__file__).name == "test_pipeline.py"

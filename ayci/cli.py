@@ -241,6 +241,35 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return follow_embedded(app, envelopes, len(combo_keys), settings, f"a replay of run {args.run_id} from {args.from_type}")
 
 
+def cmd_cancel(args: argparse.Namespace) -> int:
+    """Cancel a run on the real path (a deployed stack: AYCI_BUCKET, AYCI_BUS_NAME, or
+    --stack on LocalStack); `ayci serve`'s runs are cancelled from its page or API."""
+    from datetime import UTC, datetime
+
+    from ayci.bootstrap import aws
+    from schemas.documents import RunRecord
+    from services.request.runs import cancel_run
+
+    if args.localstack:
+        from ayci import cloud
+        from ayci.infra import read_stack
+
+        cloud.use_localstack()
+        outputs = read_stack(args.stack)
+        os.environ.update({"AYCI_BUCKET": outputs.bucket, "AYCI_BUS_NAME": outputs.bus_name, "AYCI_QUEUE_PREFIX": args.stack})
+    wiring = aws(Settings())
+    try:
+        record = RunRecord.read(wiring.store.get_bytes(keys.run_record(args.run_id))).to_dict()
+    except Exception:
+        raise UsageError(f"no run {args.run_id} in this stack") from None
+    closing = cancel_run(wiring.store, record, datetime.now(UTC))
+    if closing is None:
+        raise UsageError(f"run {args.run_id} has ended already")
+    wiring.publisher.publish([closing])
+    err.print(f"run {args.run_id}: cancelled; its pending combinations fail as cancelled and it is archived with what was measured")
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from ayci.serve import serve_embedded
 
@@ -285,6 +314,11 @@ def parser() -> argparse.ArgumentParser:
     replay.add_argument("run_id")
     replay.add_argument("--from", dest="from_type", default="ModelConverted", help="RequestSubmitted | ComboPending | ModelConverted")
     replay.set_defaults(func=cmd_replay)
+    cancel = sub.add_parser("cancel", help="cancel a run on the real path (LocalStack with --localstack, or AWS)")
+    cancel.add_argument("run_id")
+    cancel.add_argument("--localstack", action="store_true", help="the stack on LocalStack")
+    cancel.add_argument("--stack", default="ayci", help="stack name and resource prefix (with --localstack)")
+    cancel.set_defaults(func=cmd_cancel)
     example = sub.add_parser("example-model", help="write an example model as .pt2")
     example.add_argument("--workload", default="image_classification")
     example.add_argument("--input-size")

@@ -103,6 +103,7 @@ class FailureStage(StrEnum):
     inference = "inference"
     dead_letter = "dead_letter"
     deadline = "deadline"
+    cancelled = "cancelled"
 
 
 class ComboFailed(Payload):

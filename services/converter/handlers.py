@@ -50,6 +50,9 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
     pending: ComboPending = event.payload
     combo, model = pending.combo, pending.model
     bound = log.bind(run_id=event.run_id, combo_key=pending.combo_key, combo=combo.label)
+    if deps.store.exists(keys.summary(event.run_id)):  # the run is over (cancelled, or closed at its deadline)
+        log.info("skipped_run_ended", run_id=event.run_id, combo_key=pending.combo_key)
+        return []
     with tempfile.TemporaryDirectory(dir=deps.work_dir, prefix="convert-") as tmp:
         work = Path(tmp)
         model_path = work / f"model.{model.format.value}"

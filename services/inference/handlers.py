@@ -66,6 +66,9 @@ def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload | D
     converted: ModelConverted = event.payload
     combo, model = converted.combo, converted.model
     bound = log.bind(run_id=event.run_id, combo_key=converted.combo_key, combo=combo.label)
+    if deps.store.exists(keys.summary(event.run_id)):  # the run is over (cancelled, or closed at its deadline)
+        log.info("skipped_run_ended", run_id=event.run_id, combo_key=converted.combo_key)
+        return []
     key = keys.result(converted.combo_key)
     runtime = deps.runtime_for(combo.hardware)
     if runtime is None:

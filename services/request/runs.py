@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from core.ports import NotFound, ObjectStore
 from schemas.combos import Combo, combo_key
-from schemas.events import RequestSubmitted, RunPlanned
+from schemas.events import Envelope, FailureStage, RequestSubmitted, RunDeadlineReached, RunPlanned
 from schemas import keys
 from schemas.documents import MeasuredResult, Outcome, RunRecord, RunSummary
 
@@ -37,6 +37,17 @@ def load_run(store: ObjectStore, run_id: str, owner: str) -> dict | None:
     except NotFound:
         return None
     return record.to_dict() if record.owner == owner else None
+
+
+def cancel_run(store: ObjectStore, record: dict, now) -> Envelope | None:
+    """The event that ends a running run now (its pending combinations fail "cancelled"), or
+    None if it has ended already."""
+    run_id = record["run_id"]
+    if store.exists(keys.summary(run_id)):
+        return None
+    request = RequestSubmitted.model_validate(record["request"]) if record.get("request") else None
+    closing = RunDeadlineReached(deadline=now, reason="cancelled by its owner", stage=FailureStage.cancelled, request=request)
+    return Envelope.wrap(closing, run_id=run_id, producer="request")
 
 
 def load_summary(store: ObjectStore, run_id: str) -> dict | None:

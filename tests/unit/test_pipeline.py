@@ -188,6 +188,29 @@ def test_two_archivers_racing_on_the_last_arrival_archive_once(app, fakes):
     assert len([a for a in announced if a.TYPE == "RunArchived"]) == 1
 
 
+def test_a_cancelled_run_ends_at_once_and_its_pending_work_is_skipped(app, fakes):
+    from services.request.runs import cancel_run, record_run
+
+    req = request(app)
+    envelope = new_run(req)
+    record_run(app.store, envelope.run_id, req)
+    cancelled = []
+
+    def cancel_at_the_first_conversion(queue, event) -> None:
+        if event.type == "ComboPending" and not cancelled:
+            record = json.loads(app.store.get_bytes(keys.run_record(envelope.run_id)))
+            cancelled.append(cancel_run(app.store, record, app.bus.now()))
+            app.publisher.publish(cancelled)
+
+    app.bus.observers.append(cancel_at_the_first_conversion)
+    app.publisher.publish([envelope])
+    app.bus.run_until_idle()
+    summary = json.loads(app.store.get_bytes(keys.summary(envelope.run_id)))
+    assert summary["status"] == "failed" and {f["stage"] for f in summary["failures"]} == {"cancelled"}
+    assert not fakes.measurements  # the workers skipped what the cancelled run still had queued
+    assert len(fakes.sent) == 1
+
+
 def test_the_pipeline_runs_without_torch(app, fakes):
     run(app, request(app))
     assert TORCH_BEFORE or "torch" not in sys.modules

@@ -286,3 +286,16 @@ def test_api_keys_setting():
     for bad in ("short:alice", "k1234567", "k1234567:has space"):
         with pytest.raises(ValueError):
             parse_api_keys(bad)
+
+
+def test_an_owner_cancels_a_running_run_and_no_one_else_can(client, deps, stored_model):
+    sha, size = stored_model
+    run_id = client.post("/runs", headers=ALICE, json=run_body(sha, size)).json()["run_id"]
+    assert client.delete(f"/runs/{run_id}", headers=BOB).status_code == 404
+    cancelled = client.delete(f"/runs/{run_id}", headers=ALICE)
+    assert cancelled.status_code == 202, cancelled.text
+    closing = deps.publisher.published[-1]
+    assert closing.type == "RunDeadlineReached" and closing.payload.reason == "cancelled by its owner"
+    assert closing.payload.stage == "cancelled" and closing.payload.request.owner == "alice"
+    deps.store.put_bytes(f"runs/{run_id}/summary.json", b"{}")  # archived meanwhile
+    assert client.delete(f"/runs/{run_id}", headers=ALICE).status_code == 409

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 from typing import Annotated
 
 import structlog
@@ -14,7 +15,7 @@ from schemas.events import Envelope
 from services.request.auth import Owner
 from services.request.bodies import ERRORS, RunCreated, RunId, RunProgress, RunRequest, invalid
 from services.request.deps import Deps, RequestDeps
-from services.request.runs import load_run, load_summary, record_run, run_progress, withdraw_run
+from services.request.runs import cancel_run, load_run, load_summary, record_run, run_progress, withdraw_run
 from services.request.submission import model_info, new_run
 
 log = structlog.get_logger()
@@ -58,6 +59,19 @@ def owned_run(deps: RequestDeps, run_id: str, owner: str) -> dict:
 def get_run(run_id: RunId, owner: Owner, deps: Deps) -> dict:
     """The run's status and each combination's progress."""
     return run_progress(deps.store, owned_run(deps, run_id, owner))
+
+
+@router.delete("/runs/{run_id}", response_model=RunProgress, status_code=202, responses=ERRORS)
+def cancel(run_id: RunId, owner: Owner, deps: Deps) -> dict:
+    """Cancel a running run: its pending combinations fail "cancelled", the workers skip them,
+    and the run is archived with what was measured (and its email sent). 409 if it has ended."""
+    record = owned_run(deps, run_id, owner)
+    closing = cancel_run(deps.store, record, datetime.now(UTC))
+    if closing is None:
+        raise HTTPException(409, f"run {run_id} has ended already")
+    deps.publisher.publish([closing])
+    log.info("run_cancelled", run_id=run_id, owner=owner)
+    return run_progress(deps.store, record)
 
 
 @router.get("/runs/{run_id}/results", responses={**ERRORS, 200: {"content": {"application/json": {}, "text/csv": {"schema": {"type": "string"}}}}})

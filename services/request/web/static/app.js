@@ -173,6 +173,7 @@ function renderProgress(p) {
   badge.textContent = p.status; badge.className = `badge ${p.status}`;
   $("run-bar").max = p.total; $("run-bar").value = p.measured + p.failed;
   $("run-counts").textContent = `${p.measured} measured, ${p.failed} failed, ${p.queued} to go of ${p.total}`;
+  $("cancel-run").hidden = p.status !== "running";
   $("progress-table").tBodies[0].replaceChildren(...p.combinations.map((c) => row([
     [c.label, "text"], [c.state + (c.reused ? " (reused)" : ""), `text state-${c.state}`],
     [fmt("p50_ms", c.p50_ms)], [fmt("p99_ms", c.p99_ms)], [c.reason || "", "text"],
@@ -380,6 +381,18 @@ function start() {
   $("memory-add-free").addEventListener("click", () => { addMemory($("memory-free").value); $("memory-free").value = ""; });
   $("memory-free").addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); $("memory-add-free").click(); } });
   $("run-form").addEventListener("submit", onSubmit);
+  $("cancel-run").addEventListener("click", async () => {
+    if (!state.runId || !confirm(`Cancel run ${state.runId}? Pending combinations fail as cancelled.`)) return;
+    $("cancel-run").disabled = true;
+    try {
+      await api(`runs/${state.runId}`, { method: "DELETE" });
+      status(`run ${state.runId}: cancelled`);
+    } catch (error) {
+      status(error.message, true);
+    } finally {
+      $("cancel-run").disabled = false;
+    }
+  });
   $("download-csv").addEventListener("click", () => download("csv").catch((e) => status(e.message, true)));
   $("download-json").addEventListener("click", () => download("json").catch((e) => status(e.message, true)));
   renderMemoryChips();

@@ -58,6 +58,19 @@ def model_info(store: ObjectStore, sha256: str) -> dict | None:
     return info.public()
 
 
+def grant_model(store: ObjectStore, sha256: str, owner: str) -> None:
+    """`owner` has shown they hold these bytes (they uploaded them): the model is theirs to see and run."""
+    store.put_bytes(keys.model_owner(sha256, owner), b"", if_absent=True)
+
+
+def owned_model_info(store: ObjectStore, sha256: str, owner: str) -> dict | None:
+    """The model's facts if `owner` uploaded it; None otherwise, whether another owner stored it
+    or nobody did (the two look the same: knowing a SHA-256 tells nothing about others' models)."""
+    if not store.exists(keys.model_owner(sha256, owner)):
+        return None
+    return model_info(store, sha256)
+
+
 def new_run(request: RequestSubmitted, run_id: str | None = None) -> Envelope:
     """The envelope that starts a run."""
     return Envelope.wrap(request, run_id=run_id or str(uuid.uuid4()), producer="request")

@@ -15,7 +15,7 @@ from pathlib import Path
 from core.ports import ObjectStore, Uploader, UploadRejected
 from engines.model_files import NotAModelError, sniff_format
 from schemas.documents import ModelInfo
-from services.request.submission import keep_model, model_info
+from services.request.submission import grant_model, keep_model, owned_model_info
 
 
 def _sha256_and_size(path: Path) -> tuple[str, int]:
@@ -31,8 +31,8 @@ def verify_upload(store: ObjectStore, uploader: Uploader, owner: str, sha256: st
     """Check the staged upload against the announced SHA-256 and size and that it is a model,
     then store it as `models/{sha256}` (with its facts in `models/{sha256}.json`). Returns
     those facts; `UploadRejected` (and nothing stored, the staged bytes discarded) otherwise."""
-    known = model_info(store, sha256)
-    if known is not None:  # stored meanwhile (by this or another user): nothing to do
+    known = owned_model_info(store, sha256, owner)
+    if known is not None:  # this owner's already: nothing to do
         uploader.discard(owner, sha256)
         return known
     with tempfile.TemporaryDirectory(prefix="ayci-upload-") as tmp:
@@ -52,6 +52,7 @@ def verify_upload(store: ObjectStore, uploader: Uploader, owner: str, sha256: st
         finally:
             uploader.discard(owner, sha256)
         info = ModelInfo(sha256=sha256, size_bytes=size_bytes, format=model_format.value)
-        keep_model(store, path, info)
+        keep_model(store, path, info)  # stored once, whoever uploaded it first
+    grant_model(store, sha256, owner)
     return info.public()
 

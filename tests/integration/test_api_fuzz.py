@@ -36,6 +36,7 @@ def fuzzed_app():
     sha = hashlib.sha256(model).hexdigest()
     store.put_bytes(keys.model(sha), model)
     store.put_bytes(keys.model_info(sha), f'{{"sha256": "{sha}", "size_bytes": {len(model)}, "format": "onnx"}}'.encode())
+    store.put_bytes(keys.model_owner(sha, "fuzzer"), b"")  # the fuzzer's own model
     deps = RequestDeps(store=store, publisher=RecordingPublisher(), api_keys=parse_api_keys(f"{KEY}:fuzzer"),
                        uploader=LocalUploader(root / "uploads"), limits=request_limits(settings))
     return create_app(deps)

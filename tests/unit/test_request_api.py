@@ -110,9 +110,24 @@ def test_upload_verify_and_never_again(client, deps):
     verified = upload(client, data)
     assert verified.status_code == 201 and verified.json() == {"sha256": sha, "stored": True, "size_bytes": len(data), "format": "onnx"}
     assert deps.store.get_bytes(f"models/{sha}") == data
-    assert client.get(f"/models/{sha}", headers=BOB).json()["stored"] is True
-    again = client.post("/models/uploads", headers=BOB, json={"sha256": sha, "size_bytes": len(data)})
+    again = client.post("/models/uploads", headers=ALICE, json={"sha256": sha, "size_bytes": len(data)})
     assert again.status_code == 200 and again.json()["stored"] is True and again.json()["upload"] is None
+
+
+def test_another_owner_cannot_probe_or_run_a_model_without_uploading_it(client, deps):
+    """Knowing a SHA-256 tells nothing about other owners' models (#12): Bob sees Alice's model
+    as not stored, cannot run it, and gets it only by uploading the same bytes himself."""
+    data = tiny_onnx_model()
+    sha = hashlib.sha256(data).hexdigest()
+    assert upload(client, data).status_code == 201  # Alice's
+    assert client.get(f"/models/{sha}", headers=BOB).json() == {"sha256": sha, "stored": False, "size_bytes": None, "format": None}
+    assert client.post("/runs", headers=BOB, json=run_body(sha, len(data))).status_code == 409
+    offer = client.post("/models/uploads", headers=BOB, json={"sha256": sha, "size_bytes": len(data)})
+    assert offer.status_code == 201 and offer.json()["upload"] is not None
+    assert client.post(f"/models/{sha}/verify", headers=BOB, json={"size_bytes": len(data)}).status_code == 409  # nothing uploaded
+    assert upload(client, data, headers=BOB).status_code == 201
+    assert client.get(f"/models/{sha}", headers=BOB).json()["stored"] is True
+    assert client.post("/runs", headers=BOB, json=run_body(sha, len(data))).status_code == 201
 
 
 def test_an_upload_whose_sha256_does_not_match_is_rejected_and_nothing_stored(client, deps, tmp_path):

@@ -9,7 +9,7 @@ from core.ports import UploadRejected
 from services.request.auth import Owner
 from services.request.bodies import ERRORS, ModelSpec, ModelStatus, Sha256Path, UploadAnswer, UploadOfferBody, UploadVerification
 from services.request.deps import Deps
-from services.request.submission import model_info
+from services.request.submission import owned_model_info
 from services.request.uploads import verify_upload
 
 log = structlog.get_logger()
@@ -18,16 +18,18 @@ router = APIRouter(tags=["models"])
 
 @router.get("/models/{sha256}", response_model=ModelStatus, responses=ERRORS)
 def get_model(sha256: Sha256Path, owner: Owner, deps: Deps) -> ModelStatus:
-    """Is a model with this SHA-256 stored already? (Then it is never uploaded again.)"""
-    info = model_info(deps.store, sha256)
+    """Is a model with this SHA-256 yours and stored already? (Then it is never uploaded again.)
+    Another owner's model answers as not stored."""
+    info = owned_model_info(deps.store, sha256, owner)
     return ModelStatus(sha256=sha256, stored=info is not None, **({k: info[k] for k in ("size_bytes", "format")} if info else {}))
 
 
 @router.post("/models/uploads", response_model=UploadAnswer, responses=ERRORS, status_code=200)
 def offer_upload(spec: ModelSpec, owner: Owner, response: Response, deps: Deps) -> UploadAnswer:
     """Where to upload a new model: a presigned S3 POST (or this app's `PUT /uploads/{sha256}`)
-    limited to the announced size. A stored model gets no upload (`stored: true`)."""
-    info = model_info(deps.store, spec.sha256)
+    limited to the announced size. A model of yours already stored gets no upload
+    (`stored: true`); the same bytes stored by someone else must be uploaded by you once."""
+    info = owned_model_info(deps.store, spec.sha256, owner)
     if info is not None:
         return UploadAnswer(sha256=spec.sha256, stored=True, size_bytes=info["size_bytes"], format=info["format"])
     if spec.size_bytes > deps.limits.max_model_bytes:

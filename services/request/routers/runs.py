@@ -16,7 +16,7 @@ from services.request.auth import Owner
 from services.request.bodies import ERRORS, RunCreated, RunId, RunProgress, RunRequest, invalid
 from services.request.deps import Deps, RequestDeps
 from services.request.runs import cancel_run, load_run, load_summary, record_run, run_progress, withdraw_run
-from services.request.submission import model_info, new_run
+from services.request.submission import new_run, owned_model_info
 
 log = structlog.get_logger()
 router = APIRouter(tags=["runs"])
@@ -29,7 +29,7 @@ def submit_run(body: Annotated[RunRequest, Body()], owner: Owner, response: Resp
     total = len(matrix.combos())
     if total > deps.limits.max_combinations:
         raise invalid(("body", "matrix"), f"{total} combinations; a run may have at most {deps.limits.max_combinations}")
-    info = model_info(deps.store, body.model.sha256)
+    info = owned_model_info(deps.store, body.model.sha256, owner)
     request = body.request_for(owner, info["format"] if info else "pt2", matrix)  # the contract checks the input size for the workload
     if info is None:
         raise HTTPException(409, f"model {body.model.sha256} is not stored: upload it first (POST /models/uploads)")

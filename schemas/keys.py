@@ -12,7 +12,8 @@ artifacts/{artifact key}/manifest.json       written last, once: the artifact is
 references/{reference key}.npz               the base model's outputs on the example inputs
 artifacts/{artifact key}/lease.json          who converts it now, until when (one conversion per artifact)
 tuning/{sha256}/{target cpu}/b{batch}-{HxW}.tar.gz  TVM MetaSchedule records (one archive), reused by later conversions
-results/{combination key}.json               one measured combination (reused across runs)
+results/{combination key}.json               the latest measurement of a combination (what later runs reuse)
+results/{combination key}/{run id}.json      each measurement, written once: summaries name these
 runs/{run id}/run.json                       the run record: owner, request, time
 runs/{run id}/events/{seq}-{type}-{id}.json  the run's event log (replay reads it)
 runs/{run id}/plan.json                      the combinations the run waits for
@@ -67,6 +68,10 @@ def tuning_records(sha256: str, target_cpu: str, batch_size: int, input_size: li
 
 def result(combo_key: str) -> str:
     return f"results/{combo_key}.json"
+
+
+def result_version(combo_key: str, run_id: str) -> str:
+    return f"results/{combo_key}/{run_id}.json"
 
 
 def run_prefix(run_id: str) -> str:

@@ -23,8 +23,9 @@ from schemas.events import (
     RequestSubmitted,
     RunPlanned,
 )
+from core.results import reused_result
 from schemas import keys
-from schemas.documents import ArtifactManifest, MeasuredResult
+from schemas.documents import ArtifactManifest
 
 
 @dataclass
@@ -63,9 +64,9 @@ def on_request_submitted(event: Envelope, deps: DedupDeps) -> list[Payload]:
         if not model_stored:
             out.append(ComboFailed(combo=combo, combo_key=key, stage=FailureStage.dedup, reason=f"model {model.sha256[:12]} is not stored"))
             continue
-        if not request.force and deps.store.exists(keys.result(key)):
-            stored = MeasuredResult.read(deps.store.get_bytes(keys.result(key)))
-            out.append(stored.inference_done(result_key=keys.result(key), reused=True))
+        reused = None if request.force else reused_result(deps.store, key)
+        if reused is not None:
+            out.append(reused)
             continue
         target_cpu = deps.target_cpu(combo.hardware, combo.optimizer)
         art_key = artifact_key(model, combo, target_cpu)

@@ -1,5 +1,5 @@
 """Inference: measures one converted combination under its memory size and stores the result
-(`results/{combo key}.json`). A measurement that fails (out of memory, crash, timeout) is
+(`results/{combo key}/{run id}.json`, `core/results.py`). A measurement that fails (out of memory, crash, timeout) is
 that combination's failure; the run goes on."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from schemas.combos import MEASUREMENT_VERSION, Hardware, reference_key
 from schemas.cost import cost_block
 from schemas.cost import default_region as default_price_region
 from schemas.events import ComboFailed, Envelope, FailureStage, ModelConverted, Payload
+from core.results import keep_result
 from schemas import keys
 from schemas.documents import MeasuredResult
 from services.inference.launcher import MachineBusy, MeasureSpec, MeasurementFailed, measure
@@ -69,7 +70,6 @@ def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload | D
     if deps.store.exists(keys.summary(event.run_id)):  # the run is over (cancelled, or closed at its deadline)
         log.info("skipped_run_ended", run_id=event.run_id, combo_key=converted.combo_key)
         return []
-    key = keys.result(converted.combo_key)
     runtime = deps.runtime_for(combo.hardware)
     if runtime is None:
         reason = f"no {combo.hardware.value} worker here and no emulation of it ({_arm_emulation()[1]})"
@@ -117,7 +117,7 @@ def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload | D
         bound.info("measurement_unconfined", reason=result.confinement_reason)
     if (result.load or {}).get("disturbed"):
         bound.info("measurement_disturbed", other_busy_cores=round(result.load["other_busy_cores"], 2))
-    deps.store.put_bytes(key, result.to_bytes(indent=1))
+    key = keep_result(deps.store, result)
     lat = result.latency_ms
     bound.info("measurement_done", p50_ms=round(lat.p50, 2), p99_ms=round(lat.p99, 2), iterations=lat.iterations)
     return [result.inference_done(result_key=key, reused=False)]

@@ -14,8 +14,8 @@ from datetime import UTC, datetime, timedelta
 from core.ports import ObjectStore
 
 from schemas.events import Envelope, Payload, RequestSubmitted, RunPlanned
+from core.results import reused_result
 from schemas import keys
-from schemas.documents import MeasuredResult
 
 REPLAYABLE = ("RequestSubmitted", "ComboPending", "ModelConverted")
 
@@ -51,9 +51,9 @@ def replay(store: ObjectStore, run_id: str, from_type: str, *, force: bool = Fal
     )
     out: list[Payload] = [plan]
     for key, event in chosen.items():
-        result_key = keys.result(key)
-        if not force and store.exists(result_key):
-            out.append(MeasuredResult.read(store.get_bytes(result_key)).inference_done(result_key=result_key, reused=True))
+        reused = None if force else reused_result(store, key)
+        if reused is not None:
+            out.append(reused)
         else:
             out.append(event.payload)
     return [start.caused(p, producer="replay", index=i) for i, p in enumerate(out)]

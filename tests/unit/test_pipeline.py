@@ -134,6 +134,18 @@ def test_a_second_run_reuses_results_and_force_measures_again(app, fakes):
     assert fakes.conversions == {"onnx/b1": 1}  # the stored artifact still serves
 
 
+def test_force_adds_a_result_version_and_never_changes_what_another_run_used(app, fakes):
+    first = run(app, request(app, memory=(1769,)))
+    forced = run(app, request(app, memory=(1769,), force=True))
+    reused = run(app, request(app, memory=(1769,)))
+    (key,) = [r["combo_key"] for r in first["results"]]
+    versions = sorted(k for k in app.store.list_keys(f"results/{key}/"))
+    assert versions == sorted([keys.result_version(key, first["run_id"]), keys.result_version(key, forced["run_id"])])
+    assert json.loads(app.store.get_bytes(versions[0]))["run_id"] in (first["run_id"], forced["run_id"])  # each version intact
+    done = [Envelope.parse(app.store.get_bytes(k)).payload for k in app.store.list_keys(keys.event_log_prefix(reused["run_id"])) if "-InferenceDone-" in k]
+    assert [d.result_key for d in done] == [keys.result_version(key, forced["run_id"])]  # the reuse names the exact version
+
+
 def test_a_crashing_measurement_is_dead_lettered_and_the_run_still_ends(app, fakes):
     fakes.crash = True
     summary = run(app, request(app, memory=(1769,)))

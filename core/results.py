@@ -1,0 +1,30 @@
+"""Stored results, versioned: a measurement writes `results/{combo key}/{run id}.json` once
+(never replaced: the summaries that used it keep naming exactly it) and points
+`results/{combo key}.json` at the latest version (what later runs reuse). A forced
+re-measurement adds a version; it never changes what another run's summary references."""
+
+from __future__ import annotations
+
+from core.ports import ObjectStore
+from schemas import keys
+from schemas.documents import MeasuredResult
+from schemas.events import InferenceDone
+
+
+def keep_result(store: ObjectStore, result: MeasuredResult) -> str:
+    """Store a new measurement; the key of its version."""
+    version = keys.result_version(result.combo_key, result.run_id)
+    data = result.to_bytes(indent=1)
+    store.put_bytes(version, data, if_absent=True)
+    store.put_bytes(keys.result(result.combo_key), data)
+    return version
+
+
+def reused_result(store: ObjectStore, combo_key: str) -> InferenceDone | None:
+    """The `InferenceDone` that reuses the latest stored result of `combo_key` (None if none),
+    naming its exact version (the latest key itself for a result stored before versions)."""
+    if not store.exists(keys.result(combo_key)):
+        return None
+    latest = MeasuredResult.read(store.get_bytes(keys.result(combo_key)))
+    version = keys.result_version(combo_key, latest.run_id)
+    return latest.inference_done(result_key=version if store.exists(version) else keys.result(combo_key), reused=True)

@@ -35,6 +35,8 @@ def request_limits(settings: Settings) -> RequestLimits:
     return RequestLimits(
         max_body_bytes=settings.max_body_bytes, max_model_bytes=settings.max_model_bytes,
         max_combinations=settings.max_combinations, results_url=settings.results_url,
+        max_runs_in_flight=settings.max_runs_in_flight, max_combinations_per_day=settings.max_combinations_per_day,
+        email_allowed=tuple(e.strip() for e in settings.email_allowed.split(",") if e.strip()),
     )
 
 

@@ -37,6 +37,11 @@ class Settings(BaseSettings):
     max_body_bytes: int = 64 * 1024  # a JSON request body
     max_model_bytes: int = 1 << 30  # an uploaded model
     max_combinations: int = 512  # per run
+    max_runs_in_flight: int = 20  # per owner (429 beyond)
+    max_combinations_per_day: int = 5000  # per owner, per UTC day (429 beyond)
+    # where run emails may go: addresses, "@domain" entries, or "*" (any: the local default;
+    # the AWS template defaults to none, so a deployer names them)
+    email_allowed: str = "*"
     mailer: str = "none"  # the embedded default's mailer: none | ses (SES at AWS_ENDPOINT_URL)
 
     def target_cpu(self, hardware: Hardware, optimizer: Optimizer) -> str:

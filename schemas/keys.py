@@ -21,6 +21,7 @@ runs/{run id}/outcomes/{combination key}.json  each combination's end: measured,
 runs/{run id}/outcomes/expected-{N}          empty; N = how many outcomes the plan waits for
 runs/{run id}/summary.json                   the archived run (written once, conditionally)
 runs/{run id}/email.json                     the notifier's record of the email it sent
+owners/{owner}/days/{YYYY-MM-DD}/{run id}    a run an owner submitted that day (its combinations: the owner's limits)
 processed/{service}/{event id}               idempotency markers (a handled event)
 failures/{service}/{event id}.json           the last error of a failing event (for the DLQ report)
 dead-letters/{queue}/{message id}.json       what reached a dead-letter queue, with its reason
@@ -121,6 +122,14 @@ def summary(run_id: str) -> str:
 
 def email(run_id: str) -> str:
     return f"runs/{run_id}/email.json"
+
+
+def owner_day_prefix(owner: str, day: str) -> str:
+    return f"owners/{owner}/days/{day}/"
+
+
+def owner_run(owner: str, day: str, run_id: str) -> str:
+    return f"{owner_day_prefix(owner, day)}{run_id}"
 
 
 def processed_marker(service: str, event_id: str) -> str:

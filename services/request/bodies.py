@@ -135,4 +135,4 @@ class Problem(BaseModel):
     detail: Any
 
 
-ERRORS = {status: {"model": Problem} for status in (401, 403, 404, 409, 413, 422, 503)}
+ERRORS = {status: {"model": Problem} for status in (401, 403, 404, 409, 413, 422, 429, 503)}

@@ -16,6 +16,13 @@ class RequestLimits:
     max_model_bytes: int = 1 << 30  # an uploaded model
     max_combinations: int = 512  # per run
     results_url: str = "http://127.0.0.1:8000"  # where the results are shown (links in answers)
+    max_runs_in_flight: int = 20  # per owner
+    max_combinations_per_day: int = 5000  # per owner, per UTC day
+    email_allowed: tuple[str, ...] = ("*",)  # addresses, "@domain" entries, or "*"
+
+    def email_allowed_to(self, address: str) -> bool:
+        address = address.lower()
+        return any(rule == "*" or rule.lower() == address or (rule.startswith("@") and address.endswith(rule.lower())) for rule in self.email_allowed)
 
 
 @dataclass

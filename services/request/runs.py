@@ -5,7 +5,7 @@ listing: `runs/{run_id}/run.json` (written at submission), then the archiver's
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from core.ports import NotFound, ObjectStore
 from schemas.combos import Combo, combo_key
@@ -21,6 +21,25 @@ def record_run(store: ObjectStore, run_id: str, request: RequestSubmitted) -> bo
         combos={combo_key(request.model, c): c for c in request.matrix.combos()}, request=request.model_dump(mode="json"),
     )
     return store.put_bytes(keys.run_record(run_id), record.to_bytes(), if_absent=True)
+
+
+def owner_usage(store: ObjectStore, owner: str, now: datetime) -> tuple[int, int]:
+    """(runs of `owner` still running, combinations they submitted today, UTC). Runs are found
+    by the day they were submitted (today and yesterday: a run never outlives a day's deadline)."""
+    today, yesterday = now.date().isoformat(), (now - timedelta(days=1)).date().isoformat()
+    in_flight = combinations_today = 0
+    for day in (yesterday, today):
+        for key in store.list_keys(keys.owner_day_prefix(owner, day)):
+            run_id = key.rsplit("/", 1)[-1]
+            if day == today:
+                combinations_today += int(store.get_bytes(key) or b"0")
+            if not store.exists(keys.summary(run_id)):
+                in_flight += 1
+    return in_flight, combinations_today
+
+
+def count_run(store: ObjectStore, owner: str, run_id: str, combinations: int, now: datetime) -> None:
+    store.put_bytes(keys.owner_run(owner, now.date().isoformat(), run_id), str(combinations).encode(), if_absent=True)
 
 
 def withdraw_run(store: ObjectStore, run_id: str, reason: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv as csv_module
 import hashlib
+from dataclasses import replace
 import io
 import json
 from pathlib import Path
@@ -314,3 +315,27 @@ def test_an_owner_cancels_a_running_run_and_no_one_else_can(client, deps, stored
     assert closing.payload.stage == "cancelled" and closing.payload.request.owner == "alice"
     deps.store.put_bytes(f"runs/{run_id}/summary.json", b"{}")  # archived meanwhile
     assert client.delete(f"/runs/{run_id}", headers=ALICE).status_code == 409
+
+
+def test_per_owner_limits_are_429_with_retry_after(deps, stored_model):
+    sha, size = stored_model
+    deps.limits = replace(deps.limits, max_runs_in_flight=2, max_combinations_per_day=5)
+    client = TestClient(create_app(deps))
+    for _ in range(2):
+        assert client.post("/runs", headers=ALICE, json=run_body(sha, size)).status_code == 201  # 2 combinations each
+    busy = client.post("/runs", headers=ALICE, json=run_body(sha, size))
+    assert busy.status_code == 429 and busy.headers["retry-after"] == "60" and "2 runs in flight" in busy.json()["detail"]
+    for key in deps.store.list_keys("owners/alice/days/"):  # both archived meanwhile
+        deps.store.put_bytes(f"runs/{key.rsplit('/', 1)[-1]}/summary.json", b"{}")
+    daily = client.post("/runs", headers=ALICE, json=run_body(sha, size))
+    assert daily.status_code == 429 and int(daily.headers["retry-after"]) > 0 and "daily 5" in daily.json()["detail"]
+
+
+def test_email_goes_only_where_the_deployment_allows(deps, stored_model):
+    sha, size = stored_model
+    deps.limits = replace(deps.limits, email_allowed=("@example.com", "boss@corp.io"))
+    client = TestClient(create_app(deps))
+    refused = client.post("/runs", headers=ALICE, json=run_body(sha, size, email="victim@elsewhere.org"))
+    assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["body", "email"]
+    for allowed in ("me@example.com", "Boss@corp.io"):
+        assert client.post("/runs", headers=ALICE, json=run_body(sha, size, email=allowed)).status_code == 201

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 import structlog
@@ -15,7 +15,7 @@ from schemas.events import Envelope
 from services.request.auth import Owner
 from services.request.bodies import ERRORS, RunCreated, RunId, RunProgress, RunRequest, invalid
 from services.request.deps import Deps, RequestDeps
-from services.request.runs import cancel_run, load_run, load_summary, record_run, run_progress, withdraw_run
+from services.request.runs import cancel_run, count_run, load_run, owner_usage, load_summary, record_run, run_progress, withdraw_run
 from services.request.submission import new_run, owned_model_info
 
 log = structlog.get_logger()
@@ -29,6 +29,16 @@ def submit_run(body: Annotated[RunRequest, Body()], owner: Owner, response: Resp
     total = len(matrix.combos())
     if total > deps.limits.max_combinations:
         raise invalid(("body", "matrix"), f"{total} combinations; a run may have at most {deps.limits.max_combinations}")
+    if body.email and not deps.limits.email_allowed_to(body.email):
+        raise invalid(("body", "email"), f"this deployment does not send email to {body.email} (AYCI_EMAIL_ALLOWED)")
+    now = datetime.now(UTC)
+    in_flight, today = owner_usage(deps.store, owner, now)
+    if in_flight >= deps.limits.max_runs_in_flight:
+        raise HTTPException(429, f"you have {in_flight} runs in flight, the most allowed: wait for one to end (or cancel one)", headers={"Retry-After": "60"})
+    if today + total > deps.limits.max_combinations_per_day:
+        midnight = datetime.combine(now.date() + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
+        raise HTTPException(429, f"{today} combinations submitted today and {total} more would pass your daily {deps.limits.max_combinations_per_day}",
+                            headers={"Retry-After": str(int((midnight - now).total_seconds()) + 1)})
     info = owned_model_info(deps.store, body.model.sha256, owner)
     request = body.request_for(owner, info["format"] if info else "pt2", matrix)  # the contract checks the input size for the workload
     if info is None:
@@ -43,6 +53,7 @@ def submit_run(body: Annotated[RunRequest, Body()], owner: Owner, response: Resp
         log.exception("run_not_submitted", run_id=envelope.run_id, owner=owner)
         withdraw_run(deps.store, envelope.run_id, f"{type(exc).__name__}: {exc}"[:300])
         raise HTTPException(503, "the run could not be submitted (the event bus did not take it); nothing was started, try again") from None
+    count_run(deps.store, owner, envelope.run_id, total, now)
     log.info("run_submitted", run_id=envelope.run_id, owner=owner, combinations=total)
     response.headers["Location"] = f"runs/{envelope.run_id}"
     return RunCreated(run_id=envelope.run_id, combinations=total, status_url=f"runs/{envelope.run_id}", results_url=f"runs/{envelope.run_id}/results")

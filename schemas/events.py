@@ -47,7 +47,8 @@ class RequestSubmitted(Payload):
     owner: str = "local"
     force: bool = False  # measure again even where a stored result exists
     replay_of: str | None = None  # the run this one replays
-    deadline_s: float = Field(default=3600, gt=0)
+    # None: an hour, or twice the run's estimated length if longer (core/deadlines.py); a number is kept
+    deadline_s: float | None = Field(default=None, gt=0)
 
     @field_validator("price_region")
     @classmethod

@@ -23,6 +23,7 @@ from schemas.events import (
     RequestSubmitted,
     RunPlanned,
 )
+from core.deadlines import run_deadline_s
 from core.results import reused_result
 from schemas import keys
 from schemas.documents import ArtifactManifest
@@ -33,22 +34,6 @@ class DedupDeps:
     store: ObjectStore
     # (hardware, optimizer) -> the CPU an artifact is built for (engines.targets.target_cpu)
     target_cpu: Callable[[Hardware, Optimizer], str]
-
-
-# rough costs on one machine (measurements run one at a time): the deadline must never cut a
-# large run that is merely long
-MEASUREMENT_ESTIMATE_S = 60.0  # cold start, warm-up, samples up to the time cap, per combination
-CONVERSION_ESTIMATE_S = {Optimizer.base: 10.0, Optimizer.onnx: 30.0, Optimizer.tvm: 120.0}
-TUNING_TRIAL_ESTIMATE_S = 2.0
-
-
-def run_deadline_s(request: RequestSubmitted) -> float:
-    """When the archiver closes the run: the request's deadline, or twice the run's estimated
-    length if that is longer (every combination measured, every artifact converted, TVM tuned)."""
-    combos = request.matrix.combos()
-    artifacts = {(c.hardware, c.optimizer, None if c.optimizer == Optimizer.base else c.batch_size) for c in combos}
-    converting = sum(CONVERSION_ESTIMATE_S[o] + (request.tuning_trials * TUNING_TRIAL_ESTIMATE_S if o == Optimizer.tvm else 0) for _, o, _ in artifacts)
-    return max(request.deadline_s, 2 * (converting + MEASUREMENT_ESTIMATE_S * len(combos)))
 
 
 def on_request_submitted(event: Envelope, deps: DedupDeps) -> list[Payload]:

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from core.ports import ObjectStore
 
 from schemas.events import Envelope, Payload, RequestSubmitted, RunPlanned
+from core.deadlines import run_deadline_s
 from core.results import reused_result
 from schemas import keys
 
@@ -47,7 +48,7 @@ def replay(store: ObjectStore, run_id: str, from_type: str, *, force: bool = Fal
     request = start.payload
     plan = RunPlanned(
         model=original_plan.model, combos={k: original_plan.combos[k] for k in chosen},
-        deadline=datetime.now(UTC) + timedelta(seconds=request.deadline_s), request=request,
+        deadline=datetime.now(UTC) + timedelta(seconds=run_deadline_s(request)), request=request,
     )
     out: list[Payload] = [plan]
     for key, event in chosen.items():

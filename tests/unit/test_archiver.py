@@ -138,9 +138,10 @@ def test_a_failure_arrival_counts_like_a_result():
 
 
 def test_the_deadline_follows_the_run_s_size():
-    from services.dedup.handlers import run_deadline_s
+    from core.deadlines import DEFAULT_DEADLINE_S, run_deadline_s
 
     small = request(batches=(1,))
-    assert run_deadline_s(small) == small.deadline_s  # a small run keeps the hour
+    assert run_deadline_s(small) == DEFAULT_DEADLINE_S  # a small run keeps the hour
     large = RequestSubmitted(model=MODEL, tuning_trials=500, matrix=Matrix(optimizers={"intel": ["base", "onnx", "tvm"]}, batch_sizes=list(range(1, 17)), memory_sizes_mb=[512, 1024, 1769, 3538]))
     assert run_deadline_s(large) > 2 * 192 * 60  # 192 measurements and 32 tuned TVM artifacts take hours
+    assert run_deadline_s(large.model_copy(update={"deadline_s": 60})) == 60  # a deadline the user named is kept

@@ -97,21 +97,61 @@ def warn_if_unconfined() -> None:
         err.print(f"warning: measurements will not be confined to their memory sizes ({reason}); results say confined: false")
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from ayci.bootstrap import embedded
-    from schemas.combos import ModelRef
-    from services.request.submission import new_run, store_model
-
-    settings = Settings(data_dir=args.data_dir) if args.data_dir else Settings()
+def _workload_and_size(args: argparse.Namespace) -> tuple[Workload, list[int]]:
     try:
         workload = Workload(args.workload)
     except ValueError:
         raise UsageError(f"--workload must be one of {', '.join(w.value for w in Workload)}") from None
     from workloads import workload_module
 
+    if workload == Workload.custom and not args.inputs:
+        raise UsageError("--workload custom runs on your own example inputs: give --inputs FILE.npz")
     input_size = parse_ints(args.input_size, "input-size") if args.input_size else workload_module(workload).DEFAULT_INPUT_SIZE
+    return workload, input_size
+
+
+def _checked_inputs(args: argparse.Namespace) -> Path | None:
+    """The user's example inputs, checked before any work (`--inputs FILE.npz`)."""
+    if not getattr(args, "inputs", None):
+        return None
+    from workloads.custom import BadInputs, check_npz
+
+    path = Path(args.inputs)
+    if not path.is_file():
+        raise UsageError(f"--inputs {path}: no such file")
+    try:
+        check_npz(path)
+    except BadInputs as exc:
+        raise UsageError(f"--inputs {path}: {exc}") from None
+    return path
+
+
+def _plan_of(request: RequestSubmitted, model_path: Path, inputs_path: Path | None, store):
+    """The run's plan, refusing a model whose inputs nothing binds to (a UsageError naming them)."""
+    from core.planning import plan_run, refuse_unbindable, request_shapes
+    from engines.signature import read_signature
+    from workloads.binding import BindingError
+
+    signature = read_signature(model_path, request.model.format)
+    shapes = request_shapes(store, request, inputs_path)
+    try:
+        refuse_unbindable(signature, request, shapes)
+    except BindingError as exc:
+        raise UsageError(f"--model {model_path.name}: {exc}") from None
+    return plan_run(request, signature, store, shapes)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from ayci.bootstrap import embedded
+    from schemas.combos import ModelRef
+    from services.request.submission import new_run, store_inputs, store_model
+
+    settings = Settings(data_dir=args.data_dir) if args.data_dir else Settings()
+    workload, input_size = _workload_and_size(args)
+    inputs_path = _checked_inputs(args)
     # validate the matrix before touching the model (an error here loses nothing)
-    placeholder = ModelRef(sha256="0" * 64, size_bytes=1, format="pt2", workload=workload, input_size=input_size)
+    placeholder = ModelRef(sha256="0" * 64, size_bytes=1, format="pt2", workload=workload, input_size=input_size,
+                           inputs_sha256="0" * 64 if inputs_path else None)
     build_request(args, placeholder)
     model_path = Path(args.model) if args.model else example_model_path(settings, workload, input_size)
     if not model_path.is_file():
@@ -119,12 +159,94 @@ def cmd_run(args: argparse.Namespace) -> int:
     warn_if_unconfined()
 
     if args.localstack:
-        return run_on_localstack(args, settings, model_path, workload, input_size)
+        return run_on_localstack(args, settings, model_path, workload, input_size, inputs_path)
     app = embedded(settings)
-    model = store_model(app.store, model_path, workload, input_size)
+    inputs_sha = store_inputs(app.store, inputs_path) if inputs_path else None
+    model = store_model(app.store, model_path, workload, input_size, inputs_sha)
     request = build_request(args, model)
+    say_impossible(_plan_of(request, model_path, inputs_path, app.store))
     envelope = new_run(request)
     return follow_embedded(app, [envelope], len(request.matrix.combos()), settings, f"{model_path.name} (sha256 {model.sha256[:12]})")
+
+
+def say_impossible(plan) -> None:
+    impossible = plan.impossible()
+    if impossible:
+        err.print(f"[yellow]{len(impossible)} of {len(plan.combos)} combinations cannot run and will not be measured:[/yellow]")
+        for planned in impossible.values():
+            err.print(f"  {planned.combo.label}: {planned.reason}", markup=False)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """What a run of these options would do, without doing it."""
+    import json
+
+    from adapters.local_store import LocalFolderStore
+    from schemas.combos import ModelFormat, ModelRef
+    from services.request.submission import model_facts, sha256_of
+
+    settings = Settings(data_dir=args.data_dir) if args.data_dir else Settings()
+    workload, input_size = _workload_and_size(args)
+    inputs_path = _checked_inputs(args)
+    model_path = Path(args.model) if args.model else example_model_path(settings, workload, input_size)
+    if not model_path.is_file():
+        raise UsageError(f"--model {model_path}: no such file")
+    info = model_facts(model_path, sha256_of(model_path))
+    model = ModelRef(sha256=info.sha256, size_bytes=info.size_bytes, format=ModelFormat(info.format), workload=workload,
+                     input_size=input_size, inputs_sha256=sha256_of(inputs_path) if inputs_path else None)
+    request = build_request(args, model)
+    plan = _plan_of(request, model_path, inputs_path, LocalFolderStore(settings.data_dir))
+    if args.json:
+        print(json.dumps(plan.as_dict(), indent=2))
+        return 0
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=f"plan: {model_path.name}, {workload.value} {'x'.join(map(str, input_size))}")
+    for column in ("combination", "state", "conversion s", "measuring s", "reason"):
+        table.add_column(column, overflow="fold")
+    for c in plan.combos:
+        table.add_row(c.combo.label, c.state, f"{c.conversion_s:.0f}" if c.state == "measure" else "",
+                      f"{c.measurement_s:.0f}" if c.state == "measure" else "", escape(c.reason or ""))
+    console = Console(width=max(Console().width, 150))
+    console.print(table)
+    totals = plan.as_dict()["totals"]
+    console.print(f"to measure {totals['to_measure']}, reused {totals['reused']}, impossible {totals['impossible']}; "
+                  f"estimated wall time {totals['estimated_wall_s'] / 60:.1f} min; "
+                  f"measuring as Lambda invocations ≈ ${totals['estimated_benchmark_cost_usd']:.4f}")
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    """A model's signature as its file declares it, read without running it."""
+    from engines.signature import read_signature
+
+    path = Path(args.model)
+    if not path.is_file():
+        raise UsageError(f"{path}: no such file")
+    try:
+        signature = read_signature(path)
+    except NotAModelError as exc:
+        raise UsageError(f"{path}: not an accepted model (a torch.export .pt2 or ONNX file): {exc}") from None
+    if args.json:
+        print(signature.model_dump_json(indent=2))
+        return 0
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=f"{path.name}: {signature.format}{', external data' if signature.external_data else ''}")
+    for column in ("", "name", "dtype", "dims", "passed"):
+        table.add_column(column)
+    for side, specs in (("input", signature.inputs), ("output", signature.outputs)):
+        for spec in specs:
+            table.add_row(side, escape(spec.name), spec.dtype, escape(spec.shape_text()), spec.kind or "")
+    console = Console()
+    console.print(table)
+    for name, allowed in signature.dim_ranges.items():
+        console.print(f"dynamic dim {name}: {allowed.text()}")
+    for problem in signature.problems:
+        console.print(problem, style="yellow", markup=False)
+    return 0
 
 
 def follow_embedded(app, envelopes: list, total: int, settings: Settings, what: str) -> int:
@@ -178,13 +300,16 @@ def localstack_services(stack: str, settings: Settings):
                   "stop it with `scripts/localstack.sh stop`")
 
 
-def run_on_localstack(args: argparse.Namespace, settings: Settings, model_path: Path, workload: Workload, input_size: list[int]) -> int:
+def run_on_localstack(args: argparse.Namespace, settings: Settings, model_path: Path, workload: Workload, input_size: list[int],
+                      inputs_path: Path | None = None) -> int:
     from schemas.combos import combo_key
-    from services.request.submission import new_run, store_model
+    from services.request.submission import new_run, store_inputs, store_model
 
     with localstack_services(args.stack, settings) as (wiring, processes):
-        model = store_model(wiring.store, model_path, workload, input_size)
+        inputs_sha = store_inputs(wiring.store, inputs_path) if inputs_path else None
+        model = store_model(wiring.store, model_path, workload, input_size, inputs_sha)
         request = build_request(args, model)
+        say_impossible(_plan_of(request, model_path, inputs_path, wiring.store))
         envelope = new_run(request)
         wiring.publisher.publish([envelope])
         return follow_store(wiring.store, envelope.run_id, [combo_key(model, c) for c in request.matrix.combos()], args.timeout, processes)
@@ -297,18 +422,29 @@ def parser() -> argparse.ArgumentParser:
     executing.add_argument("--stack", default="ayci", help="stack name and resource prefix (with --localstack)")
     executing.add_argument("--timeout", type=float, default=3600, help="seconds to wait for the run (with --localstack)")
     run = sub.add_parser("run", parents=[executing], help="measure a matrix on the embedded default and print the table")
-    run.add_argument("--model", help="a .pt2 (torch.export) or .onnx file; default: the example model of the workload")
-    run.add_argument("--workload", default="image_classification", help="image_classification | nlp | object_detection")
-    run.add_argument("--input-size", help="H,W for images and detection; sequence length for nlp")
-    run.add_argument("--matrix", nargs="+", default=["intel=base,onnx"], help="HARDWARE=OPT[,OPT] ... e.g. intel=base,onnx,tvm arm=onnx")
-    run.add_argument("--batch", default="1", help="batch sizes, e.g. 1,4")
-    run.add_argument("--memory", default="1769", help="Lambda memory sizes in MB, e.g. 1024,1769,3538")
-    run.add_argument("--trials", type=int, default=64, help="TVM tuning trials per model (MetaSchedule)")
-    run.add_argument("--slo", type=float, help="p99 SLO in ms")
-    run.add_argument("--min-agreement", type=float, default=0.99)
-    run.add_argument("--balance-weight", type=float, default=0.5, help="weight of cost against p99 in the balanced pick, 0..1")
-    run.add_argument("--price-region", help="Lambda price region (default: the price table's, us-east-1)")
-    run.add_argument("--email")
+    plan = sub.add_parser("plan", help="what a run with these options would do (reused, to measure, impossible and why), without running")
+    plan.add_argument("--json", action="store_true", help="the plan as JSON")
+    plan.add_argument("--data-dir", help="the local object store (default .ayci/data)")
+    plan.add_argument("--force", action="store_true", help="as `run --force`: nothing reused")
+    plan.set_defaults(func=cmd_plan)
+    inspect = sub.add_parser("inspect", help="a model's signature (inputs, outputs, dynamic dims), read without running it")
+    inspect.add_argument("model")
+    inspect.add_argument("--json", action="store_true")
+    inspect.set_defaults(func=cmd_inspect)
+    for command in (run, plan):
+        command.add_argument("--model", help="a .pt2 (torch.export) or .onnx file; default: the example model of the workload")
+        command.add_argument("--workload", default="image_classification", help="image_classification | nlp | object_detection | custom")
+        command.add_argument("--inputs", help="your own example inputs: an .npz with one array per model input, batch first (required by --workload custom)")
+        command.add_argument("--input-size", help="H,W for images and detection; sequence length for nlp")
+        command.add_argument("--matrix", nargs="+", default=["intel=base,onnx"], help="HARDWARE=OPT[,OPT] ... e.g. intel=base,onnx,tvm arm=onnx")
+        command.add_argument("--batch", default="1", help="batch sizes, e.g. 1,4")
+        command.add_argument("--memory", default="1769", help="Lambda memory sizes in MB, e.g. 1024,1769,3538")
+        command.add_argument("--trials", type=int, default=64, help="TVM tuning trials per model (MetaSchedule)")
+        command.add_argument("--slo", type=float, help="p99 SLO in ms")
+        command.add_argument("--min-agreement", type=float, default=0.99)
+        command.add_argument("--balance-weight", type=float, default=0.5, help="weight of cost against p99 in the balanced pick, 0..1")
+        command.add_argument("--price-region", help="Lambda price region (default: the price table's, us-east-1)")
+        command.add_argument("--email")
     run.set_defaults(func=cmd_run)
     replay = sub.add_parser("replay", parents=[executing], help="re-run a stored run from one stage, as a new run linked to it")
     replay.add_argument("run_id")

@@ -38,6 +38,7 @@ class ConversionJob:
     out_dir: Path
     tuning_trials: int = 0
     tuning_dir: Path | None = None  # where stored tuning records are read and written
+    inputs_path: Path | None = None  # the user's own example inputs (.npz), if the model has them
     progress: Callable[[str], None] = lambda message: None
 
 

@@ -38,14 +38,18 @@ def load(path: Path, threads: int):
     import torch
 
     from engines.model_files import load_exported_program
+    from engines.signature import call_arguments, read_signature
 
     torch.set_num_threads(threads)
     torch.set_num_interop_threads(1) if torch.get_num_interop_threads() != 1 else None
+    signature = read_signature(path)
     module = load_exported_program(path).module()
 
     def run(inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+        # called as it was exported: positional inputs by position, keyword inputs by name
+        args, kwargs = call_arguments(signature, {k: torch.from_numpy(v) for k, v in inputs.items()})
         with torch.inference_mode():
-            out = module(**{k: torch.from_numpy(v) for k, v in inputs.items()})
+            out = module(*args, **kwargs)
         flat = out if isinstance(out, (tuple, list)) else [out]
         return [t.detach().numpy() for t in flat]
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from engines import Conversion, ConversionError, ConversionJob
 from schemas.combos import ModelFormat
+from schemas.reasons import whole
 
 RUNTIME_IMPORTS = ("onnxruntime",)
 COMPILES_ON_LOAD = True  # the CPU-specific graph optimizations run when a session is made
@@ -52,7 +53,7 @@ def export_to_onnx(pt2_path: Path, onnx_path: Path) -> None:
     try:
         torch.onnx.export(program, (), str(onnx_path), dynamo=True, external_data=False, verbose=False)
     except Exception as exc:
-        raise ConversionError(f"torch.onnx.export failed: {str(exc).splitlines()[0][:300]}") from exc
+        raise ConversionError(f"torch.onnx.export failed: {whole(exc)}") from exc
 
 
 def load_session(path: Path, threads: int, optimize: bool = True):

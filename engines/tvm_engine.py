@@ -183,18 +183,22 @@ def convert(job: ConversionJob) -> Conversion:
     )
 
 
-def _first_line(exc: BaseException, limit: int = 400) -> str:
-    text = str(exc).strip()
-    lines = [line for line in text.splitlines() if line.strip()]
-    # TVM errors put the useful line last (after a C++ backtrace).
-    picked = next((line for line in reversed(lines) if "Error" in line or "error" in line), lines[-1] if lines else "")
-    return f"{type(exc).__name__}: {picked.strip()}"[:limit]
+def _first_line(exc: BaseException) -> str:
+    """The error whole, without its Python or C++ backtrace (TVM puts the useful part last)."""
+    from schemas.reasons import whole
+
+    return whole(exc)
 
 
 def _example_inputs(job: ConversionJob) -> dict[str, np.ndarray]:
-    from workloads import workload_module
+    """The model's inputs at the job's batch, bound by its signature: their shapes are compiled in."""
+    from engines.inputs import InputsDoNotFit, model_inputs
+    from workloads.binding import BindingError
 
-    return workload_module(job.model.workload).example_inputs(job.batch_size, list(job.model.input_size))
+    try:
+        return model_inputs(job.model, Path(job.model_path), job.batch_size, user_inputs=job.inputs_path)
+    except (BindingError, InputsDoNotFit) as exc:
+        raise ConversionError(str(exc)) from exc
 
 
 def _import_model(job: ConversionJob):
@@ -210,7 +214,7 @@ def _unsupported_ops(exc: BaseException) -> str:
     for marker in ("Unsupported function types", "Unsupported ops", "not supported", "Unsupported"):
         if marker in text:
             line = next(line for line in text.splitlines() if marker in line)
-            return line.strip()[:400]
+            return line.strip()
     return _first_line(exc)
 
 
@@ -228,7 +232,7 @@ def _import_pt2(path: Path, examples: dict[str, np.ndarray]):
     try:
         # Static shapes: a TVM artifact serves one batch size, and static shapes let every
         # kernel be tuned for its exact sizes.
-        static = _export_static(program, inputs)
+        static = _export_static(program, inputs, path)
     except Exception as exc:
         raise ConversionError(f"re-exporting the program with a static batch failed: {_first_line(exc)}") from exc
     try:
@@ -237,19 +241,15 @@ def _import_pt2(path: Path, examples: dict[str, np.ndarray]):
         raise ConversionError(f"TVM cannot import the program: {_unsupported_ops(exc)}") from exc
 
 
-def _export_static(program, inputs: dict):
-    """Re-export `program` at the shapes of `inputs`, passed as it was exported: by name (as the
-    project's examples are), else by position in the workload's input order."""
+def _export_static(program, inputs: dict, path: Path):
+    """Re-export `program` at the shapes of `inputs`, called as it was exported (positional
+    inputs by position, keyword inputs by name: its signature says which)."""
     import torch
 
-    module = program.module()
-    try:
-        return torch.export.export(module, (), kwargs=inputs)
-    except Exception as by_name:
-        try:
-            return torch.export.export(module, tuple(inputs.values()))
-        except Exception:
-            raise by_name from None
+    from engines.signature import call_arguments, read_signature
+
+    args, kwargs = call_arguments(read_signature(path), inputs)
+    return torch.export.export(program.module(), args, kwargs=kwargs)
 
 
 def _import_onnx(path: Path, examples: dict[str, np.ndarray]):

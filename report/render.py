@@ -3,6 +3,8 @@ CLI's rich table. Every one shows the same rows (`report.table`)."""
 
 from __future__ import annotations
 
+from schemas.reasons import decisive
+
 import csv
 import html
 import io
@@ -40,7 +42,7 @@ def email_message(summary: dict, results_url: str) -> dict[str, str]:
     rows = summary_rows(summary)
     recommendation = summary.get("recommendation") or {}
     picks = [(kind, recommendation[kind]) for kind in RECOMMENDATION_KINDS if kind in recommendation]
-    failures = [(f["label"], f"{f['stage']}: {f['reason']}") for f in summary.get("failures", [])]
+    failures = [(f["label"], f"{f['stage']}: {decisive(f['reason'])}") for f in summary.get("failures", [])]
     measured = len(summary.get("results", []))
     model = summary.get("model") or {}
     headline = f"Run {run_id} is {status}: {measured} combination(s) measured, {len(failures)} failed."

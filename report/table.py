@@ -3,6 +3,8 @@ cell is written. The CLI, the CSV/JSON of the API, the email and the web page al
 
 from __future__ import annotations
 
+from schemas.reasons import decisive
+
 RECOMMENDATION_KINDS = ("fastest", "cheapest", "balanced")
 
 COLUMNS = [
@@ -40,7 +42,7 @@ def summary_rows(summary: dict) -> list[dict]:
             }
         )
     for f in summary["failures"]:
-        rows.append({"combination": f["label"], "status": "failed", "note": f"{f['stage']}: {f['reason']}"})
+        rows.append({"combination": f["label"], "status": "failed", "note": f"{f['stage']}: {decisive(f['reason'])}"})
     return rows
 
 

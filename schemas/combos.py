@@ -41,6 +41,7 @@ class Workload(StrEnum):
     image_classification = "image_classification"
     nlp = "nlp"
     object_detection = "object_detection"
+    custom = "custom"  # the user's own example inputs (.npz); agreement judged per output
 
 
 class ModelFormat(StrEnum):
@@ -65,16 +66,22 @@ class ModelRef(Frozen):
     workload: Workload
     # image classification and detection: [height, width]; nlp: [sequence length]
     input_size: list[Annotated[int, Field(ge=1, le=8192)]] = Field(min_length=1, max_length=2)
+    # the user's own example inputs (`inputs/{sha256}.npz`, one array per model input, batch first)
+    inputs_sha256: str | None = None
 
-    @field_validator("sha256")
+    @field_validator("sha256", "inputs_sha256")
     @classmethod
-    def _hex_digest(cls, value: str) -> str:
-        if not SHA256_PATTERN.match(value):
+    def _hex_digest(cls, value: str | None) -> str | None:
+        if value is not None and not SHA256_PATTERN.match(value):
             raise ValueError("sha256 must be 64 lowercase hex characters")
         return value
 
     @model_validator(mode="after")
     def _input_size_fits_workload(self) -> ModelRef:
+        if self.workload == Workload.custom:
+            if self.inputs_sha256 is None:
+                raise ValueError("the custom workload runs on your own example inputs: give them (--inputs FILE.npz)")
+            return self  # the inputs' shapes are the input size
         wanted = 1 if self.workload == Workload.nlp else 2
         if len(self.input_size) != wanted:
             shape = "[sequence_length]" if wanted == 1 else "[height, width]"
@@ -140,6 +147,7 @@ def combo_key(model: ModelRef, combo: Combo) -> str:
             "batch": combo.batch_size,
             "memory_mb": combo.memory_mb,
             "measurement": MEASUREMENT_VERSION,
+            **_inputs(model),
         }
     )
 
@@ -156,10 +164,16 @@ def artifact_key(model: ModelRef, combo: Combo, target_cpu: str) -> str:
             "batch": None if combo.optimizer == Optimizer.base else combo.batch_size,
             "engine": ENGINE_VERSION,
             "target_cpu": target_cpu,
+            **_inputs(model),
         }
     )
 
 
 def reference_key(model: ModelRef, batch_size: int) -> str:
     """The key of the base model's outputs on the fixed example inputs of one batch size."""
-    return _digest({"model": model.sha256, "input_size": model.input_size, "batch": batch_size, "engine": ENGINE_VERSION})
+    return _digest({"model": model.sha256, "input_size": model.input_size, "batch": batch_size, "engine": ENGINE_VERSION, **_inputs(model)})
+
+
+def _inputs(model: ModelRef) -> dict:
+    """The user's own inputs change every key; keys without them stay as they were."""
+    return {"inputs": model.inputs_sha256} if model.inputs_sha256 else {}

@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from schemas.signature import ModelSignature
 from schemas.combos import Combo, ModelRef
 from schemas.events import FailureStage, InferenceDone, ModelConverted, SchemaError
 
@@ -67,6 +68,7 @@ class ModelInfo(Document):
     sha256: str
     size_bytes: int
     format: str
+    signature: ModelSignature | None = None  # read at intake (engines/signature.py); None for models kept before
 
     def public(self) -> dict[str, Any]:
         """What the API returns about a model."""

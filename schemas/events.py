@@ -99,6 +99,7 @@ class InferenceDone(Payload):
 
 class FailureStage(StrEnum):
     request = "request"
+    plan = "plan"  # the model cannot run the combination (its signature or size says so): never sent to a worker
     dedup = "dedup"
     converter = "converter"
     inference = "inference"

@@ -7,6 +7,7 @@ artifact, reference) are hashes computed in `schemas/combos.py`; this module onl
 models/{sha256}                              the user's model (.pt2 or ONNX), stored once
 models/{sha256}.json                         what intake learned about it (format, size)
 models/{sha256}.owners/{owner}               empty: this owner uploaded these bytes (only they see the model)
+inputs/{sha256}.npz                          a user's own example inputs (one array per model input)
 artifacts/{artifact key}/{file}              a converted artifact
 artifacts/{artifact key}/manifest.json       written last, once: the artifact is complete
 references/{reference key}.npz               the base model's outputs on the example inputs
@@ -44,6 +45,10 @@ def model_info(sha256: str) -> str:
 
 def model_owner(sha256: str, owner: str) -> str:
     return f"models/{sha256}.owners/{owner}"
+
+
+def inputs(sha256: str) -> str:
+    return f"inputs/{sha256}.npz"
 
 
 def artifact_file(artifact_key: str, file_name: str) -> str:

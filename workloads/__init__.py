@@ -16,6 +16,7 @@ _MODULES = {
     Workload.image_classification: "workloads.image_classification",
     Workload.nlp: "workloads.nlp",
     Workload.object_detection: "workloads.object_detection",
+    Workload.custom: "workloads.custom",
 }
 
 

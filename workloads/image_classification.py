@@ -8,10 +8,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from workloads.binding import IMAGE
 from workloads.agreement import Agreement, max_abs_diff
 
 INPUT_NAMES = ["pixels"]
+INPUT_ROLES = {"pixels": IMAGE}  # what each input is, to bind it to a model's inputs (workloads/binding.py)
 DEFAULT_INPUT_SIZE = [224, 224]
+
+
+def input_shapes(batch: int, input_size: list[int]) -> dict[str, tuple[tuple[int, ...], str]]:
+    height, width = input_size
+    return {"pixels": ((batch, 3, height, width), "float32")}
 
 
 def example_inputs(batch: int, input_size: list[int], seed: int = 0) -> dict[str, np.ndarray]:

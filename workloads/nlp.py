@@ -10,15 +10,22 @@ from __future__ import annotations
 
 import numpy as np
 
+from workloads.binding import ATTENTION_MASK, TOKEN_IDS
 from workloads.agreement import Agreement, max_abs_diff
 
 INPUT_NAMES = ["input_ids", "attention_mask"]
+INPUT_ROLES = {"input_ids": TOKEN_IDS, "attention_mask": ATTENTION_MASK}  # what each input is, to bind it to a model's inputs (workloads/binding.py)
 DEFAULT_INPUT_SIZE = [128]  # [sequence length]
 VOCAB_SIZE = 30522
 HIDDEN = 256
 LAYERS = 4
 HEADS = 4
 MAX_POSITIONS = 512
+
+
+def input_shapes(batch: int, input_size: list[int]) -> dict[str, tuple[tuple[int, ...], str]]:
+    (seq,) = input_size
+    return {"input_ids": ((batch, seq), "int64"), "attention_mask": ((batch, seq), "int64")}
 
 
 def example_inputs(batch: int, input_size: list[int], seed: int = 0) -> dict[str, np.ndarray]:

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from workloads.binding import IMAGE
 from workloads.agreement import Agreement
 
 INPUT_NAMES = ["pixels"]
+INPUT_ROLES = {"pixels": IMAGE}  # what each input is, to bind it to a model's inputs (workloads/binding.py)
 DEFAULT_INPUT_SIZE = [256, 256]
 NUM_CLASSES = 20
 ANCHORS = ((24.0, 24.0), (48.0, 32.0), (32.0, 64.0))  # (width, height) in pixels
@@ -34,6 +36,11 @@ MAX_DETECTIONS = 100
 IOU_THRESHOLD = 0.5
 NMS_PASSES = 4
 SCORE_FLOOR = 0.05  # detections below it are not compared
+
+
+def input_shapes(batch: int, input_size: list[int]) -> dict[str, tuple[tuple[int, ...], str]]:
+    height, width = input_size
+    return {"pixels": ((batch, 3, height, width), "float32")}
 
 
 def example_inputs(batch: int, input_size: list[int], seed: int = 0) -> dict[str, np.ndarray]:

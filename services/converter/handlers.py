@@ -25,6 +25,7 @@ from engines.model_files import NotAModelError
 from schemas.combos import ModelRef, Optimizer, reference_key
 from schemas.events import ComboFailed, ComboPending, Envelope, FailureStage, ModelConverted, Payload
 from schemas import keys
+from schemas.reasons import whole
 from schemas.documents import ArtifactManifest
 from services.converter.reference import ReferenceFailed, compute_reference
 
@@ -57,11 +58,12 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
         work = Path(tmp)
         model_path = work / f"model.{model.format.value}"
         deps.store.get_file(keys.model(model.sha256), model_path)
+        inputs_path = fetch_inputs(deps.store, model, work)
         try:
             with measurement_lock.shared():  # runs the base model: not beside a measurement either
-                ensure_reference(deps.store, model, model_path, combo.batch_size, work, timeout_s=deps.reference_timeout_s, memory_mb=deps.reference_memory_mb, compute=deps.compute_reference)
+                ensure_reference(deps.store, model, model_path, combo.batch_size, work, timeout_s=deps.reference_timeout_s, memory_mb=deps.reference_memory_mb, compute=deps.compute_reference, inputs_path=inputs_path)
         except ReferenceFailed as exc:
-            return [_failed(pending, f"the base model does not run on the workload's inputs: {exc}")]
+            return [_failed(pending, f"the base model does not run on the {'example' if inputs_path else 'workload' + chr(39) + 's'} inputs: {exc}")]
         if deps.store.exists(keys.manifest(pending.artifact_key)):
             manifest = ArtifactManifest.read(deps.store.get_bytes(keys.manifest(pending.artifact_key)))
             bound.info("artifact_reused", artifact_key=pending.artifact_key)
@@ -76,7 +78,7 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
         job = ConversionJob(
             model=model, model_path=model_path, hardware=combo.hardware, batch_size=combo.batch_size,
             target_cpu=pending.target_cpu, out_dir=out_dir, tuning_trials=pending.tuning_trials,
-            tuning_dir=tuning_dir, progress=lambda message: _progress(deps, pending.artifact_key, event.event_id, bound, message),
+            tuning_dir=tuning_dir, inputs_path=inputs_path, progress=lambda message: _progress(deps, pending.artifact_key, event.event_id, bound, message),
         )
         bound.info("conversion_started", optimizer=combo.optimizer.value, hardware=combo.hardware.value)
         try:
@@ -85,7 +87,7 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
         except (ConversionError, NotAModelError) as exc:
             bound.warning("conversion_failed", reason=str(exc))
             _release_lease(deps, pending.artifact_key)  # those waiting try (and fail) for themselves
-            return [_failed(pending, str(exc))]
+            return [_failed(pending, whole(str(exc)))]
         if tuning_dir is not None:
             _store_tuning_records(deps.store, pending, tuning_dir)
         deps.store.put_file(keys.artifact_file(pending.artifact_key, conversion.artifact_file), out_dir / conversion.artifact_file)
@@ -99,8 +101,18 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
         return [_converted(pending, manifest, reused=False)]
 
 
+def fetch_inputs(store: ObjectStore, model: ModelRef, work: Path) -> Path | None:
+    """The user's own example inputs of the model, if it has them, as a local file."""
+    if model.inputs_sha256 is None:
+        return None
+    path = work / "inputs.npz"
+    if not path.exists():
+        store.get_file(keys.inputs(model.inputs_sha256), path)
+    return path
+
+
 def ensure_reference(store: ObjectStore, model: ModelRef, model_path: Path, batch: int, work: Path, *, timeout_s: float = 300.0, memory_mb: int = 10240,
-                     compute: Callable[..., None] = compute_reference) -> str:
+                     compute: Callable[..., None] = compute_reference, inputs_path: Path | None = None) -> str:
     """Store the base model's outputs on the workload's fixed example inputs for `batch`
     (once), and return its key. They are computed in a child process with a time limit and a
     memory cap (`reference.py`); raises `ReferenceFailed` if the base model does not run on
@@ -109,7 +121,7 @@ def ensure_reference(store: ObjectStore, model: ModelRef, model_path: Path, batc
     if store.exists(key):
         return key
     out = work / f"reference-b{batch}.npz"
-    compute(model_path, model.model_dump_json(), model.workload.value, model.input_size, batch, out, timeout_s=timeout_s, memory_mb=memory_mb)
+    compute(model_path, model.model_dump_json(), model.workload.value, model.input_size, batch, out, timeout_s=timeout_s, memory_mb=memory_mb, inputs_path=inputs_path)
     store.put_file(key, out)  # the same bytes whoever writes them
     return key
 
@@ -175,10 +187,6 @@ def _converted(pending: ComboPending, manifest: ArtifactManifest, *, reused: boo
 
 def _failed(pending: ComboPending, reason: str) -> ComboFailed:
     return ComboFailed(combo=pending.combo, combo_key=pending.combo_key, stage=FailureStage.converter, reason=reason)
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
 
 
 HANDLERS = {ComboPending: on_combo_pending}

@@ -21,19 +21,25 @@ import tempfile
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+FAILURE_MARK = "@@REFERENCE-FAILED@@"
 
 
 class ReferenceFailed(Exception):
     """The base model did not run on the workload's inputs (the reason is the user's to read)."""
 
 
+REASON_LIMIT = 4000  # a failure's reason is kept whole up to this many characters
+
+
 def compute_reference(model_path: Path, model_json: str, workload: str, input_size: list[int], batch: int, out_path: Path,
-                      *, timeout_s: float, memory_mb: int) -> None:
-    """Write `out_path` (npz: `input:{name}` and `output:{i}` arrays) or raise `ReferenceFailed`."""
+                      *, timeout_s: float, memory_mb: int, inputs_path: Path | None = None) -> None:
+    """Write `out_path` (npz: `input:{name}` in the model's input order, and `output:{i}`
+    arrays) or raise `ReferenceFailed`."""
     with tempfile.TemporaryDirectory(prefix="reference-") as tmp:
         spec = Path(tmp) / "spec.json"
         spec.write_text(json.dumps({"model_path": str(model_path), "model": model_json, "workload": workload,
-                                    "input_size": input_size, "batch": batch, "out_path": str(out_path)}))
+                                    "input_size": input_size, "batch": batch, "out_path": str(out_path),
+                                    "inputs_path": str(inputs_path) if inputs_path else None}))
         python = " ".join(shlex.quote(part) for part in [sys.executable, "-m", "services.converter.reference", str(spec)])
         command = ["/bin/sh", "-c", f"ulimit -v {memory_mb * 1024} && exec {python}"]
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
@@ -46,23 +52,28 @@ def compute_reference(model_path: Path, model_json: str, workload: str, input_si
             child.communicate()
             raise ReferenceFailed(f"the base model did not finish on the workload's inputs within {timeout_s:.0f} s") from None
     if child.returncode != 0:
-        lines = [line for line in stderr.strip().splitlines() if line.strip()]
-        reason = lines[-1] if lines else f"exit status {child.returncode}"
+        marked = stderr.rsplit(FAILURE_MARK, 1)
+        if len(marked) == 2:
+            reason = marked[1].strip()
+        else:  # died without saying why (killed, out of memory in native code)
+            lines = [line for line in stderr.strip().splitlines() if line.strip()]
+            reason = lines[-1] if lines else f"exit status {child.returncode}"
         if child.returncode < 0 or "MemoryError" in reason or "bad_alloc" in reason or "Cannot allocate" in reason:
             reason = f"out of memory computing the reference within {memory_mb} MB ({reason})"
-        raise ReferenceFailed(reason[:2000])
+        raise ReferenceFailed(reason[:REASON_LIMIT])
 
 
 def _main(spec_path: str) -> None:
     import numpy as np
 
     from engines import ConversionJob, engine_module
+    from engines.inputs import model_inputs
     from schemas.combos import ModelRef, Optimizer
-    from workloads import workload_module
 
     spec = json.loads(Path(spec_path).read_text())
     model = ModelRef.model_validate_json(spec["model"])
-    inputs = workload_module(spec["workload"]).example_inputs(spec["batch"], spec["input_size"])
+    user_inputs = Path(spec["inputs_path"]) if spec.get("inputs_path") else None
+    inputs = model_inputs(model, Path(spec["model_path"]), spec["batch"], user_inputs=user_inputs)
     with tempfile.TemporaryDirectory(prefix="reference-base-") as tmp:
         base = engine_module(Optimizer.base)
         job = ConversionJob(model=model, model_path=Path(spec["model_path"]), hardware=None, batch_size=spec["batch"], target_cpu="", out_dir=Path(tmp))
@@ -75,7 +86,6 @@ def _main(spec_path: str) -> None:
 if __name__ == "__main__":
     try:
         _main(sys.argv[1])
-    except Exception as exc:  # the user's model on the workload's inputs: any failure is theirs, said in one line
-        first = (str(exc).strip().splitlines() or [""])[0]
-        print(f"{type(exc).__name__}: {first}", file=sys.stderr)
+    except Exception as exc:  # the user's model on the workload's inputs: any failure is theirs, said whole
+        print(f"{FAILURE_MARK}{type(exc).__name__}: {str(exc).strip()}"[: REASON_LIMIT + len(FAILURE_MARK)], file=sys.stderr)
         sys.exit(1)

@@ -24,6 +24,7 @@ from schemas.events import (
     RunPlanned,
 )
 from core.deadlines import run_deadline_s
+from core.planning import impossible_reason, model_signature, request_shapes
 from core.results import reused_result
 from schemas import keys
 from schemas.documents import ArtifactManifest
@@ -36,6 +37,14 @@ class DedupDeps:
     target_cpu: Callable[[Hardware, Optimizer], str]
 
 
+def impossible_combos(store: ObjectStore, request: RequestSubmitted) -> dict[str, str]:
+    """Combination key -> why it cannot run, from the model's stored signature and size."""
+    signature = model_signature(store, request.model.sha256)
+    shapes = request_shapes(store, request)
+    reasons = {combo_key(request.model, c): impossible_reason(signature, request, c, shapes) for c in request.matrix.combos()}
+    return {key: reason for key, reason in reasons.items() if reason}
+
+
 def on_request_submitted(event: Envelope, deps: DedupDeps) -> list[Payload]:
     request: RequestSubmitted = event.payload
     model = request.model
@@ -45,9 +54,13 @@ def on_request_submitted(event: Envelope, deps: DedupDeps) -> list[Payload]:
     )
     out: list[Payload] = [planned]
     model_stored = deps.store.exists(keys.model(model.sha256))
+    impossible = impossible_combos(deps.store, request) if model_stored else {}
     for key, combo in combos.items():
         if not model_stored:
             out.append(ComboFailed(combo=combo, combo_key=key, stage=FailureStage.dedup, reason=f"model {model.sha256[:12]} is not stored"))
+            continue
+        if key in impossible:  # never reaches a worker
+            out.append(ComboFailed(combo=combo, combo_key=key, stage=FailureStage.plan, reason=impossible[key]))
             continue
         reused = None if request.force else reused_result(deps.store, key)
         if reused is not None:

@@ -27,6 +27,7 @@ import structlog
 
 from core import measurement_lock
 from schemas.documents import MeasurementReport
+from schemas.reasons import from_traceback, whole
 from services.inference.confinement import (
     ENTER_FAILED_EXIT,
     ConfinementUnavailable,
@@ -164,14 +165,14 @@ def _run_child(spec: MeasureSpec, group: MeasurementGroup | None, python_command
     if group is not None and returncode == ENTER_FAILED_EXIT and RESULT_MARKER not in stdout:
         raise MeasurementFailed("the measuring process could not enter its cgroup")
     if returncode != 0 or RESULT_MARKER not in stdout:
-        tail = (stderr.strip().splitlines() or ["no output"])[-1][:300]
+        tail = from_traceback(stderr)
         if group is not None and ("MemoryError" in tail or "bad_alloc" in tail):
             raise MeasurementFailed(f"out of memory at {spec.memory_mb} MB ({tail})")
         raise MeasurementFailed(f"measuring process exited with {returncode}: {tail}")
     try:  # the one place the measuring process's report is checked
         report = MeasurementReport.model_validate_json(stdout.rsplit(RESULT_MARKER, 1)[1]).model_dump(mode="json", exclude_unset=True)
     except ValueError as exc:
-        raise MeasurementFailed(f"the measuring process's report does not fit the schema: {str(exc)[:300]}") from exc
+        raise MeasurementFailed(f"the measuring process's report does not fit the schema: {whole(exc)}") from exc
     if report["peak_rss_mb"] > spec.memory_mb:
         # A Lambda function whose resident memory passes its size dies. The cap alone may not
         # catch it: pages of libraries already cached are charged to whoever read them first.

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from schemas.combos import SHA256_PATTERN, BatchSize, Hardware, Matrix, MemoryMb, ModelRef, Optimizer, Workload
 from schemas.events import RequestSubmitted
+from schemas.signature import ModelSignature
 
 Sha256 = Annotated[str, Field(pattern=SHA256_PATTERN.pattern, description="64 lowercase hex characters")]
 Sha256Path = Annotated[str, PathParam(pattern=SHA256_PATTERN.pattern)]
@@ -114,6 +115,7 @@ class ModelStatus(BaseModel):
     stored: bool
     size_bytes: int | None = None
     format: str | None = None
+    signature: ModelSignature | None = Field(default=None, description="the model's inputs and outputs as its file declares them (read without running it)")
 
 
 class UploadOfferBody(BaseModel):

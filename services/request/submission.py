@@ -9,7 +9,8 @@ from pathlib import Path
 
 from core.ports import NotFound, ObjectStore
 from engines.model_files import sniff_format
-from schemas.combos import ModelRef, Workload
+from engines.signature import read_signature
+from schemas.combos import ModelFormat, ModelRef, Workload
 from schemas.events import Envelope, RequestSubmitted
 from schemas import keys
 from schemas.documents import ModelInfo
@@ -23,14 +24,32 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def store_model(store: ObjectStore, path: Path, workload: Workload, input_size: list[int]) -> ModelRef:
+def store_model(store: ObjectStore, path: Path, workload: Workload, input_size: list[int], inputs_sha256: str | None = None) -> ModelRef:
     """Check that `path` is an accepted model (`NotAModelError` if not), store it under
     `models/{sha256}` unless already there, and return its reference."""
+    info = model_facts(path, sha256_of(path))
+    keep_model(store, path, info)
+    return ModelRef(sha256=info.sha256, size_bytes=info.size_bytes, format=ModelFormat(info.format), workload=workload,
+                    input_size=input_size, inputs_sha256=inputs_sha256)
+
+
+def model_facts(path: Path, sha256: str) -> ModelInfo:
+    """What intake learns of a model file without running it: its format (`NotAModelError` if
+    it is not a model) and its signature."""
     model_format = sniff_format(path)
+    return ModelInfo(sha256=sha256, size_bytes=path.stat().st_size, format=model_format.value, signature=read_signature(path, model_format))
+
+
+def store_inputs(store: ObjectStore, path: Path) -> str:
+    """Check a user's example inputs (`BadInputs` if unusable: object arrays, no batch axis, ...)
+    and store them under `inputs/{sha256}.npz` (once); returns the SHA-256."""
+    from workloads.custom import check_npz
+
+    check_npz(path)
     sha = sha256_of(path)
-    size = path.stat().st_size
-    keep_model(store, path, ModelInfo(sha256=sha, size_bytes=size, format=model_format.value))
-    return ModelRef(sha256=sha, size_bytes=size, format=model_format, workload=workload, input_size=input_size)
+    if not store.exists(keys.inputs(sha)):
+        store.put_file(keys.inputs(sha), path)
+    return sha
 
 
 def keep_model(store: ObjectStore, path: Path, info: ModelInfo) -> None:
@@ -43,9 +62,11 @@ def keep_model(store: ObjectStore, path: Path, info: ModelInfo) -> None:
 
 def model_info(store: ObjectStore, sha256: str) -> dict | None:
     """The facts of a stored model, or None if no model has this SHA-256. A model stored
-    before its facts were kept is sniffed once and its facts written."""
+    before its facts (or its signature) were kept is read once and its facts written."""
     try:
-        return ModelInfo.read(store.get_bytes(keys.model_info(sha256))).public()
+        known = ModelInfo.read(store.get_bytes(keys.model_info(sha256)))
+        if known.signature is not None:
+            return known.public()
     except NotFound:
         pass
     if not store.exists(keys.model(sha256)):
@@ -53,8 +74,8 @@ def model_info(store: ObjectStore, sha256: str) -> dict | None:
     with tempfile.TemporaryDirectory(prefix="ayci-model-") as tmp:
         path = Path(tmp) / "model"
         store.get_file(keys.model(sha256), path)
-        info = ModelInfo(sha256=sha256, size_bytes=path.stat().st_size, format=sniff_format(path).value)
-    store.put_bytes(keys.model_info(sha256), info.to_bytes(), if_absent=True)
+        info = model_facts(path, sha256)
+    store.put_bytes(keys.model_info(sha256), info.to_bytes())  # facts kept before signatures were read gain one
     return info.public()
 
 

@@ -13,9 +13,8 @@ import tempfile
 from pathlib import Path
 
 from core.ports import ObjectStore, Uploader, UploadRejected
-from engines.model_files import NotAModelError, sniff_format
-from schemas.documents import ModelInfo
-from services.request.submission import grant_model, keep_model, owned_model_info
+from engines.model_files import NotAModelError
+from services.request.submission import grant_model, keep_model, model_facts, owned_model_info
 
 
 def _sha256_and_size(path: Path) -> tuple[str, int]:
@@ -46,12 +45,11 @@ def verify_upload(store: ObjectStore, uploader: Uploader, owner: str, sha256: st
             if actual_sha != sha256:
                 raise UploadRejected(f"the upload's SHA-256 is {actual_sha}, not the announced {sha256}")
             try:
-                model_format = sniff_format(path)
+                info = model_facts(path, sha256)
             except NotAModelError as exc:
                 raise UploadRejected(f"not an accepted model (a torch.export .pt2 or ONNX file): {exc}") from None
         finally:
             uploader.discard(owner, sha256)
-        info = ModelInfo(sha256=sha256, size_bytes=size_bytes, format=model_format.value)
         keep_model(store, path, info)  # stored once, whoever uploaded it first
     grant_model(store, sha256, owner)
     return info.public()

@@ -45,7 +45,7 @@ class Fakes:
         self.conversions[f"{optimizer.value}/b{job.batch_size}"] += 1
         return Conversion(artifact_file="model.fake", conversion_s=0.01)
 
-    def compute_reference(self, model_path, model_json, workload, input_size, batch, out_path, *, timeout_s, memory_mb) -> None:
+    def compute_reference(self, model_path, model_json, workload, input_size, batch, out_path, *, timeout_s, memory_mb, inputs_path=None) -> None:
         if ModelRef.model_validate_json(model_json).sha256 == BROKEN_MODEL:
             raise ReferenceFailed("RuntimeError: the model expects 4 channels")
         np.savez(out_path, **{"input:pixels": np.zeros((batch, 3, 2, 2), np.float32), "output:0": np.zeros((batch, 10), np.float32)})

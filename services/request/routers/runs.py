@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 
 from report import results_csv, results_document
 from schemas.events import Envelope
+from schemas.reasons import whole
 from services.request.auth import Owner
 from services.request.bodies import ERRORS, RunCreated, RunId, RunProgress, RunRequest, invalid
 from services.request.deps import Deps, RequestDeps
@@ -51,7 +52,7 @@ def submit_run(body: Annotated[RunRequest, Body()], owner: Owner, response: Resp
         deps.publisher.publish([envelope])
     except Exception as exc:  # the bus did not take it: nothing runs, so nothing is shown
         log.exception("run_not_submitted", run_id=envelope.run_id, owner=owner)
-        withdraw_run(deps.store, envelope.run_id, f"{type(exc).__name__}: {exc}"[:300])
+        withdraw_run(deps.store, envelope.run_id, whole(exc))
         raise HTTPException(503, "the run could not be submitted (the event bus did not take it); nothing was started, try again") from None
     count_run(deps.store, owner, envelope.run_id, total, now)
     log.info("run_submitted", run_id=envelope.run_id, owner=owner, combinations=total)

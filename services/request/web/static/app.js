@@ -176,7 +176,7 @@ function renderProgress(p) {
   $("cancel-run").hidden = p.status !== "running";
   $("progress-table").tBodies[0].replaceChildren(...p.combinations.map((c) => row([
     [c.label, "text"], [c.state + (c.reused ? " (reused)" : ""), `text state-${c.state}`],
-    [fmt("p50_ms", c.p50_ms)], [fmt("p99_ms", c.p99_ms)], [c.reason || "", "text"],
+    [fmt("p50_ms", c.p50_ms)], [fmt("p99_ms", c.p99_ms)], [c.reason || "", "text reason"],
   ], { "data-combo": c.label, "data-state": c.state })));
 }
 

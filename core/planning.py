@@ -1,0 +1,161 @@
+"""A plan before the run: for each combination, reused (a stored result), to measure (with its
+estimated time), or impossible (with the reason), and the totals.
+
+Impossible is decided from what intake read of the model without running it (its signature,
+`schemas/signature.py`) and its size: inputs that bind to none of the model's inputs, a fixed
+batch dim, an input size against static dims or outside a dynamic range, a memory size below
+the model's weights plus the runtime's floor. Dedup records impossible combinations as failed
+at stage `plan` (they never reach a worker); `ayci plan`, `POST /plans` and the page show the
+same plan before anything runs.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.deadlines import CONVERSION_ESTIMATE_S, MEASUREMENT_ESTIMATE_S, TUNING_TRIAL_ESTIMATE_S
+from core.ports import NotFound, ObjectStore
+from core.results import reused_result
+from schemas.combos import Combo, ModelFormat, Optimizer, combo_key
+from schemas import keys
+from schemas.cost import load_prices
+from schemas.documents import ModelInfo
+from schemas.events import RequestSubmitted
+from schemas.signature import ModelSignature
+from workloads import workload_module
+from workloads.binding import BindingError, bind, bound_shapes
+
+# a lower bound of the resident memory of a process that imported the engine (RSS after the
+# import, measured here: torch 219 MB, onnxruntime 45 MB; TVM's runtime library alone ~95 MB):
+# "certain out of memory" must be certain, so the floors are below what was measured
+RUNTIME_FLOOR_MB = {"torch": 200, "onnxruntime": 40, "tvm": 80}
+
+Shapes = dict[str, tuple[tuple[int, ...], str]]
+
+
+def runtime_floor_mb(optimizer: Optimizer, model_format: ModelFormat) -> int:
+    if optimizer == Optimizer.base:
+        return RUNTIME_FLOOR_MB["torch" if model_format == ModelFormat.pt2 else "onnxruntime"]
+    return RUNTIME_FLOOR_MB["onnxruntime" if optimizer == Optimizer.onnx else "tvm"]
+
+
+def model_signature(store: ObjectStore, sha256: str) -> ModelSignature | None:
+    """The signature intake read of a stored model (None for a model kept before signatures)."""
+    try:
+        return ModelInfo.read(store.get_bytes(keys.model_info(sha256))).signature
+    except NotFound:
+        return None
+
+
+def request_shapes(store: ObjectStore | None, request: RequestSubmitted, inputs_path: Path | None = None) -> Callable[[int], Shapes]:
+    """The shapes of the inputs a run feeds its model at a batch size: the workload's, or those
+    of the user's own `.npz` (from `inputs_path`, else from the store)."""
+    model = request.model
+    if model.inputs_sha256 is None:
+        module = workload_module(model.workload)
+        return lambda batch: module.input_shapes(batch, list(model.input_size))
+    from workloads.custom import check_npz
+
+    if inputs_path is None:
+        with tempfile.TemporaryDirectory(prefix="ayci-inputs-") as tmp:
+            local = Path(tmp) / "inputs.npz"
+            store.get_file(keys.inputs(model.inputs_sha256), local)
+            per_file = check_npz(local)
+    else:
+        per_file = check_npz(inputs_path)
+    return lambda batch: {name: ((batch, *shape[1:]), dtype) for name, (shape, dtype) in per_file.items()}
+
+
+def impossible_reason(signature: ModelSignature | None, request: RequestSubmitted, combo: Combo,
+                      shapes: Callable[[int], Shapes]) -> str | None:
+    """Why `combo` cannot run, as far as the model's file tells; None if it may."""
+    model = request.model
+    weights_mb = model.size_bytes / (1 << 20)
+    floor = runtime_floor_mb(combo.optimizer, model.format)
+    if weights_mb + floor > combo.memory_mb:
+        return (f"certain out of memory: the model's weights take {weights_mb:.0f} MB and {combo.optimizer.value}'s runtime "
+                f"at least {floor} MB; {combo.memory_mb} MB cannot hold them")
+    if signature is None:
+        return None
+    provided = shapes(combo.batch_size)
+    module = workload_module(model.workload)
+    try:
+        sources = bind(signature, provided, getattr(module, "INPUT_ROLES", {}), workload=f"the {model.workload.value} workload")
+    except BindingError as exc:
+        return str(exc)
+    problems = signature.shape_problems(bound_shapes(sources, provided), combo.batch_size)
+    return "; ".join(problems) or None
+
+
+def refuse_unbindable(signature: ModelSignature | None, request: RequestSubmitted, shapes: Callable[[int], Shapes]) -> None:
+    """`BindingError` naming the model's inputs that nothing the run feeds can bind to."""
+    module = workload_module(request.model.workload)
+    bind(signature, shapes(request.matrix.batch_sizes[0]), getattr(module, "INPUT_ROLES", {}), workload=f"the {request.model.workload.value} workload")
+
+
+@dataclass
+class PlannedCombo:
+    key: str
+    combo: Combo
+    state: str  # reused | measure | impossible
+    reason: str | None = None
+    conversion_s: float = 0.0  # the artifact's conversion and tuning, counted once per artifact
+    measurement_s: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {"combination_key": self.key, "label": self.combo.label, "combo": self.combo.model_dump(mode="json"), "state": self.state,
+                "reason": self.reason, "estimated_conversion_s": round(self.conversion_s, 1), "estimated_measurement_s": round(self.measurement_s, 1)}
+
+
+@dataclass
+class Plan:
+    combos: list[PlannedCombo] = field(default_factory=list)
+    benchmark_cost_usd: float = 0.0  # what measuring would cost as Lambda invocations
+
+    def count(self, state: str) -> int:
+        return sum(c.state == state for c in self.combos)
+
+    @property
+    def wall_s(self) -> float:
+        return sum(c.conversion_s + c.measurement_s for c in self.combos)
+
+    def impossible(self) -> dict[str, PlannedCombo]:
+        return {c.key: c for c in self.combos if c.state == "impossible"}
+
+    def as_dict(self) -> dict:
+        return {
+            "combinations": [c.as_dict() for c in self.combos],
+            "totals": {"to_measure": self.count("measure"), "reused": self.count("reused"), "impossible": self.count("impossible"),
+                       "estimated_wall_s": round(self.wall_s, 1), "estimated_benchmark_cost_usd": round(self.benchmark_cost_usd, 6)},
+        }
+
+
+def plan_run(request: RequestSubmitted, signature: ModelSignature | None, store: ObjectStore | None,
+             shapes: Callable[[int], Shapes] | None = None) -> Plan:
+    """The plan of `request`: reused where a result is stored (unless `force`), impossible where
+    the model cannot run the combination, else to measure with estimates."""
+    shapes = shapes or request_shapes(store, request)
+    prices = load_prices().region(request.price_region)
+    plan = Plan()
+    converted: set[tuple] = set()
+    for combo in request.matrix.combos():
+        key = combo_key(request.model, combo)
+        reason = impossible_reason(signature, request, combo, shapes)
+        if reason is not None:
+            plan.combos.append(PlannedCombo(key, combo, "impossible", reason))
+            continue
+        if store is not None and not request.force and reused_result(store, key) is not None:
+            plan.combos.append(PlannedCombo(key, combo, "reused"))
+            continue
+        artifact = (combo.hardware, combo.optimizer, None if combo.optimizer == Optimizer.base else combo.batch_size)
+        conversion = 0.0
+        if artifact not in converted:
+            converted.add(artifact)
+            conversion = CONVERSION_ESTIMATE_S[combo.optimizer] + (
+                request.tuning_trials * TUNING_TRIAL_ESTIMATE_S if combo.optimizer == Optimizer.tvm else 0.0)
+        plan.combos.append(PlannedCombo(key, combo, "measure", conversion_s=conversion, measurement_s=MEASUREMENT_ESTIMATE_S))
+        plan.benchmark_cost_usd += MEASUREMENT_ESTIMATE_S * combo.memory_mb / 1024 * prices.per_gb_second(combo.hardware)
+    return plan

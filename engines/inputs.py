@@ -1,0 +1,38 @@
+"""The inputs a model is run on: the workload's example inputs (or the user's own, `.npz`),
+bound to the model's inputs by its signature (`workloads/binding.py`) and checked against the
+dims it declares. The reference, every engine's conversion and every measurement use these."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from engines.signature import read_signature
+from schemas.combos import ModelRef
+from schemas.signature import ModelSignature
+from workloads import workload_module
+from workloads.binding import bind, bound_arrays
+
+
+class InputsDoNotFit(ValueError):
+    """The inputs cannot run on this model (a fixed dim, a range, a rank); the message says which."""
+
+
+def model_inputs(model: ModelRef, model_path: Path, batch: int, *, user_inputs: Path | None = None,
+                 signature: ModelSignature | None = None) -> dict[str, np.ndarray]:
+    """The model's inputs at `batch`, named and ordered as its signature declares them."""
+    signature = signature or read_signature(model_path, model.format)
+    module = workload_module(model.workload)
+    if user_inputs is not None:
+        from workloads.custom import inputs_from_npz
+
+        arrays, roles = inputs_from_npz(user_inputs, batch), {}
+    else:
+        arrays, roles = module.example_inputs(batch, list(model.input_size)), module.INPUT_ROLES
+    sources = bind(signature, {k: (v.shape, str(v.dtype)) for k, v in arrays.items()}, roles, workload=f"the {model.workload.value} workload")
+    bound = bound_arrays(signature, sources, arrays)
+    problems = signature.shape_problems({k: v.shape for k, v in bound.items()}, batch)
+    if problems:
+        raise InputsDoNotFit("; ".join(problems))
+    return bound

@@ -1,7 +1,7 @@
 """The request service's HTTP API and web page: one FastAPI app, whatever hosts it (uvicorn
 locally, Mangum in a Lambda behind API Gateway).
 
-`create_app(deps)` only assembles: the routers (`routers/`: page, models, uploads, runs), the
+`create_app(deps)` only assembles: the routers (`routers/`: page, models, uploads, inputs, runs), the
 API key gate (`auth.py`), the body size limit and the 422 format. The routes turn HTTP into
 calls on the store, the uploader and the publisher in `deps` (`deps.py`), which the host wires
 (`ayci/serve.py`). Every route but the page and the OpenAPI document needs an API key
@@ -21,7 +21,7 @@ from fastapi.staticfiles import StaticFiles
 
 from services.request.auth import ApiKeyGate, parse_api_keys
 from services.request.deps import RequestDeps, RequestLimits
-from services.request.routers import models, page, runs, uploads
+from services.request.routers import inputs, models, page, runs, uploads
 
 __all__ = ["RequestDeps", "RequestLimits", "create_app", "parse_api_keys"]
 
@@ -42,13 +42,14 @@ def create_app(deps: RequestDeps) -> FastAPI:
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse({"detail": _jsonable_errors(exc.errors())}, status_code=422)
 
-    app.add_middleware(BodySizeLimit, max_bytes=deps.limits.max_body_bytes, streamed_prefixes=("/uploads/",))
+    app.add_middleware(BodySizeLimit, max_bytes=deps.limits.max_body_bytes, streamed_prefixes=("/uploads/", "/inputs"))
     app.add_middleware(ApiKeyGate, api_keys=deps.api_keys)  # outermost: nothing is read before the key
     app.include_router(page.router)
     app.mount("/static", StaticFiles(directory=page.WEB_DIR / "static"), name="static")
     app.include_router(models.router)
     if deps.uploader.receives_uploads:
         app.include_router(uploads.router)
+    app.include_router(inputs.router)
     app.include_router(runs.router)
     return app
 

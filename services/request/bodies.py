@@ -45,6 +45,8 @@ class RunRequest(Strict):
     min_agreement: float = Field(default=0.99, ge=0, le=1)
     tuning_trials: int = Field(default=64, ge=0, le=20000)
     force: bool = False
+    inputs_sha256: Annotated[str, Field(pattern=SHA256_PATTERN.pattern)] | None = Field(
+        default=None, description="your own example inputs, stored by `PUT /inputs` (required by the custom workload)")
 
     def matrix_of(self) -> Matrix:
         return _contract(lambda: Matrix(optimizers=self.matrix, batch_sizes=self.batch_sizes, memory_sizes_mb=self.memory_sizes_mb),
@@ -53,7 +55,8 @@ class RunRequest(Strict):
     def request_for(self, owner: str, stored_format: str, matrix: Matrix) -> RequestSubmitted:
         """The contract's request: the model as stored, the matrix, the owner's choices."""
         model = _contract(
-            lambda: ModelRef(sha256=self.model.sha256, size_bytes=self.model.size_bytes, format=stored_format, workload=self.workload, input_size=self.input_size),
+            lambda: ModelRef(sha256=self.model.sha256, size_bytes=self.model.size_bytes, format=stored_format, workload=self.workload,
+                             input_size=self.input_size, inputs_sha256=self.inputs_sha256),
             {"input_size": "input_size", "workload": "workload", "": "input_size"},
         )
         return RequestSubmitted(
@@ -116,6 +119,26 @@ class ModelStatus(BaseModel):
     size_bytes: int | None = None
     format: str | None = None
     signature: ModelSignature | None = Field(default=None, description="the model's inputs and outputs as its file declares them (read without running it)")
+
+
+class StoredInputs(BaseModel):
+    sha256: str
+    arrays: dict[str, dict[str, Any]] = Field(description="each array's shape (batch first) and dtype")
+
+
+class PlannedCombination(BaseModel):
+    combination_key: str
+    label: str
+    combo: dict[str, Any]
+    state: str = Field(description="reused | measure | impossible")
+    reason: str | None = None
+    estimated_conversion_s: float
+    estimated_measurement_s: float
+
+
+class PlanAnswer(BaseModel):
+    combinations: list[PlannedCombination]
+    totals: dict[str, float]
 
 
 class UploadOfferBody(BaseModel):

@@ -109,7 +109,12 @@ def test_upload_verify_and_never_again(client, deps):
     sha = hashlib.sha256(data).hexdigest()
     assert client.get(f"/models/{sha}", headers=ALICE).json()["stored"] is False
     verified = upload(client, data)
-    assert verified.status_code == 201 and verified.json() == {"sha256": sha, "stored": True, "size_bytes": len(data), "format": "onnx"}
+    assert verified.status_code == 201
+    answer = verified.json()
+    assert {k: answer[k] for k in ("sha256", "stored", "size_bytes", "format")} == {"sha256": sha, "stored": True, "size_bytes": len(data), "format": "onnx"}
+    # the signature read at intake, without running the model
+    (pixels,) = answer["signature"]["inputs"]
+    assert pixels["dims"] == [1, 3, 8, 8] and pixels["dtype"] == "float32" and answer["signature"]["outputs"]
     assert deps.store.get_bytes(f"models/{sha}") == data
     again = client.post("/models/uploads", headers=ALICE, json={"sha256": sha, "size_bytes": len(data)})
     assert again.status_code == 200 and again.json()["stored"] is True and again.json()["upload"] is None
@@ -121,7 +126,7 @@ def test_another_owner_cannot_probe_or_run_a_model_without_uploading_it(client, 
     data = tiny_onnx_model()
     sha = hashlib.sha256(data).hexdigest()
     assert upload(client, data).status_code == 201  # Alice's
-    assert client.get(f"/models/{sha}", headers=BOB).json() == {"sha256": sha, "stored": False, "size_bytes": None, "format": None}
+    assert client.get(f"/models/{sha}", headers=BOB).json() == {"sha256": sha, "stored": False, "size_bytes": None, "format": None, "signature": None}
     assert client.post("/runs", headers=BOB, json=run_body(sha, len(data))).status_code == 409
     offer = client.post("/models/uploads", headers=BOB, json={"sha256": sha, "size_bytes": len(data)})
     assert offer.status_code == 201 and offer.json()["upload"] is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
@@ -14,7 +15,12 @@ from report import results_csv, results_document
 from schemas.events import Envelope
 from schemas.reasons import whole
 from services.request.auth import Owner
-from services.request.bodies import ERRORS, RunCreated, RunId, RunProgress, RunRequest, invalid
+from core.planning import Plan, plan_run, refuse_unbindable, request_shapes
+from schemas import keys
+from schemas.events import RequestSubmitted
+from schemas.signature import ModelSignature
+from services.request.bodies import ERRORS, PlanAnswer, RunCreated, RunId, RunProgress, RunRequest, invalid
+from workloads.binding import BindingError
 from services.request.deps import Deps, RequestDeps
 from services.request.runs import cancel_run, count_run, load_run, owner_usage, load_summary, record_run, run_progress, withdraw_run
 from services.request.submission import new_run, owned_model_info
@@ -23,13 +29,43 @@ log = structlog.get_logger()
 router = APIRouter(tags=["runs"])
 
 
-@router.post("/runs", response_model=RunCreated, status_code=201, responses=ERRORS)
-def submit_run(body: Annotated[RunRequest, Body()], owner: Owner, response: Response, deps: Deps) -> RunCreated:
-    """Start a run. The model must be stored (see `/models/uploads`)."""
+def checked_request(body: RunRequest, owner: str, deps: RequestDeps) -> tuple[RequestSubmitted, Callable[[], Plan]]:
+    """The contract's request for `body` and how to plan it; 409 if the model (or the inputs) is not
+    stored, 422 naming the problem if the model's inputs bind to nothing the run feeds."""
     matrix = body.matrix_of()
     total = len(matrix.combos())
     if total > deps.limits.max_combinations:
         raise invalid(("body", "matrix"), f"{total} combinations; a run may have at most {deps.limits.max_combinations}")
+    info = owned_model_info(deps.store, body.model.sha256, owner)
+    request = body.request_for(owner, info["format"] if info else "pt2", matrix)  # the contract checks the input size for the workload
+    if info is None:
+        raise HTTPException(409, f"model {body.model.sha256} is not stored: upload it first (POST /models/uploads)")
+    if info["size_bytes"] != body.model.size_bytes:
+        raise invalid(("body", "model", "size_bytes"), f"the stored model with this SHA-256 has {info['size_bytes']} bytes, not {body.model.size_bytes}")
+    if body.inputs_sha256 and not deps.store.exists(keys.inputs(body.inputs_sha256)):
+        raise HTTPException(409, f"inputs {body.inputs_sha256} are not stored: upload them first (PUT /inputs)")
+    signature = ModelSignature.model_validate(info["signature"]) if info.get("signature") else None
+    shapes = request_shapes(deps.store, request)
+    try:
+        refuse_unbindable(signature, request, shapes)
+    except BindingError as exc:
+        raise invalid(("body", "model"), str(exc)) from None
+    return request, lambda: plan_run(request, signature, deps.store, shapes)
+
+
+@router.post("/plans", response_model=PlanAnswer, responses=ERRORS)
+def plan(body: Annotated[RunRequest, Body()], owner: Owner, deps: Deps) -> dict:
+    """What `POST /runs` with this body would do, without doing it: each combination reused,
+    to measure (with estimates) or impossible (with the reason), and the totals."""
+    return checked_request(body, owner, deps)[1]().as_dict()
+
+
+@router.post("/runs", response_model=RunCreated, status_code=201, responses=ERRORS)
+def submit_run(body: Annotated[RunRequest, Body()], owner: Owner, response: Response, deps: Deps) -> RunCreated:
+    """Start a run. The model must be stored (see `/models/uploads`). Combinations the plan
+    calls impossible are recorded as failed (stage `plan`) and never measured."""
+    request, _ = checked_request(body, owner, deps)
+    total = len(request.matrix.combos())
     if body.email and not deps.limits.email_allowed_to(body.email):
         raise invalid(("body", "email"), f"this deployment does not send email to {body.email} (AYCI_EMAIL_ALLOWED)")
     now = datetime.now(UTC)
@@ -40,12 +76,6 @@ def submit_run(body: Annotated[RunRequest, Body()], owner: Owner, response: Resp
         midnight = datetime.combine(now.date() + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
         raise HTTPException(429, f"{today} combinations submitted today and {total} more would pass your daily {deps.limits.max_combinations_per_day}",
                             headers={"Retry-After": str(int((midnight - now).total_seconds()) + 1)})
-    info = owned_model_info(deps.store, body.model.sha256, owner)
-    request = body.request_for(owner, info["format"] if info else "pt2", matrix)  # the contract checks the input size for the workload
-    if info is None:
-        raise HTTPException(409, f"model {body.model.sha256} is not stored: upload it first (POST /models/uploads)")
-    if info["size_bytes"] != body.model.size_bytes:
-        raise invalid(("body", "model", "size_bytes"), f"the stored model with this SHA-256 has {info['size_bytes']} bytes, not {body.model.size_bytes}")
     envelope: Envelope = new_run(request, run_id=str(uuid.uuid4()))
     record_run(deps.store, envelope.run_id, request)
     try:

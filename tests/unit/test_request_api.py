@@ -74,6 +74,8 @@ PROTECTED = [
     ("post", "/models/uploads", {"sha256": "a" * 64, "size_bytes": 1}),
     ("post", f"/models/{'a' * 64}/verify", {"size_bytes": 1}),
     ("post", "/runs", {}),
+    ("post", "/plans", {}),
+    ("put", "/inputs", None),
     ("get", "/runs/00000000-0000-4000-8000-000000000000", None),
     ("get", "/runs/00000000-0000-4000-8000-000000000000/results", None),
 ]
@@ -344,3 +346,40 @@ def test_email_goes_only_where_the_deployment_allows(deps, stored_model):
     assert refused.status_code == 422 and refused.json()["detail"][0]["loc"] == ["body", "email"]
     for allowed in ("me@example.com", "Boss@corp.io"):
         assert client.post("/runs", headers=ALICE, json=run_body(sha, size, email=allowed)).status_code == 201
+
+
+def test_a_plan_before_the_run_says_what_cannot_run(client, stored_model):
+    sha, size = stored_model  # an ONNX model with a fixed input of [1, 3, 8, 8]
+    answer = client.post("/plans", headers=ALICE, json=run_body(sha, size, input_size=[8, 8], batch_sizes=[1, 2], memory_sizes_mb=[128, 1769]))
+    assert answer.status_code == 200, answer.text
+    plan = {c["label"]: c for c in answer.json()["combinations"]}
+    assert plan["intel/onnx/b1/1769MB"]["state"] == "measure" and plan["intel/onnx/b1/1769MB"]["estimated_measurement_s"] > 0
+    assert plan["intel/onnx/b2/1769MB"]["state"] == "impossible"
+    assert plan["intel/onnx/b2/1769MB"]["reason"].startswith("x has a fixed batch of 1: batch 2 cannot run")
+    assert answer.json()["totals"]["impossible"] == 4 and answer.json()["totals"]["to_measure"] == 4
+    other_size = client.post("/plans", headers=ALICE, json=run_body(sha, size, input_size=[32, 32])).json()
+    assert all(c["state"] == "impossible" and "fixed size 8 on axis 2" in c["reason"] for c in other_size["combinations"])
+    assert client.post("/plans", headers=BOB, json=run_body(sha, size)).status_code == 409  # not Bob's model
+
+
+def test_your_own_inputs_are_checked_and_stored(client, stored_model, deps, tmp_path):
+    import numpy as np
+
+    good = io.BytesIO()
+    np.savez(good, pixels=np.zeros((2, 3, 8, 8), np.float32))
+    stored = client.put("/inputs", headers=ALICE, content=good.getvalue())
+    assert stored.status_code == 201, stored.text
+    assert stored.json()["arrays"] == {"pixels": {"shape": [2, 3, 8, 8], "dtype": "float32"}}
+    bad = io.BytesIO()
+    np.savez(bad, pixels=np.array([None, {"x": 1}], dtype=object))
+    refused = client.put("/inputs", headers=ALICE, content=bad.getvalue())
+    assert refused.status_code == 422 and "object arrays" in refused.json()["detail"]
+    assert client.put("/inputs", headers=ALICE, content=b"not an npz").status_code == 422
+    assert len(deps.store.list_keys("inputs/")) == 1  # nothing stored of the refused ones
+    sha, size = stored_model
+    body = run_body(sha, size, workload="custom", input_size=[1], inputs_sha256=stored.json()["sha256"])
+    plan = client.post("/plans", headers=ALICE, json=body).json()
+    assert {c["state"] for c in plan["combinations"]} == {"measure"}
+    missing = client.post("/runs", headers=ALICE, json={**body, "inputs_sha256": "c" * 64})
+    assert missing.status_code == 409 and "PUT /inputs" in missing.json()["detail"]
+    assert client.post("/runs", headers=ALICE, json={**body, "inputs_sha256": None}).status_code == 422  # custom needs inputs

@@ -159,3 +159,30 @@ def test_a_file_that_is_not_a_model_is_refused_on_the_page(page, tmp_path):
     page.wait_for_selector("#form-status.error")
     assert re.search(r"422: not an accepted model", page.text_content("#form-status"))
     assert page.locator("#progress").is_hidden()
+
+
+def test_the_signature_and_the_plan_before_measuring(page, tmp_path):
+    """A keyword export with a fixed batch of 2: the page shows its signature once uploaded,
+    the plan calls batch 4 impossible with the reason, and dropping it leaves batch 2."""
+    from tests.unit.test_model_signature import export
+
+    model = export(tmp_path, "kw.pt2", positional=False, dynamic=False)
+    choose_model(page, model)
+    page.select_option("#workload", "nlp")
+    page.fill("#input-size", "6")
+    page.check("input[name=opt-intel][value=base]")
+    page.check("input[name=opt-intel][value=onnx]")
+    page.fill("#batch-sizes", "2,4")
+    page.click("#plan-button")
+    page.wait_for_selector("#plan-table tbody tr", timeout=60_000)
+    names = page.locator("#model-signature tbody tr[data-side=input]").evaluate_all("rows => rows.map(r => r.dataset.name)")
+    assert names == ["ids", "mask", "token_type_ids"]
+    assert "[2, 6]" in page.text_content("#model-signature tbody")
+    impossible = page.locator("#plan-table tbody tr[data-state=impossible]")
+    assert impossible.count() == 2
+    assert "fixed batch of 2: batch 4 cannot run" in impossible.first.text_content()
+    assert "impossible 2" in page.text_content("#plan-totals")
+    page.click("#plan-drop")
+    page.wait_for_function("document.querySelectorAll('#plan-table tbody tr[data-state=impossible]').length === 0", timeout=60_000)
+    assert page.input_value("#batch-sizes") == "2"
+    assert page.locator("#plan-table tbody tr").count() == 2

@@ -5,7 +5,7 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = { file: null, sha256: null, memory: new Set([1769]), runId: null, results: null, sort: { key: null, dir: 1 } };
+const state = { file: null, sha256: null, memory: new Set([1769]), runId: null, inputs: null, plan: null, results: null, sort: { key: null, dir: 1 } };
 const COLORS = { intel: "#2456c7", arm: "#d9480f" };
 
 // ---------------------------------------------------------------- API
@@ -57,7 +57,8 @@ async function onModelChosen() {
   if (apiKey()) {
     try {
       const info = await (await api(`models/${sha}`)).json();
-      $("model-stored").textContent = info.stored ? `yes (${info.format}): it will not be uploaded again` : "no: it will be uploaded";
+      $("model-stored").textContent = info.stored ? `yes (${info.format}): it will not be uploaded again` : "no: it will be uploaded (Check plan shows its signature)";
+      renderSignature(info.signature);
     } catch (error) { $("model-stored").textContent = String(error.message); }
   }
 }
@@ -77,8 +78,87 @@ async function ensureModelStored() {
     if (!response.ok) throw new Error(`the upload failed: ${response.status} ${await response.text()}`);
   }
   status("checking the upload…");
-  await api(`models/${state.sha256}/verify`, { method: "POST", json: { size_bytes: state.file.size } });
+  const verified = await (await api(`models/${state.sha256}/verify`, { method: "POST", json: { size_bytes: state.file.size } })).json();
   $("model-stored").textContent = "yes (uploaded now)";
+  renderSignature(verified.signature);
+}
+
+function renderSignature(signature) {
+  $("model-signature").hidden = !signature;
+  if (!signature) return;
+  const rows = [];
+  for (const [side, specs] of [["input", signature.inputs], ["output", signature.outputs]]) {
+    for (const spec of specs) {
+      rows.push(row([[side, "text"], [spec.name, "text"], [spec.dtype, "text"], [spec.dims ? `[${spec.dims.join(", ")}]` : "?", "text"], [spec.kind || "", "text"]],
+        { "data-side": side, "data-name": spec.name }));
+    }
+  }
+  $("model-signature").querySelector("tbody").replaceChildren(...rows);
+  const notes = Object.entries(signature.dim_ranges || {}).map(([name, r]) => `${name}: ${r.min ?? ""}..${r.max ?? ""}`);
+  $("signature-notes").textContent = [signature.format + (signature.external_data ? ", external data" : ""),
+    notes.length ? `dynamic dims ${notes.join(", ")}` : "no dynamic dims", ...(signature.problems || [])].join("; ");
+}
+
+async function ensureInputsStored() {
+  const file = $("inputs-file").files[0];
+  if (!file) return null;
+  if (state.inputs && state.inputs.file === file) return state.inputs.sha256;
+  status("storing your inputs…");
+  const stored = await (await api("inputs", { method: "PUT", body: file, headers: { "Content-Type": "application/octet-stream" } })).json();
+  state.inputs = { file, sha256: stored.sha256 };
+  return stored.sha256;
+}
+
+async function preparedRequest() {
+  await ensureModelStored();
+  const body = runRequest();
+  const inputs = await ensureInputsStored();
+  if (inputs) body.inputs_sha256 = inputs;
+  return body;
+}
+
+async function onPlan() {
+  if (!apiKey()) return status("enter your API key first", true);
+  if (!state.file || !state.sha256) return status("choose a model file first", true);
+  $("plan-button").disabled = true;
+  try {
+    const plan = await (await api("plans", { method: "POST", json: await preparedRequest() })).json();
+    renderPlan(plan);
+    status("");
+  } catch (error) {
+    status(error.message, true);
+  } finally {
+    $("plan-button").disabled = false;
+  }
+}
+
+function renderPlan(plan) {
+  state.plan = plan;
+  $("plan").hidden = false;
+  const t = plan.totals;
+  $("plan-totals").textContent = `to measure ${t.to_measure}, reused ${t.reused}, impossible ${t.impossible}; ` +
+    `estimated ${(t.estimated_wall_s / 60).toFixed(1)} min; as Lambda invocations ≈ $${t.estimated_benchmark_cost_usd.toFixed(4)}`;
+  $("plan-table").tBodies[0].replaceChildren(...plan.combinations.map((c) => row([
+    [c.label, "text"], [c.state, `text state-${c.state}`],
+    [c.state === "measure" ? c.estimated_conversion_s.toFixed(0) : ""], [c.state === "measure" ? c.estimated_measurement_s.toFixed(0) : ""],
+    [c.reason || "", "text reason"],
+  ], { "data-combo": c.label, "data-state": c.state })));
+  $("plan-drop").hidden = !t.impossible;
+}
+
+function dropImpossible() {
+  // a batch size, memory size or optimizer is dropped when every combination with it cannot run
+  const combos = state.plan.combinations;
+  const allImpossible = (pick) => combos.filter(pick).every((c) => c.state === "impossible");
+  const batches = numbers($("batch-sizes").value).filter((b) => !allImpossible((c) => c.combo.batch_size === b));
+  $("batch-sizes").value = batches.join(",");
+  for (const mb of [...state.memory]) if (allImpossible((c) => c.combo.memory_mb === mb)) state.memory.delete(mb);
+  renderMemoryChips();
+  for (const box of document.querySelectorAll("input[name^=opt-]:checked")) {
+    const hw = box.name.slice(4);
+    if (allImpossible((c) => c.combo.hardware === hw && c.combo.optimizer === box.value)) box.checked = false;
+  }
+  return onPlan();
 }
 
 // ---------------------------------------------------------------- the form
@@ -135,8 +215,7 @@ async function onSubmit(event) {
   if (!state.sha256) return status("still computing the model's SHA-256…", true);
   $("submit").disabled = true;
   try {
-    await ensureModelStored();
-    const created = await (await api("runs", { method: "POST", json: runRequest() })).json();
+    const created = await (await api("runs", { method: "POST", json: await preparedRequest() })).json();
     status(`run ${created.run_id} submitted: ${created.combinations} combinations`);
     history.replaceState(null, "", `#run=${created.run_id}`);
     follow(created.run_id);
@@ -381,6 +460,8 @@ function start() {
   $("memory-add-free").addEventListener("click", () => { addMemory($("memory-free").value); $("memory-free").value = ""; });
   $("memory-free").addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); $("memory-add-free").click(); } });
   $("run-form").addEventListener("submit", onSubmit);
+  $("plan-button").addEventListener("click", onPlan);
+  $("plan-drop").addEventListener("click", () => dropImpossible().catch((e) => status(e.message, true)));
   $("cancel-run").addEventListener("click", async () => {
     if (!state.runId || !confirm(`Cancel run ${state.runId}? Pending combinations fail as cancelled.`)) return;
     $("cancel-run").disabled = true;

@@ -8,7 +8,7 @@ import uuid
 from pathlib import Path
 
 from core.ports import NotFound, ObjectStore
-from engines.model_files import sniff_format
+from engines.model_files import single_file_onnx, sniff_format
 from engines.signature import read_signature
 from schemas.combos import ModelFormat, ModelRef, Workload
 from schemas.events import Envelope, RequestSubmitted
@@ -27,17 +27,22 @@ def sha256_of(path: Path) -> str:
 def store_model(store: ObjectStore, path: Path, workload: Workload, input_size: list[int], inputs_sha256: str | None = None) -> ModelRef:
     """Check that `path` is an accepted model (`NotAModelError` if not), store it under
     `models/{sha256}` unless already there, and return its reference."""
-    info = model_facts(path, sha256_of(path))
-    keep_model(store, path, info)
+    sha = sha256_of(path)
+    with tempfile.TemporaryDirectory(prefix="ayci-intake-") as tmp:
+        single = single_file_onnx(path, Path(tmp)) if sniff_format(path) == ModelFormat.onnx else path
+        info = model_facts(single, sha, uploaded_bytes=path.stat().st_size)
+        keep_model(store, single, info)
     return ModelRef(sha256=info.sha256, size_bytes=info.size_bytes, format=ModelFormat(info.format), workload=workload,
                     input_size=input_size, inputs_sha256=inputs_sha256)
 
 
-def model_facts(path: Path, sha256: str) -> ModelInfo:
+def model_facts(path: Path, sha256: str, uploaded_bytes: int | None = None) -> ModelInfo:
     """What intake learns of a model file without running it: its format (`NotAModelError` if
-    it is not a model) and its signature."""
+    it is not a model) and its signature. `sha256` and `uploaded_bytes` name what was uploaded
+    (an ONNX bundle is kept as the one file `single_file_onnx` made of it)."""
     model_format = sniff_format(path)
-    return ModelInfo(sha256=sha256, size_bytes=path.stat().st_size, format=model_format.value, signature=read_signature(path, model_format))
+    return ModelInfo(sha256=sha256, size_bytes=uploaded_bytes or path.stat().st_size, format=model_format.value,
+                     signature=read_signature(path, model_format))
 
 
 def store_inputs(store: ObjectStore, path: Path) -> str:

@@ -13,7 +13,8 @@ import tempfile
 from pathlib import Path
 
 from core.ports import ObjectStore, Uploader, UploadRejected
-from engines.model_files import NotAModelError
+from engines.model_files import NotAModelError, single_file_onnx, sniff_format
+from schemas.combos import ModelFormat
 from services.request.submission import grant_model, keep_model, model_facts, owned_model_info
 
 
@@ -45,12 +46,13 @@ def verify_upload(store: ObjectStore, uploader: Uploader, owner: str, sha256: st
             if actual_sha != sha256:
                 raise UploadRejected(f"the upload's SHA-256 is {actual_sha}, not the announced {sha256}")
             try:
-                info = model_facts(path, sha256)
+                single = single_file_onnx(path, path.parent) if sniff_format(path) == ModelFormat.onnx else path
+                info = model_facts(single, sha256, uploaded_bytes=size_bytes)
             except NotAModelError as exc:
                 raise UploadRejected(f"not an accepted model (a torch.export .pt2 or ONNX file): {exc}") from None
+            keep_model(store, single, info)  # stored once, whoever uploaded it first
         finally:
             uploader.discard(owner, sha256)
-        keep_model(store, path, info)  # stored once, whoever uploaded it first
     grant_model(store, sha256, owner)
     return info.public()
 

@@ -209,3 +209,82 @@ def test_reasons_are_kept_whole_and_shown_by_their_decisive_part():
     assert "Got: 4 Expected: 1" in decisive(reason)
     assert len(whole("x" * 10000)) <= 4000
     assert decisive("First sentence is long enough. " * 30).endswith("…")
+
+
+def external_data_model(tmp_path: Path, location: str = "m.onnx.data") -> Path:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(4, 3), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])], [weight])
+    folder = tmp_path / "export"
+    folder.mkdir(exist_ok=True)
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save_model(model, str(folder / "m.onnx"), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location=location, size_threshold=0)
+    return folder / "m.onnx"
+
+
+def test_an_onnx_bundle_is_taken_as_one_file_and_unsafe_ones_are_refused(tmp_path):
+    import tarfile
+
+    import onnxruntime as ort
+
+    from engines.model_files import NotAModelError, single_file_onnx, sniff_format
+
+    model = external_data_model(tmp_path)
+    with pytest.raises(NotAModelError, match=r"external files \(m.onnx.data\) that were not uploaded"):
+        single_file_onnx(model, tmp_path)
+    bundle = tmp_path / "bundle.zip"
+    with zipfile.ZipFile(bundle, "w") as archive:
+        archive.write(model, "m.onnx")
+        archive.write(model.parent / "m.onnx.data", "m.onnx.data")
+    assert sniff_format(bundle).value == "onnx"
+    out = tmp_path / "out"
+    out.mkdir()
+    single = single_file_onnx(bundle, out)
+    assert not read_signature(single).external_data
+    session = ort.InferenceSession(str(single), providers=["CPUExecutionProvider"])
+    assert session.run(None, {"x": np.ones((1, 4), np.float32)})[0].tolist() == [[18.0, 22.0, 26.0]]
+
+    escaping = tmp_path / "escaping.zip"  # the model names a data file outside the bundle
+    import onnx
+
+    lying = onnx.load(str(model), load_external_data=False)
+    for entry in lying.graph.initializer[0].external_data:
+        if entry.key == "location":
+            entry.value = "../../etc/passwd"
+    with zipfile.ZipFile(escaping, "w") as archive:
+        archive.writestr("m.onnx", lying.SerializeToString())
+        archive.write(model.parent / "m.onnx.data", "m.onnx.data")
+    with pytest.raises(NotAModelError, match="outside the bundle"):
+        single_file_onnx(escaping, out)
+    dotdot = tmp_path / "dotdot.zip"
+    with zipfile.ZipFile(dotdot, "w") as archive:
+        archive.writestr("../m.onnx", model.read_bytes())
+    with pytest.raises(NotAModelError, match="outside itself"):
+        single_file_onnx(dotdot, out)
+    linked = tmp_path / "linked.tar"
+    with tarfile.open(linked, "w") as archive:
+        archive.add(model, "m.onnx")
+        link = tarfile.TarInfo("m.onnx.data")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        archive.addfile(link)
+    with pytest.raises(NotAModelError, match="link"):
+        single_file_onnx(linked, out)
+    bomb = tmp_path / "bomb.zip"  # declares little, unpacks to more than the cap
+    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.write(model, "m.onnx")
+        archive.writestr("m.onnx.data", b"\0" * (3 << 20))
+    import engines.model_files as model_files
+
+    cap = model_files.BUNDLE_MAX_BYTES
+    model_files.BUNDLE_MAX_BYTES = 1 << 20
+    try:
+        with pytest.raises(NotAModelError, match="unpacks to more than"):
+            single_file_onnx(bomb, out)
+    finally:
+        model_files.BUNDLE_MAX_BYTES = cap

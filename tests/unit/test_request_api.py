@@ -383,3 +383,23 @@ def test_your_own_inputs_are_checked_and_stored(client, stored_model, deps, tmp_
     missing = client.post("/runs", headers=ALICE, json={**body, "inputs_sha256": "c" * 64})
     assert missing.status_code == 409 and "PUT /inputs" in missing.json()["detail"]
     assert client.post("/runs", headers=ALICE, json={**body, "inputs_sha256": None}).status_code == 422  # custom needs inputs
+
+
+def test_an_onnx_model_with_external_data_is_uploaded_as_one_bundle(client, deps, tmp_path):
+    import zipfile
+
+    from tests.unit.test_model_signature import external_data_model
+
+    model = external_data_model(tmp_path)
+    alone = upload(client, model.read_bytes())
+    assert alone.status_code == 422 and "upload a .zip or .tar of the .onnx and its data files" in alone.json()["detail"]
+    bundle = tmp_path / "bundle.zip"
+    with zipfile.ZipFile(bundle, "w") as archive:
+        archive.write(model, "m.onnx")
+        archive.write(model.parent / "m.onnx.data", "m.onnx.data")
+    stored = upload(client, bundle.read_bytes())
+    assert stored.status_code == 201, stored.text
+    assert stored.json()["format"] == "onnx" and stored.json()["signature"]["external_data"] is False
+    assert stored.json()["size_bytes"] == bundle.stat().st_size
+    sha = stored.json()["sha256"]
+    assert deps.store.get_bytes(f"models/{sha}")[:4] != b"PK\x03\x04"  # kept as the one ONNX file made of it

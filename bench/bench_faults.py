@@ -19,7 +19,6 @@ its summary), duplicate results (a combination measured twice in one run), email
 from __future__ import annotations
 
 import json
-import signal
 import sys
 import tempfile
 import time
@@ -38,7 +37,7 @@ from ayci.infra import DEFAULT_SENDER, delete_stack  # noqa: E402
 from ayci.settings import Settings  # noqa: E402
 from schemas import keys  # noqa: E402
 from schemas.combos import Matrix, combo_key  # noqa: E402
-from schemas.events import Envelope, RequestSubmitted, RunPlanned  # noqa: E402
+from schemas.events import RequestSubmitted, RunPlanned  # noqa: E402
 from services.request.submission import new_run, store_model  # noqa: E402
 
 POISON = ["{not json", "[]", "null", json.dumps({"detail": {"type": "Mystery", "schema_version": 1}}),

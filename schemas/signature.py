@@ -55,6 +55,7 @@ class ModelSignature(BaseModel):
         """Why inputs of these shapes cannot run (empty: they can, as far as the file says):
         a fixed dim that differs, a dynamic dim outside its range, a rank that differs."""
         problems: list[str] = []
+        fixed_batch: dict[int, list[str]] = {}  # a fixed batch is said once, naming every input that has it
         for spec in self.inputs:
             shape = shapes.get(spec.name)
             if shape is None or spec.dims is None:
@@ -63,9 +64,16 @@ class ModelSignature(BaseModel):
                 problems.append(f"{spec.name} has {len(spec.dims)} dims {spec.shape_text()}; the inputs have {len(shape)} {list(shape)}")
                 continue
             for axis, (dim, size) in enumerate(zip(spec.dims, shape, strict=True)):
+                if axis == 0 and size == batch and isinstance(dim, int) and dim != size:
+                    fixed_batch.setdefault(dim, []).append(spec.name)
+                    continue
                 problem = self._dim_problem(spec, axis, dim, size, batch)
                 if problem:
                     problems.append(problem)
+        for dim, names in fixed_batch.items():
+            who = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+            problems.insert(0, f"{who} {'has' if len(names) == 1 else 'have'} a fixed batch of {dim}: batch {batch} cannot run; "
+                               "export with a dynamic batch dimension")
         return problems
 
     def _dim_problem(self, spec: TensorSpec, axis: int, dim: Dim, size: int, batch: int) -> str | None:

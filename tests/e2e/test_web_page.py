@@ -180,7 +180,7 @@ def test_the_signature_and_the_plan_before_measuring(page, tmp_path):
     assert "[2, 6]" in page.text_content("#model-signature tbody")
     impossible = page.locator("#plan-table tbody tr[data-state=impossible]")
     assert impossible.count() == 2
-    assert "fixed batch of 2: batch 4 cannot run" in impossible.first.text_content()
+    assert "have a fixed batch of 2: batch 4 cannot run" in impossible.first.text_content()
     assert "impossible 2" in page.text_content("#plan-totals")
     page.click("#plan-drop")
     page.wait_for_function("document.querySelectorAll('#plan-table tbody tr[data-state=impossible]').length === 0", timeout=60_000)

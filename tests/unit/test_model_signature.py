@@ -68,7 +68,7 @@ def test_a_keyword_static_pt2_and_its_fixed_batch(tmp_path):
     assert [(s.name, s.kind) for s in signature.inputs] == [("ids", "keyword"), ("mask", "keyword"), ("token_type_ids", "keyword")]
     assert signature.inputs[0].dims == [2, 6]
     problems = signature.shape_problems({"ids": (4, 6), "mask": (4, 6), "token_type_ids": (4, 6)}, batch=4)
-    assert problems[0] == "ids has a fixed batch of 2: batch 4 cannot run; export with a dynamic batch dimension"
+    assert problems == ["ids, mask and token_type_ids have a fixed batch of 2: batch 4 cannot run; export with a dynamic batch dimension"]
     assert signature.shape_problems({"ids": (2, 6), "mask": (2, 6), "token_type_ids": (2, 6)}, batch=2) == []
     assert "fixed size 6 on axis 1" in signature.shape_problems({"ids": (2, 9)}, batch=2)[0]
 
@@ -132,7 +132,7 @@ def test_the_plan_calls_impossible_what_cannot_run_and_reuses_what_is_stored():
     shapes = request_shapes(None, req)
     assert impossible_reason(signature, req, Combo(hardware="intel", optimizer="onnx", batch_size=1, memory_mb=1769), shapes) is None
     fixed = impossible_reason(signature, req, Combo(hardware="intel", optimizer="onnx", batch_size=4, memory_mb=1769), shapes)
-    assert fixed.startswith("input_ids has a fixed batch of 1: batch 4 cannot run")
+    assert fixed == "input_ids and attention_mask have a fixed batch of 1: batch 4 cannot run; export with a dynamic batch dimension"
     big = request(size_bytes=300 << 20)
     assert "certain out of memory" in impossible_reason(signature, big, Combo(hardware="intel", optimizer="onnx", batch_size=1, memory_mb=128), shapes)
     store = MemoryStore()

@@ -1,9 +1,11 @@
 """Engines: one module per optimizer (`base`, `onnx`, `tvm`) behind one small interface.
 
 Conversion side: `convert(job) -> Conversion` writes one artifact file into `job.out_dir`.
-Runtime side: `load(path, threads) -> Runner`; a runner maps named numpy inputs to a list of
-numpy outputs. Importing this package imports no engine; each is imported on use, so a
-measuring process loads only the engine it measures.
+Runtime side: `import_runtime(path)` imports what running the artifact needs (and nothing
+else: a measuring process times it as the cold start's imports), then `load(path, threads) ->
+Runner`; a runner maps named numpy inputs to a list of numpy outputs. Importing this package
+imports no engine and no pydantic; each engine is imported on use, so a measuring process
+loads only the engine it measures.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from schemas.combos import Hardware, ModelRef, Optimizer
+if TYPE_CHECKING:  # the contract's types, for annotations only: a measuring process never imports pydantic
+    from schemas.combos import Hardware, ModelRef, Optimizer
 
 
 class ConversionError(Exception):
@@ -52,4 +55,6 @@ class Conversion:
 
 def engine_module(optimizer: Optimizer | str) -> ModuleType:
     """The module implementing `optimizer` (`engines.base`, `engines.onnx`, `engines.tvm`)."""
+    from schemas.combos import Optimizer
+
     return importlib.import_module(f"engines.{Optimizer(optimizer).value}_engine")

@@ -14,12 +14,19 @@ from pathlib import Path
 import numpy as np
 
 from engines import Conversion, ConversionJob
-from schemas.combos import ModelFormat
 
-RUNTIME_IMPORTS = ("torch",)
+
+def import_runtime(path: Path) -> None:
+    """ONNX Runtime alone for an ONNX artifact; torch for a `.pt2`."""
+    if path.suffix == ".onnx":
+        import onnxruntime  # noqa: F401
+    else:
+        import torch  # noqa: F401
 
 
 def convert(job: ConversionJob) -> Conversion:
+    from schemas.combos import ModelFormat
+
     started = time.perf_counter()
     name = "model.pt2" if job.model.format == ModelFormat.pt2 else "model.onnx"
     if job.model.format == ModelFormat.pt2:
@@ -38,16 +45,19 @@ def load(path: Path, threads: int):
     import torch
 
     from engines.model_files import load_exported_program
-    from engines.signature import call_arguments, read_signature
 
     torch.set_num_threads(threads)
     torch.set_num_interop_threads(1) if torch.get_num_interop_threads() != 1 else None
-    signature = read_signature(path)
-    module = load_exported_program(path).module()
+    program = load_exported_program(path, checked=True)
+    args_spec, kwargs_spec = program.call_spec.in_spec.children_specs
+    positional = args_spec.num_children  # the inputs come in the signature's order: positional first
+    module = program.module()
 
     def run(inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
         # called as it was exported: positional inputs by position, keyword inputs by name
-        args, kwargs = call_arguments(signature, {k: torch.from_numpy(v) for k, v in inputs.items()})
+        tensors = [(name, torch.from_numpy(value)) for name, value in inputs.items()]
+        args = [t for _, t in tensors[:positional]]
+        kwargs = dict(tensors[positional:])
         with torch.inference_mode():
             out = module(*args, **kwargs)
         flat = out if isinstance(out, (tuple, list)) else [out]

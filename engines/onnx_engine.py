@@ -15,15 +15,19 @@ from pathlib import Path
 import numpy as np
 
 from engines import Conversion, ConversionError, ConversionJob
-from schemas.combos import ModelFormat
 from schemas.reasons import whole
 
-RUNTIME_IMPORTS = ("onnxruntime",)
 COMPILES_ON_LOAD = True  # the CPU-specific graph optimizations run when a session is made
+
+
+def import_runtime(path: Path) -> None:
+    import onnxruntime  # noqa: F401
 
 
 def convert(job: ConversionJob) -> Conversion:
     import onnxruntime as ort
+
+    from schemas.combos import ModelFormat
 
     started = time.perf_counter()
     exported = job.out_dir / "exported.onnx"

@@ -1,7 +1,8 @@
 """Which combination to deploy.
 
 Candidates are the measured results that may be recommended: timed natively (never under
-emulation), costed, agreeing with `base` within the run's threshold and meeting its p99 SLO,
+emulation), as Lambda would run them (confined to the memory size, with the vCPUs it gives:
+never host-limited), undisturbed by other work, costed, agreeing with `base` within the run's threshold and meeting its p99 SLO,
 if it has one. Every other result is listed under `excluded` with the reason. Among the
 candidates:
 - `fastest`: the lowest p99;
@@ -48,6 +49,14 @@ def exclusion(result: dict, *, slo_p99_ms: float | None, min_agreement: float) -
     """Why `result` cannot be recommended, or None if it can."""
     if result.get("emulated"):
         return "timed under emulation: neither its latency nor its cost is real"
+    if result.get("host_limited"):
+        return (f"host-limited: Lambda gives {result['combo']['memory_mb']} MB {result.get('vcpus') or 0:.1f} vCPUs, "
+                f"this host has {result.get('vcpus_available')}: measured with fewer, not costed")
+    if result.get("confined") is False:
+        return f"unconfined: not measured as Lambda would run it ({result.get('confinement_reason')})"
+    load = result.get("load") or {}
+    if load.get("disturbed"):
+        return f"disturbed: other work used {load.get('other_busy_cores', 0):.1f} cores while it was measured; measure again"
     agreement = (result.get("agreement") or {}).get("score")
     if agreement is None:
         return "no agreement with base was measured"

@@ -14,10 +14,12 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from schemas.versions import engine_versions
+
 # Names the engine versions and the measuring method: a result from an older engine or
 # method gets another combination key, so it is never reused silently.
 # m2: measured confined to the memory size (CPU share and memory cap), one at a time per machine
-MEASUREMENT_VERSION = "m2"
+MEASUREMENT_VERSION = "m3"  # m3: p99 from at least 100 samples, host-limited sizes, the environment recorded
 ENGINE_VERSION = "e1"
 
 LAMBDA_MIN_MEMORY_MB = 128
@@ -136,7 +138,8 @@ def _digest(fields: dict) -> str:
 
 
 def combo_key(model: ModelRef, combo: Combo) -> str:
-    """The key of one measured result: `results/{combo_key}.json`."""
+    """The key of one measured result: `results/{combo_key}.json`. The engine's library
+    versions are part of it: after an upgrade nothing measured before is reused."""
     return _digest(
         {
             "model": model.sha256,
@@ -147,6 +150,7 @@ def combo_key(model: ModelRef, combo: Combo) -> str:
             "batch": combo.batch_size,
             "memory_mb": combo.memory_mb,
             "measurement": MEASUREMENT_VERSION,
+            "libraries": engine_versions(combo.optimizer.value, model.format.value),
             **_inputs(model),
         }
     )
@@ -164,6 +168,7 @@ def artifact_key(model: ModelRef, combo: Combo, target_cpu: str) -> str:
             "batch": None if combo.optimizer == Optimizer.base else combo.batch_size,
             "engine": ENGINE_VERSION,
             "target_cpu": target_cpu,
+            "libraries": engine_versions(combo.optimizer.value, model.format.value),
             **_inputs(model),
         }
     )
@@ -171,7 +176,8 @@ def artifact_key(model: ModelRef, combo: Combo, target_cpu: str) -> str:
 
 def reference_key(model: ModelRef, batch_size: int) -> str:
     """The key of the base model's outputs on the fixed example inputs of one batch size."""
-    return _digest({"model": model.sha256, "input_size": model.input_size, "batch": batch_size, "engine": ENGINE_VERSION, **_inputs(model)})
+    return _digest({"model": model.sha256, "input_size": model.input_size, "batch": batch_size, "engine": ENGINE_VERSION,
+                    "libraries": engine_versions("base", model.format.value), **_inputs(model)})
 
 
 def _inputs(model: ModelRef) -> dict:

@@ -160,6 +160,9 @@ class MeasurementReport(Flexible):
     load: dict[str, Any] | None = None
     cgroup_peak_mb: float | None = None
     cpu_throttled_share: float | None = None
+    host_limited: bool = False  # the memory size's vCPU share is more than this host has
+    vcpus_available: int | None = None
+    environment: dict[str, Any] | None = None  # CPU, cores, kernel, cgroup, Python, library and AYCI versions
 
 
 class MeasuredResult(Document):
@@ -189,6 +192,9 @@ class MeasuredResult(Document):
     load: dict[str, Any] | None = None
     cgroup_peak_mb: float | None = None
     cpu_throttled_share: float | None = None
+    host_limited: bool = False
+    vcpus_available: int | None = None
+    environment: dict[str, Any] | None = None
     cost: dict[str, Any] | None = None
 
     def inference_done(self, *, result_key: str, reused: bool) -> InferenceDone:

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from schemas.combos import MEASUREMENT_VERSION
+
 from core.logs import configure_logging
 
 configure_logging("console")
@@ -56,14 +58,18 @@ def measured_result(label: str, *, p99: float, cost: float, agreement: float = 1
                "cv": 0.1, "iterations": 100, "converged": True, "billed_ms_mean": float(int(p50) + 1)}
     cold = {"process_start": 50.0, "imports": cold_start_ms / 2 - 50, "model_load": cold_start_ms / 4, "first_inference": cold_start_ms / 4, "total": cold_start_ms}
     return {
-        "combo_key": f"key-{label}", "measurement_version": "m2", "measured_at": "2026-01-01T00:00:00+00:00", "run_id": "r0",
+        "combo_key": f"key-{label}", "measurement_version": MEASUREMENT_VERSION, "measured_at": "2026-01-01T00:00:00+00:00", "run_id": "r0",
         "conversion_s": 1.0, "artifact_key": f"artifact-{label}",
         "model": {"sha256": "ab" * 32, "size_bytes": 1000, "format": "pt2", "workload": "image_classification", "input_size": [32, 32]},
         "combo": {"hardware": hardware, "optimizer": optimizer, "batch_size": int(batch[1:]), "memory_mb": int(memory[:-2])},
         "latency_ms": latency, "cold_start_ms": cold, "warmup_iterations": 10,
         "peak_rss_mb": peak_rss_mb, "cost": {"per_million_inferences_usd": cost}, "agreement": {"score": agreement, "metric": "top1"},
-        "document_version": 1,
+        "document_version": 1, "environment": ENVIRONMENT,
     }
+
+
+ENVIRONMENT = {"cpu_model": "test CPU", "cpu_flags": ["avx2"], "host_cores": 2, "kernel": "6.0", "cgroup": "v2", "ayci_version": "test",
+               "python": "3.11.7", "machine": "x86_64", "libraries": {"torch": "2.13.0", "onnxruntime": "1.31.1"}}
 
 
 def archived_summary(run_id: str, status: str, results: list[dict], failures: list[dict], input_size=(224, 224)) -> dict:

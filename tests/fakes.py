@@ -13,7 +13,7 @@ def tiny_onnx_model() -> bytes:
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])],
     )
-    return helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)]).SerializeToString()
+    return helper.make_model(graph, ir_version=10, opset_imports=[onnx.helper.make_opsetid("", 17)]).SerializeToString()
 
 
 class RecordingPublisher:

@@ -110,11 +110,14 @@ def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload | D
             "artifact_key": converted.artifact_key,
             "emulated": emulated,
             **report,
-            "cost": None if emulated else result_cost(report, combo, default_price_region()),
+            # a size measured with fewer vCPUs than Lambda gives it is never costed as if it were that size
+            "cost": None if emulated or report.get("host_limited") else result_cost(report, combo, default_price_region()),
         }
     )
     if not result.confined:
         bound.info("measurement_unconfined", reason=result.confinement_reason)
+    if result.host_limited:
+        bound.info("measurement_host_limited", vcpus_needed=round(result.vcpus or 0, 2), vcpus_available=result.vcpus_available)
     if (result.load or {}).get("disturbed"):
         bound.info("measurement_disturbed", other_busy_cores=round(result.load["other_busy_cores"], 2))
     key = keep_result(deps.store, result)

@@ -36,6 +36,7 @@ from services.inference.confinement import (
     lambda_vcpus,
     unavailable_reason,
 )
+from services.inference.environment import host_environment
 from services.inference.machine_load import LoadSample, host_cores, load_report
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -98,9 +99,13 @@ def measure(spec: MeasureSpec, python_command: list[str] | None = None, env_extr
                     group.remove()
     except measurement_lock.LockTimeout as exc:
         raise MachineBusy(str(exc)) from exc
+    available = host_cores()
     report.update(
         confined=confined, confinement_reason=reason, threads=spec.threads, vcpus=spec.vcpus,
         lock_wait_s=lock_wait_s,
+        # Lambda would give this size more vCPUs than this host has: measured with fewer
+        host_limited=spec.vcpus > available + 1e-9, vcpus_available=available,
+        environment={**host_environment(), **report.pop("runtime", {})},
     )
     return report
 

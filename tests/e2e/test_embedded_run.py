@@ -202,3 +202,29 @@ def test_base_at_a_batch_size_it_has_not_run_yet_measures(app, tiny_image_model)
     second, _ = run(app, request_for(app, tiny_image_model, ["base"], batches=(2,)))
     assert second["status"] == "complete", second["failures"]
     assert [r["combo"]["batch_size"] for r in second["results"]] == [2] and second["results"][0]["agreement"]["score"] == 1.0
+
+
+def test_cold_starts_import_only_the_engine_s_runtime_and_results_say_where_they_ran(app, tiny_image_model, tmp_path):
+    """At the model-load mark the measuring process has imported only what the artifact needs:
+    no pydantic anywhere, no torch for an ONNX or TVM artifact (base on an ONNX model is ONNX
+    Runtime alone)."""
+    from tests.fakes import tiny_onnx_model
+
+    summary, _ = run(app, request_for(app, tiny_image_model, ["base", "onnx", "tvm"], tuning_trials=0))
+    onnx_file = tmp_path / "tiny.onnx"
+    onnx_file.write_bytes(tiny_onnx_model())
+    model = store_model(app.store, onnx_file, "image_classification", [8, 8])
+    onnx_summary, _ = run(app, RequestSubmitted(model=model, matrix=Matrix(optimizers={"intel": ["base"]}, batch_sizes=[1], memory_sizes_mb=[1769])))
+    loaded = {r["combo"]["optimizer"] + ("-on-onnx" if r["model"]["format"] == "onnx" else ""): set(r["cold_start_ms"]["loaded_at_model_load"])
+              for r in summary["results"] + onnx_summary["results"]}
+    assert loaded["base"] >= {"torch"} and "pydantic" not in loaded["base"]
+    assert "onnxruntime" in loaded["onnx"] and not loaded["onnx"] & {"torch", "pydantic", "tvm"}
+    assert "tvm" in loaded["tvm"] and not loaded["tvm"] & {"torch", "pydantic", "onnxruntime"}
+    assert "onnxruntime" in loaded["base-on-onnx"] and not loaded["base-on-onnx"] & {"torch", "pydantic"}
+    for result in summary["results"] + onnx_summary["results"]:
+        assert result["cold_start_ms"]["artifact_bytes"] > 0
+        env = result["environment"]
+        assert env["cpu_model"] and env["host_cores"] >= 1 and env["kernel"] and env["cgroup"] in ("v1", "v2", "none")
+        assert env["python"].startswith("3.") and env["libraries"]["onnxruntime"] and env["ayci_version"]
+        assert result["host_limited"] is False and result["vcpus_available"] >= 1
+        assert result["latency_ms"]["p99_samples"] == result["latency_ms"]["iterations"]

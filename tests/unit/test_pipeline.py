@@ -26,6 +26,7 @@ from services.converter.reference import ReferenceFailed
 from services.inference.launcher import MeasurementFailed
 from services.request.replay import replay
 from services.request.submission import new_run
+from tests.conftest import ENVIRONMENT
 
 BROKEN_MODEL = "b" * 64
 
@@ -61,7 +62,7 @@ class Fakes:
                    "ci95_high": p50 * 1.01, "cv": 0.02, "iterations": 200, "converged": True, "billed_ms_mean": 2.0}
         cold = {"process_start": 50.0, "imports": 100.0, "model_load": 40.0, "first_inference": 5.0, "total": 200.0}
         return {"cold_start_ms": cold, "latency_ms": latency, "warmup_iterations": 10, "agreement": {"score": 1.0, "metric": "top1"},
-                "peak_rss_mb": 120.0, "confined": True, "threads": 1, "vcpus": spec.memory_mb / 1769}
+                "peak_rss_mb": 120.0, "confined": True, "threads": 1, "vcpus": spec.memory_mb / 1769, "environment": ENVIRONMENT}
 
     def send(self, *, to, subject, text, html) -> str:
         self.sent.append({"to": to, "subject": subject})

@@ -72,9 +72,21 @@ def test_a_result_without_cost_is_not_recommended():
     assert rec["fastest"] is None and "no cost" in rec["excluded"]["intel/onnx/b1/1769MB"]
 
 
-def test_disturbed_measurements_are_listed():
-    rec = recommend([result("onnx", 1769, p99=10, cost=1, disturbed=True)], slo_p99_ms=None, min_agreement=0.99)
-    assert rec["disturbed"] == ["intel/onnx/b1/1769MB"] and rec["fastest"] == "intel/onnx/b1/1769MB"
+def test_disturbed_measurements_are_listed_and_never_recommended():
+    rec = recommend([result("onnx", 1769, p99=10, cost=1, disturbed=True), result("base", 1769, p99=20, cost=2)], slo_p99_ms=None, min_agreement=0.99)
+    assert rec["disturbed"] == ["intel/onnx/b1/1769MB"] and rec["fastest"] == "intel/base/b1/1769MB"
+    assert rec["excluded"]["intel/onnx/b1/1769MB"].startswith("disturbed: other work used")
+
+
+def test_host_limited_and_unconfined_sizes_are_never_recommended():
+    """10240 MB is 5.8 vCPUs on Lambda: on a 2-core host it is measured with 2, so it is
+    neither the fastest nor the cheapest, whatever its numbers."""
+    limited = result("onnx", 10240, p99=1, cost=0.01) | {"host_limited": True, "vcpus": 5.79, "vcpus_available": 2}
+    unconfined = result("onnx", 3538, p99=2, cost=0.02) | {"confined": False, "confinement_reason": "no cgroup v2 here"}
+    rec = recommend([limited, unconfined, result("onnx", 1769, p99=10, cost=1)], slo_p99_ms=None, min_agreement=0.99)
+    assert rec["fastest"] == rec["cheapest"] == rec["balanced"] == "intel/onnx/b1/1769MB"
+    assert "host-limited: Lambda gives 10240 MB 5.8 vCPUs, this host has 2" in rec["excluded"]["intel/onnx/b1/10240MB"]
+    assert rec["excluded"]["intel/onnx/b1/3538MB"] == "unconfined: not measured as Lambda would run it (no cgroup v2 here)"
 
 
 def test_balance_scores_are_normalised():

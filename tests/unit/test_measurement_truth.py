@@ -1,0 +1,73 @@
+"""What makes a number trustworthy, one function at a time: library versions in the keys, stale
+results never reused, a p99 resting on at least 100 samples, host-limited sizes."""
+
+from __future__ import annotations
+
+import itertools
+
+from adapters.memory_store import MemoryStore
+from core.results import keep_result, reused_result
+from schemas import versions
+from schemas.combos import Combo, ModelRef, artifact_key, combo_key, reference_key
+from schemas.documents import MeasuredResult
+from services.inference import measure
+from services.inference.launcher import MeasureSpec
+from tests.conftest import measured_result
+
+MODEL = ModelRef(sha256="ab" * 32, size_bytes=1000, format="onnx", workload="image_classification", input_size=[32, 32])
+COMBO = Combo(hardware="intel", optimizer="onnx", batch_size=1, memory_mb=1769)
+
+
+def test_an_engine_library_upgrade_gives_new_keys(monkeypatch):
+    before = combo_key(MODEL, COMBO), artifact_key(MODEL, COMBO, "cpu"), reference_key(MODEL, 1)
+    real = versions.library_version
+    monkeypatch.setattr(versions, "library_version", lambda name: "99.0" if name == "onnxruntime" else real(name))
+    after = combo_key(MODEL, COMBO), artifact_key(MODEL, COMBO, "cpu"), reference_key(MODEL, 1)
+    assert all(b != a for b, a in zip(before, after, strict=True))
+    # a library the optimizer does not use changes nothing
+    monkeypatch.setattr(versions, "library_version", lambda name: "99.0" if name == "apache-tvm" else real(name))
+    assert combo_key(MODEL, COMBO) == before[0]
+
+
+def test_a_stale_result_is_listed_but_never_reused():
+    store = MemoryStore()
+    key = combo_key(MODEL, COMBO)
+    stored = measured_result(COMBO.label, p99=2.0, cost=0.3) | {"combo_key": key}
+    keep_result(store, MeasuredResult.model_validate(stored))
+    assert reused_result(store, key) is not None
+    for stale in ({"measurement_version": "m1"}, {"measurement_version": "m9-from-the-future"}, {"environment": None}):
+        keep_result(store, MeasuredResult.model_validate(stored | stale | {"run_id": f"r-{len(store.list_keys('results/'))}"}))
+        assert reused_result(store, key) is None  # measure again
+    store.put_bytes(f"results/{key}.json", b'{"not": "a result"')
+    assert reused_result(store, key) is None  # unreadable: stale, never a crash
+    assert len(store.list_keys(f"results/{key}/")) == 4  # every version still there
+
+
+def test_the_p99_rests_on_at_least_100_samples(monkeypatch):
+    steady = itertools.cycle([1.0, 1.01, 0.99, 1.0, 1.02])
+    monkeypatch.setattr(measure, "timed", lambda run, inputs: next(steady))
+    stats = measure.measure_warm(None, None, min_iterations=10, cap_s=30)
+    assert stats["converged"] and stats["iterations"] >= 100 and stats["p99_samples"] == stats["iterations"]
+    assert not stats["p99_estimate"] and stats["p99_ci95_low"] <= stats["p99"] <= stats["p99_ci95_high"]
+    # too slow for 100 samples within the cap: the p99 is marked an estimate
+    slow = itertools.count()
+    monkeypatch.setattr(measure, "timed", lambda run, inputs: (next(slow), __import__("time").sleep(0.02), 50.0)[2])
+    stats = measure.measure_warm(None, None, min_iterations=10, cap_s=0.3)
+    assert not stats["converged"] and stats["p99_estimate"] and stats["p99_samples"] < 100
+
+
+def test_a_wide_tail_keeps_measuring_until_it_settles(monkeypatch):
+    """A p50 that settles at once, a tail that does not: the rule covers the tail too."""
+    spiky = itertools.cycle([1.0] * 99 + [10.0])  # one sample in a hundred ten times slower: right at the p99
+    monkeypatch.setattr(measure, "timed", lambda run, inputs: next(spiky))
+    stats = measure.measure_warm(None, None, min_iterations=10, cap_s=0.3)
+    assert stats["iterations"] > 100 and not stats["converged"]  # the p50 settled at once; the tail never did
+    assert stats["p99_ci95_high"] == 10.0 and stats["p99_ci95_low"] == 1.0
+
+
+def test_host_limited_sizes(monkeypatch):
+    from services.inference import launcher
+
+    monkeypatch.setattr(launcher, "host_cores", lambda: 2)
+    spec = MeasureSpec(optimizer="onnx", workload="image_classification", artifact_path=None, reference_path=None, memory_mb=10240)
+    assert spec.vcpus > 5.7 and spec.threads == 2

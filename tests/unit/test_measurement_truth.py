@@ -71,3 +71,17 @@ def test_host_limited_sizes(monkeypatch):
     monkeypatch.setattr(launcher, "host_cores", lambda: 2)
     spec = MeasureSpec(optimizer="onnx", workload="image_classification", artifact_path=None, reference_path=None, memory_mb=10240)
     assert spec.vcpus > 5.7 and spec.threads == 2
+
+
+def test_the_table_says_host_limited_and_estimated_tails():
+    from report.render import results_csv
+    from report.table import summary_rows
+    from tests.conftest import archived_summary
+
+    limited = measured_result("intel/onnx/b1/10240MB", p99=1.0, cost=0.1) | {"host_limited": True, "vcpus": 5.79, "vcpus_available": 2, "cost": None}
+    limited["latency_ms"] |= {"p99_samples": 40, "p99_estimate": True}
+    summary = archived_summary("run-1", "complete", [limited, measured_result("intel/onnx/b1/1769MB", p99=5.0, cost=1.0)], [])
+    (row,) = [r for r in summary_rows(summary) if r["combination"] == "intel/onnx/b1/10240MB"]
+    assert "host-limited: needs 5.8 vCPUs, host has 2; not costed" in row["note"] and "p99 an estimate (40 samples)" in row["note"]
+    assert "host-limited" in results_csv(summary)
+    assert summary["recommendation"]["fastest"] == "intel/onnx/b1/1769MB"

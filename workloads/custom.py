@@ -36,6 +36,9 @@ def check_npz(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
                 raise BadInputs(f"the .npz holds {len(members)} arrays; at most {MAX_ARRAYS}")
             if sum(m.file_size for m in members) > MAX_BYTES:
                 raise BadInputs(f"the .npz's arrays are larger than {MAX_BYTES >> 20} MB uncompressed")
+            stray = [m.filename for m in members if not m.filename.endswith(".npy")]
+            if stray:
+                raise BadInputs(f"not a usable .npz of example inputs: {stray[0]!r} is not a .npy array (save the file with numpy.savez)")
         with np.load(path, allow_pickle=False) as npz:
             arrays = {name: npz[name] for name in npz.files}
     except BadInputs:

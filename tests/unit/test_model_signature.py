@@ -191,6 +191,11 @@ def test_custom_inputs_are_checked_and_judged_per_output(tmp_path):
     notnpz.write_bytes(b"not a zip")
     with pytest.raises(custom.BadInputs):
         custom.check_npz(notnpz)
+    plain_zip = tmp_path / "plain.npz"
+    with zipfile.ZipFile(plain_zip, "w") as archive:
+        archive.writestr("notes.txt", "a zip, but not of arrays")
+    with pytest.raises(custom.BadInputs, match="'notes.txt' is not a .npy array"):
+        custom.check_npz(plain_zip)
     ref = [np.ones((2, 3), np.float32), np.array([1, 2])]
     assert custom.agreement(ref, [r.copy() for r in ref]).score == 1.0
     worse = custom.agreement(ref, [ref[0], np.array([1, 3])])

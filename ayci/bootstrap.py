@@ -35,7 +35,7 @@ def build_service(name: str, store: ObjectStore, settings: Settings, mailer: Mai
     elif name == "inference":
         deps = inference.InferenceDeps(store=store, time_cap_s=settings.measure_time_cap_s, min_iterations=settings.measure_min_iterations)
     elif name == "archiver":
-        deps = archiver.ArchiverDeps(store=store, **({"now": now} if now else {}))
+        deps = archiver.ArchiverDeps(store=store, target_cpu=settings.target_cpu, **({"now": now} if now else {}))
     elif name == "notifier":
         deps = notifier.NotifierDeps(store=store, mailer=mailer, results_url=settings.results_url)
     else:

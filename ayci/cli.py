@@ -21,9 +21,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from core.logs import configure_logging
+from core.prediction import measured_combos
 from ayci.settings import Settings
 from engines.model_files import NotAModelError
-from schemas.combos import Matrix, Workload
+from schemas.combos import Matrix, Workload, parse_memory_sizes
 from schemas.events import RequestSubmitted
 from schemas import keys
 from schemas.documents import RunSummary
@@ -55,6 +56,13 @@ def parse_ints(text: str, name: str) -> list[int]:
         raise UsageError(f"--{name} takes comma-separated integers, got {text!r}") from exc
 
 
+def parse_memory(text: str) -> list[int]:
+    try:
+        return parse_memory_sizes(text)
+    except ValueError as exc:
+        raise UsageError(f"--memory: {exc}") from exc
+
+
 def validation_message(exc: ValidationError) -> str:
     parts = []
     for error in exc.errors():
@@ -67,11 +75,11 @@ def build_request(args: argparse.Namespace, model) -> RequestSubmitted:
     matrix = Matrix(
         optimizers=parse_matrix(args.matrix),
         batch_sizes=parse_ints(args.batch, "batch"),
-        memory_sizes_mb=parse_ints(args.memory, "memory"),
+        memory_sizes_mb=parse_memory(args.memory),
     )
     return RequestSubmitted(
         model=model, matrix=matrix, slo_p99_ms=args.slo, min_agreement=args.min_agreement,
-        tuning_trials=args.trials, email=args.email, force=args.force,
+        tuning_trials=args.trials, email=args.email, force=args.force, predict=getattr(args, "predict", False),
         balance_weight=getattr(args, "balance_weight", 0.5),
         **({"price_region": args.price_region} if getattr(args, "price_region", None) else {}),
     )
@@ -166,7 +174,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     request = build_request(args, model)
     say_impossible(_plan_of(request, model_path, inputs_path, app.store))
     envelope = new_run(request)
-    return follow_embedded(app, [envelope], len(request.matrix.combos()), settings, f"{model_path.name} (sha256 {model.sha256[:12]})")
+    return follow_embedded(app, [envelope], len(measured_combos(request)), settings, f"{model_path.name} (sha256 {model.sha256[:12]})")
 
 
 def say_impossible(plan) -> None:
@@ -312,7 +320,7 @@ def run_on_localstack(args: argparse.Namespace, settings: Settings, model_path: 
         say_impossible(_plan_of(request, model_path, inputs_path, wiring.store))
         envelope = new_run(request)
         wiring.publisher.publish([envelope])
-        return follow_store(wiring.store, envelope.run_id, [combo_key(model, c) for c in request.matrix.combos()], args.timeout, processes)
+        return follow_store(wiring.store, envelope.run_id, [combo_key(model, c) for c in measured_combos(request)], args.timeout, processes)
 
 
 def follow_store(store, run_id: str, combo_keys: list[str], timeout_s: float, processes=None) -> int:
@@ -354,7 +362,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if planned is not None:
             return envelopes, list(planned.combos)
         request = envelopes[0].payload
-        return envelopes, [combo_key(request.model, c) for c in request.matrix.combos()]
+        return envelopes, [combo_key(request.model, c) for c in measured_combos(request)]
 
     if args.localstack:
         with localstack_services(args.stack, settings) as (wiring, processes):
@@ -438,7 +446,10 @@ def parser() -> argparse.ArgumentParser:
         command.add_argument("--input-size", help="H,W for images and detection; sequence length for nlp")
         command.add_argument("--matrix", nargs="+", default=["intel=base,onnx"], help="HARDWARE=OPT[,OPT] ... e.g. intel=base,onnx,tvm arm=onnx")
         command.add_argument("--batch", default="1", help="batch sizes, e.g. 1,4")
-        command.add_argument("--memory", default="1769", help="Lambda memory sizes in MB, e.g. 1024,1769,3538")
+        command.add_argument("--memory", default="1769", help="Lambda memory sizes in MB, e.g. 1024,1769,3538, or a range: 128-10240 "
+                             "(Lambda's common sizes within it)")
+        command.add_argument("--predict", action="store_true", help="measure at most 3 memory sizes per hardware, optimizer and "
+                             "batch, and predict the others with an interval (needs at least 4 sizes)")
         command.add_argument("--trials", type=int, default=64, help="TVM tuning trials per model (MetaSchedule)")
         command.add_argument("--slo", type=float, help="p99 SLO in ms")
         command.add_argument("--min-agreement", type=float, default=0.99)

@@ -17,8 +17,12 @@ TUNING_TRIAL_ESTIMATE_S = 2.0
 
 
 def estimated_run_s(request: RequestSubmitted) -> float:
-    """Every combination measured, every artifact converted, TVM tuned, one after another."""
-    combos = request.matrix.combos()
+    """Every measured combination measured, every artifact converted, TVM tuned, one after
+    another (with `predict`, up to one check of a predicted pick per recommendation kind)."""
+    from core.prediction import MAX_CHECKS, measured_and_predicted
+
+    measured, predicted = measured_and_predicted(request)
+    combos = measured + predicted[:MAX_CHECKS]
     artifacts = {(c.hardware, c.optimizer, None if c.optimizer == Optimizer.base else c.batch_size) for c in combos}
     converting = sum(
         CONVERSION_ESTIMATE_S[o] + (request.tuning_trials * TUNING_TRIAL_ESTIMATE_S if o == Optimizer.tvm else 0)

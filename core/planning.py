@@ -100,7 +100,7 @@ def refuse_unbindable(signature: ModelSignature | None, request: RequestSubmitte
 class PlannedCombo:
     key: str
     combo: Combo
-    state: str  # reused | measure | impossible
+    state: str  # reused | measure | predict | impossible
     reason: str | None = None
     conversion_s: float = 0.0  # the artifact's conversion and tuning, counted once per artifact
     measurement_s: float = 0.0
@@ -129,6 +129,7 @@ class Plan:
         return {
             "combinations": [c.as_dict() for c in self.combos],
             "totals": {"to_measure": self.count("measure"), "reused": self.count("reused"), "impossible": self.count("impossible"),
+                       "predicted": self.count("predict"),
                        "estimated_wall_s": round(self.wall_s, 1), "estimated_benchmark_cost_usd": round(self.benchmark_cost_usd, 6)},
         }
 
@@ -136,16 +137,23 @@ class Plan:
 def plan_run(request: RequestSubmitted, signature: ModelSignature | None, store: ObjectStore | None,
              shapes: Callable[[int], Shapes] | None = None) -> Plan:
     """The plan of `request`: reused where a result is stored (unless `force`), impossible where
-    the model cannot run the combination, else to measure with estimates."""
+    the model cannot run the combination, predicted from measured sizes (`predict`), else to
+    measure with estimates."""
+    from core.prediction import measured_and_predicted
+
     shapes = shapes or request_shapes(store, request)
     prices = load_prices().region(request.price_region)
     plan = Plan()
     converted: set[tuple] = set()
-    for combo in request.matrix.combos():
+    measured, predicted = measured_and_predicted(request)
+    for combo in [*measured, *predicted]:
         key = combo_key(request.model, combo)
         reason = impossible_reason(signature, request, combo, shapes)
         if reason is not None:
             plan.combos.append(PlannedCombo(key, combo, "impossible", reason))
+            continue
+        if combo in predicted:
+            plan.combos.append(PlannedCombo(key, combo, "predict", "predicted from the measured sizes of its hardware, optimizer and batch"))
             continue
         if store is not None and not request.force and reused_result(store, key) is not None:
             plan.combos.append(PlannedCombo(key, combo, "reused"))

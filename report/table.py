@@ -18,6 +18,7 @@ COLUMNS = [
     ("cost_per_million_usd", "$ / 1M inf."),
     ("cold_start_usd", "$ / cold start"),
     ("agreement", "agreement"),
+    ("interval", "predicted ~95% interval"),
     ("note", "note"),
 ]
 
@@ -27,13 +28,17 @@ def _label(combo: dict) -> str:
 
 
 def summary_rows(summary: dict) -> list[dict]:
-    """One row per combination, measured ones first (by p99), then the failed ones."""
+    """One row per combination, measured and predicted ones first (by p99), then the failed ones."""
     rows = []
     for r in sorted(summary["results"], key=lambda r: r["latency_ms"]["p99"]):
         cost = r.get("cost") or {}
+        interval = r.get("interval") or {}
         rows.append(
             {
-                "combination": _label(r["combo"]), "status": "measured",
+                "combination": _label(r["combo"]), "status": "predicted" if r.get("predicted") else "measured",
+                "predicted": bool(r.get("predicted")),
+                "interval": _interval_cell(interval) if interval else None,
+                "p50_interval": interval.get("p50"), "p99_interval": interval.get("p99"),
                 "p50_ms": r["latency_ms"]["p50"], "p90_ms": r["latency_ms"]["p90"], "p99_ms": r["latency_ms"]["p99"],
                 "cold_start_ms": r["cold_start_ms"]["total"], "peak_rss_mb": r["peak_rss_mb"],
                 "cost_per_million_usd": cost.get("per_million_inferences_usd"), "cold_start_usd": cost.get("cold_start_usd"),
@@ -49,6 +54,14 @@ def summary_rows(summary: dict) -> list[dict]:
 def _notes(result: dict) -> list[str]:
     """What to keep in mind reading a result's row."""
     notes = []
+    prediction = result.get("prediction")
+    if prediction:
+        notes.append(f"predicted from {', '.join(map(str, prediction['anchors']))} MB"
+                     + (", beyond the measured range" if prediction.get("beyond_measured_range") else ""))
+    check = result.get("check")
+    if check:
+        notes.append(f"predicted p50 {check['predicted_p50_ms']:.2f} ms, measured "
+                     + ("within the interval" if check["within_interval"] else "outside the interval"))
     if result.get("reused"):
         notes.append("reused")
     if result.get("emulated"):
@@ -63,6 +76,13 @@ def _notes(result: dict) -> list[str]:
     if load.get("disturbed"):
         notes.append(f"disturbed: other work used {load['other_busy_cores']:.1f} cores")
     return notes
+
+
+def _interval_cell(interval: dict) -> str:
+    def span(pair: list[float]) -> str:
+        return "-".join(format_cell("p50_ms", v) for v in pair)
+
+    return f"p50 {span(interval['p50'])}, p99 {span(interval['p99'])}"
 
 
 def format_cell(key: str, value) -> str:

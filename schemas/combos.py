@@ -25,6 +25,10 @@ ENGINE_VERSION = "e1"
 LAMBDA_MIN_MEMORY_MB = 128
 LAMBDA_MAX_MEMORY_MB = 10240
 
+# the sizes a range (`128-10240`) stands for: Lambda's common sizes within it, and both ends
+MEMORY_LADDER_MB = (128, 256, 512, 768, 1024, 1536, 1769, 2048, 2560, 3008, 3538, 4096, 5120, 6144, 8192, 10240)
+PREDICT_MIN_SIZES = 4  # predict measures up to 3 sizes per family: fewer sizes are cheaper to measure
+
 SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -183,3 +187,26 @@ def reference_key(model: ModelRef, batch_size: int) -> str:
 def _inputs(model: ModelRef) -> dict:
     """The user's own inputs change every key; keys without them stay as they were."""
     return {"inputs": model.inputs_sha256} if model.inputs_sha256 else {}
+
+
+def parse_memory_sizes(text: str) -> list[int]:
+    """Memory sizes from `1024,1769` or ranges like `128-10240` (Lambda's common sizes within
+    the range, and both ends), or both mixed. `ValueError` names what is wrong."""
+    sizes: set[int] = set()
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        low, dash, high = part.partition("-")
+        try:
+            bounds = (int(low), int(high)) if dash else (int(part), int(part))
+        except ValueError:
+            raise ValueError(f"memory sizes are MB numbers or ranges like 128-10240, got {part!r}") from None
+        for bound in bounds:
+            if not LAMBDA_MIN_MEMORY_MB <= bound <= LAMBDA_MAX_MEMORY_MB:
+                raise ValueError(f"memory size {bound} MB is outside Lambda's {LAMBDA_MIN_MEMORY_MB}-{LAMBDA_MAX_MEMORY_MB} MB")
+        if bounds[0] > bounds[1]:
+            raise ValueError(f"the range {part} runs backwards: write {bounds[1]}-{bounds[0]}")
+        sizes.update({bounds[0], bounds[1], *(m for m in MEMORY_LADDER_MB if bounds[0] <= m <= bounds[1])})
+    if not sizes:
+        raise ValueError("no memory size given")
+    return sorted(sizes)

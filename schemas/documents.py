@@ -13,6 +13,7 @@ additions survive a round trip through an older reader.
 - `MeasurementReport` what the measuring process reports (validated once, by the launcher)
 - `MeasuredResult`   results/{combo key}.json: one measured combination
 - `Outcome`          runs/{id}/outcomes/{combo key}.json: how a combination ended in a run
+- `PickChecks`       runs/{id}/checks.json: predicted picks measured before the run closes
 - `RunSummary`       runs/{id}/summary.json: the archived run
 """
 
@@ -211,6 +212,16 @@ class Outcome(Document):
     reused: bool = False
     stage: FailureStage | None = None
     reason: str | None = None
+
+
+class PickChecks(Document):
+    """runs/{id}/checks.json: predicted picks of a `predict` run measured before it closes.
+    `predicted` keeps each one's prediction (its row) to set beside the measurement."""
+
+    combos: dict[str, Combo]  # combination key -> combination
+    predicted: dict[str, dict[str, Any]]  # combination key -> its predicted row
+    kinds: dict[str, list[str]]  # combination key -> the recommendation kinds that picked it
+    decided_by: str  # the event whose handling decided the checks (it alone emits them)
 
 
 class FailedCombination(Flexible):

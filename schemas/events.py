@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator, model_validator
 
-from schemas.combos import Combo, Matrix, ModelRef
+from schemas.combos import PREDICT_MIN_SIZES, Combo, Matrix, ModelRef
 from schemas.cost import default_region as default_price_region
 from schemas.cost import load_prices
 
@@ -32,10 +32,11 @@ class Payload(BaseModel):
 
 
 class RequestSubmitted(Payload):
-    """A user asked to measure `matrix` on `model`. Version 2 carries the matrix per hardware."""
+    """A user asked to measure `matrix` on `model`. Version 2 carries the matrix per hardware;
+    version 3 can ask to measure a few memory sizes and predict the rest (`predict`)."""
 
     TYPE = "RequestSubmitted"
-    VERSION = 2
+    VERSION = 3
     model: ModelRef
     matrix: Matrix
     slo_p99_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
@@ -49,6 +50,19 @@ class RequestSubmitted(Payload):
     replay_of: str | None = None  # the run this one replays
     # None: an hour, or twice the run's estimated length if longer (core/deadlines.py); a number is kept
     deadline_s: float | None = Field(default=None, gt=0)
+    # measure at most 3 memory sizes per (hardware, optimizer, batch), predict the others (core/prediction.py)
+    predict: bool = False
+
+    @model_validator(mode="after")
+    def _enough_sizes_to_predict(self) -> RequestSubmitted:
+        sizes = self.matrix.memory_sizes_mb
+        if self.predict and len(sizes) < PREDICT_MIN_SIZES:
+            raise ValueError(
+                f"predict measures up to {PREDICT_MIN_SIZES - 1} memory sizes and predicts the others: "
+                f"{len(sizes)} memory size{'s' if len(sizes) != 1 else ''} ({', '.join(map(str, sizes))}) cost no more to measure. "
+                f"Give at least {PREDICT_MIN_SIZES} (e.g. a range: 128-10240) or do not predict"
+            )
+        return self
 
     @field_validator("price_region")
     @classmethod
@@ -58,11 +72,15 @@ class RequestSubmitted(Payload):
 
 
 class RunPlanned(Payload):
+    """What a run waits for (`combos`, measured) and, version 2, what it predicts from them."""
+
     TYPE = "RunPlanned"
+    VERSION = 2
     model: ModelRef
     combos: dict[str, Combo]  # combination key -> combination
     deadline: datetime
     request: RequestSubmitted
+    predicted: dict[str, Combo] = {}  # combination key -> combination predicted from the measured ones
 
 
 class ComboPending(Payload):
@@ -106,6 +124,7 @@ class FailureStage(StrEnum):
     dead_letter = "dead_letter"
     deadline = "deadline"
     cancelled = "cancelled"
+    prediction = "prediction"  # a predicted size that will not fit, or a family its measurements cannot predict
 
 
 class ComboFailed(Payload):
@@ -178,9 +197,17 @@ def _deadline_v1_to_v2(old: dict[str, Any]) -> dict[str, Any]:
     return {"deadline": old["deadline"]}
 
 
+def _added_defaults(old: dict[str, Any]) -> dict[str, Any]:
+    """The next version only added fields with defaults (RequestSubmitted v3: `predict`;
+    RunPlanned v2: `predicted`)."""
+    return dict(old)
+
+
 # (type, version it reads) -> function giving the payload of the next version
 UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("RequestSubmitted", 1): _request_submitted_v1_to_v2,
+    ("RequestSubmitted", 2): _added_defaults,
+    ("RunPlanned", 1): _added_defaults,
     ("RunDeadlineReached", 1): _deadline_v1_to_v2,
 }
 

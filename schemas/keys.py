@@ -19,7 +19,8 @@ runs/{run id}/run.json                       the run record: owner, request, tim
 runs/{run id}/events/{seq}-{type}-{id}.json  the run's event log (replay reads it)
 runs/{run id}/plan.json                      the combinations the run waits for
 runs/{run id}/outcomes/{combination key}.json  each combination's end: measured, reused or failed
-runs/{run id}/outcomes/expected-{N}          empty; N = how many outcomes the plan waits for
+runs/{run id}/outcomes/expected-{N}          empty; N = how many outcomes the plan waits for (the largest marker counts)
+runs/{run id}/checks.json                    predicted picks the archiver measures before it closes the run (--predict)
 runs/{run id}/summary.json                   the archived run (written once, conditionally)
 runs/{run id}/email.json                     the notifier's record of the email it sent
 owners/{owner}/days/{YYYY-MM-DD}/{run id}    a run an owner submitted that day (its combinations: the owner's limits)
@@ -113,12 +114,19 @@ def expected_outcomes(run_id: str, count: int) -> str:
 
 
 def expected_outcomes_in(listed: list[str]) -> int | None:
-    """The count named by the `expected-{N}` marker among listed outcome keys (None: no plan yet)."""
-    for key in listed:
-        name = key.rsplit("/", 1)[-1]
-        if name.startswith("expected-"):
-            return int(name.removeprefix("expected-"))
-    return None
+    """The count named by the `expected-{N}` markers among listed outcome keys: the largest, as
+    checks of predicted picks add one (None: no plan yet)."""
+    counts = [int(name.removeprefix("expected-")) for name in (key.rsplit("/", 1)[-1] for key in listed) if name.startswith("expected-")]
+    return max(counts) if counts else None
+
+
+def outcomes_in(listed: list[str]) -> int:
+    """How many of the listed outcome keys are outcomes (not `expected-{N}` markers)."""
+    return sum(not key.rsplit("/", 1)[-1].startswith("expected-") for key in listed)
+
+
+def pick_checks(run_id: str) -> str:
+    return f"runs/{run_id}/checks.json"
 
 
 def summary(run_id: str) -> str:

@@ -15,6 +15,7 @@ same id, so the email is neither lost nor sent twice.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,9 +23,12 @@ from datetime import UTC, datetime
 import structlog
 
 from core.ports import NotFound, ObjectStore
+from core.prediction import lambda_threads, measured_combos, predict_run
+from core.results import reused_result
 from core.runtime import Delayed
 from schemas.events import (
     ComboFailed,
+    ComboPending,
     Envelope,
     FailureStage,
     InferenceDone,
@@ -37,9 +41,9 @@ from schemas.events import (
 )
 from schemas.cost import UnknownPriceRegion, cost_block
 from schemas import keys
-from schemas.combos import combo_key
-from schemas.documents import FailedCombination, MeasuredResult, Outcome, RunSummary
-from report import recommend
+from schemas.combos import Hardware, Optimizer, artifact_key, combo_key
+from schemas.documents import FailedCombination, MeasuredResult, Outcome, PickChecks, RunSummary
+from report import RECOMMENDATION_KINDS, recommend
 
 log = structlog.get_logger()
 ARCHIVE_READERS = 16  # concurrent reads when a run closes
@@ -49,6 +53,8 @@ ARCHIVE_READERS = 16  # concurrent reads when a run closes
 class ArchiverDeps:
     store: ObjectStore
     now: callable = lambda: datetime.now(UTC)
+    # (hardware, optimizer) -> the CPU an artifact is built for; None: predicted picks are not checked
+    target_cpu: Callable[[Hardware, Optimizer], str] | None = None
 
 
 def on_run_planned(event: Envelope, deps: ArchiverDeps) -> list[Payload | Delayed]:
@@ -83,7 +89,7 @@ def on_deadline_reached(event: Envelope, deps: ArchiverDeps) -> list[Payload | D
         if deadline.request is None:
             return []
         request = deadline.request  # the run was never planned: plan it from its request, to end it
-        combos = {combo_key(request.model, c): c for c in request.matrix.combos()}
+        combos = {combo_key(request.model, c): c for c in measured_combos(request)}
         _keep_plan(event.run_id, RunPlanned(model=request.model, combos=combos, deadline=deadline.deadline, request=request), deps)
     missing = (deadline.stage, deadline.reason or "never reported before the run's deadline")
     return _archive(event, deps, at_deadline=True, missing=missing)
@@ -101,7 +107,7 @@ def _archive_if_complete(event: Envelope, deps: ArchiverDeps) -> list[Payload]:
     per 1,000 combinations) per arrival, whatever the run's size."""
     listed = deps.store.list_keys(keys.outcomes_prefix(event.run_id))
     expected = keys.expected_outcomes_in(listed)
-    if expected is None or len(listed) - 1 < expected:
+    if expected is None or keys.outcomes_in(listed) < expected:
         return []
     if deps.store.exists(keys.summary(event.run_id)):
         return _announce_again(event, deps)
@@ -111,21 +117,44 @@ def _archive_if_complete(event: Envelope, deps: ArchiverDeps) -> list[Payload]:
 def _archive(event: Envelope, deps: ArchiverDeps, *, at_deadline: bool, missing: tuple[FailureStage, str] | None = None) -> list[Payload]:
     run_id = event.run_id
     plan = RunPlanned.model_validate_json(deps.store.get_bytes(keys.plan(run_id)))
+    request = plan.request
+    checks = _pick_checks(run_id, deps)
     stage, reason = missing or (FailureStage.deadline, "never reported before the run's deadline")
     missing_outcome = Outcome(status="failed", stage=stage, reason=reason)
     # the one step that reads every combination (once per run): concurrently, so a large run
     # closes in seconds on S3, not in one round trip per object
     with ThreadPoolExecutor(max_workers=ARCHIVE_READERS) as pool:
         ends = list(pool.map(lambda key: _end_of(run_id, key, deps, missing_outcome), plan.combos))
+        checked = list(pool.map(lambda key: _end_of(run_id, key, deps, None), checks.combos)) if checks else []
     results, failures = [], []
     for (key, combo), (outcome, result) in zip(plan.combos.items(), ends, strict=True):
         if result is not None:
-            results.append(priced_for_region({**result, "reused": outcome.reused}, plan.request.price_region))
+            results.append(priced_for_region({**result, "reused": outcome.reused}, request.price_region))
         else:
             failures.append(FailedCombination(combo_key=key, combo=combo, label=combo.label, stage=outcome.stage, reason=outcome.reason))
+    if checks is not None and not at_deadline and any(outcome is None for outcome, _ in checked):
+        return []  # the checks of predicted picks are still being measured
+    predicted_rows: list[dict] = []
+    check_report: list[dict] = []
+    if plan.predicted:
+        predicted_rows, refused = predict_run(request, list(plan.predicted.values()), results, [f.model_dump(mode="json") for f in failures],
+                                              request.price_region)
+        failures += [FailedCombination(combo_key=r["combo_key"], combo=r["combo"], label=r["label"], stage=FailureStage.prediction,
+                                       reason=r["reason"]) for r in refused]
+        if checks is None and not at_deadline:
+            first = recommend(results + predicted_rows, slo_p99_ms=request.slo_p99_ms, min_agreement=request.min_agreement,
+                              balance_weight=request.balance_weight)
+            emitted = _check_picks(event, plan, first, predicted_rows, deps)
+            if emitted is not None:
+                return emitted
+        if checks is not None:
+            predicted_rows, results, check_report = _with_checks(checks, checked, predicted_rows, results, request.price_region)
     status = RunStatus.failed if not results else RunStatus.partial if failures else RunStatus.complete
-    request = plan.request
-    recommendation = recommend(results, slo_p99_ms=request.slo_p99_ms, min_agreement=request.min_agreement, balance_weight=request.balance_weight)
+    recommendation = recommend(results + predicted_rows, slo_p99_ms=request.slo_p99_ms, min_agreement=request.min_agreement,
+                               balance_weight=request.balance_weight)
+    if plan.predicted:
+        recommendation["checks"] = check_report
+    results = results + predicted_rows
     summary = RunSummary(
         run_id=run_id, status=status.value, archived_at=deps.now().isoformat(), closed_at_deadline=at_deadline,
         model=plan.model, request=request.model_dump(mode="json"), results=results, failures=failures,
@@ -137,15 +166,92 @@ def _archive(event: Envelope, deps: ArchiverDeps, *, at_deadline: bool, missing:
     return [_announcement(summary)]
 
 
-def _end_of(run_id: str, key: str, deps: ArchiverDeps, missing: Outcome) -> tuple[Outcome, dict | None]:
+def _end_of(run_id: str, key: str, deps: ArchiverDeps, missing: Outcome | None) -> tuple[Outcome | None, dict | None]:
     """A combination's outcome and, if it was measured, its result."""
     outcome = _outcome(run_id, key, deps) or missing
-    if outcome.status != "done":
+    if outcome is None or outcome.status != "done":
         return outcome, None
     try:
         return outcome, MeasuredResult.read(deps.store.get_bytes(outcome.result_key)).to_dict()
     except (NotFound, SchemaError) as exc:  # one unreadable result fails its combination, not the run
         return Outcome(status="failed", stage=FailureStage.inference, reason=f"its stored result cannot be read: {exc}"[:2000]), None
+
+
+def _pick_checks(run_id: str, deps: ArchiverDeps) -> PickChecks | None:
+    try:
+        return PickChecks.read(deps.store.get_bytes(keys.pick_checks(run_id)))
+    except NotFound:
+        return None
+
+
+def _check_picks(event: Envelope, plan: RunPlanned, recommendation: dict, predicted_rows: list[dict], deps: ArchiverDeps) -> list[Payload] | None:
+    """If the recommendation picks predicted sizes this host can measure as Lambda would (up to 2
+    vCPUs, natively), measure them before closing: the checks are written once (the event that
+    wins the write emits them, again if it is redelivered) and the run waits for one more
+    outcome each. None: nothing to check, close the run now."""
+    if deps.target_cpu is None:
+        return None
+    by_label = {r["label"] if "label" in r else _label(r): r for r in predicted_rows}
+    kinds: dict[str, list[str]] = {}
+    for kind in RECOMMENDATION_KINDS:
+        row = by_label.get(recommendation.get(kind) or "")
+        if row is not None and lambda_threads(row["combo"]["memory_mb"]) <= 2 and not row.get("emulated"):
+            kinds.setdefault(row["combo_key"], []).append(kind)
+    if not kinds:
+        return None
+    rows = {r["combo_key"]: r for r in predicted_rows}
+    combos = {key: plan.predicted[key] for key in kinds}
+    checks = PickChecks(combos=combos, predicted={key: rows[key] for key in kinds}, kinds=kinds, decided_by=event.event_id)
+    if not deps.store.put_bytes(keys.pick_checks(event.run_id), checks.to_bytes(), if_absent=True):
+        checks = _pick_checks(event.run_id, deps)
+        if checks is None or checks.decided_by != event.event_id:
+            return []  # another arrival decided them
+    deps.store.put_bytes(keys.expected_outcomes(event.run_id, len(plan.combos) + len(checks.combos)), b"", if_absent=True)
+    log.info("checking_predicted_picks", run_id=event.run_id, picks=[c.label for c in checks.combos.values()])
+    out: list[Payload] = []
+    for key, combo in checks.combos.items():
+        reused = None if plan.request.force else reused_result(deps.store, key)
+        if reused is not None:
+            out.append(reused)
+            continue
+        target_cpu = deps.target_cpu(combo.hardware, combo.optimizer)
+        out.append(ComboPending(model=plan.model, combo=combo, combo_key=key, artifact_key=artifact_key(plan.model, combo, target_cpu),
+                                target_cpu=target_cpu, tuning_trials=plan.request.tuning_trials))
+    return out
+
+
+def _with_checks(checks: PickChecks, checked: list, predicted_rows: list[dict], results: list[dict], region: str) -> tuple[list[dict], list[dict], list[dict]]:
+    """The checked picks' measurements in place of their predictions, each with what was
+    predicted beside it: (predicted rows left, results, the check report)."""
+    report = []
+    checked_keys = set()
+    for (key, combo), (outcome, result) in zip(checks.combos.items(), checked, strict=True):
+        guess = checks.predicted[key]
+        entry = {"combination": combo.label, "picked_as": checks.kinds.get(key, []), "predicted_p50_ms": guess["latency_ms"]["p50"],
+                 "predicted_p99_ms": guess["latency_ms"]["p99"], "interval": guess["interval"]}
+        checked_keys.add(key)
+        if result is None:
+            why = outcome.reason if outcome is not None else "not measured before the run's deadline"
+            report.append({**entry, "measured": False, "verdict": f"could not be checked ({why}): no longer recommended"})
+            continue
+        measured = priced_for_region({**result, "reused": outcome.reused}, region)
+        p50, p99 = measured["latency_ms"]["p50"], measured["latency_ms"]["p99"]
+        low50, high50 = guess["interval"]["p50"]
+        low99, high99 = guess["interval"]["p99"]
+        within = low50 <= p50 <= high50 and low99 <= p99 <= high99
+        verdict = ("measured within the predicted interval" if within else
+                   f"measured outside the predicted interval (p50 {p50:.2f} ms against {low50:.2f}-{high50:.2f}, "
+                   f"p99 {p99:.2f} ms against {low99:.2f}-{high99:.2f}): re-ranked with the measurement")
+        measured["check"] = {"predicted_p50_ms": guess["latency_ms"]["p50"], "predicted_p99_ms": guess["latency_ms"]["p99"],
+                             "interval": guess["interval"], "within_interval": within}
+        results.append(measured)
+        report.append({**entry, "measured": True, "measured_p50_ms": p50, "measured_p99_ms": p99, "within_interval": within, "verdict": verdict})
+    return [r for r in predicted_rows if r["combo_key"] not in checked_keys], results, report
+
+
+def _label(result: dict) -> str:
+    c = result["combo"]
+    return f"{c['hardware']}/{c['optimizer']}/b{c['batch_size']}/{c['memory_mb']}MB"
 
 
 def _outcome(run_id: str, key: str, deps: ArchiverDeps) -> Outcome | None:

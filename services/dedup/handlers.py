@@ -3,7 +3,8 @@
 For each combination: a stored result (`results/{combo key}.json`, found by key) is reused
 unless the request forces a new measurement; a stored artifact (`artifacts/{artifact key}/
 manifest.json`) skips conversion; everything else goes to the converter. It also tells the
-archiver what to wait for (`RunPlanned`).
+archiver what to wait for (`RunPlanned`). With `predict`, each (hardware, optimizer, batch)
+measures up to three anchor sizes and the archiver predicts the others (`core/prediction.py`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from schemas.events import (
 )
 from core.deadlines import run_deadline_s
 from core.planning import impossible_reason, model_signature, request_shapes
+from core.prediction import measured_and_predicted
 from core.results import reused_result
 from schemas import keys
 from schemas.documents import ArtifactManifest
@@ -41,20 +43,27 @@ def impossible_combos(store: ObjectStore, request: RequestSubmitted) -> dict[str
     """Combination key -> why it cannot run, from the model's stored signature and size."""
     signature = model_signature(store, request.model.sha256)
     shapes = request_shapes(store, request)
-    reasons = {combo_key(request.model, c): impossible_reason(signature, request, c, shapes) for c in request.matrix.combos()}
+    measured, predicted = measured_and_predicted(request)
+    reasons = {combo_key(request.model, c): impossible_reason(signature, request, c, shapes) for c in [*measured, *predicted]}
     return {key: reason for key, reason in reasons.items() if reason}
 
 
 def on_request_submitted(event: Envelope, deps: DedupDeps) -> list[Payload]:
     request: RequestSubmitted = event.payload
     model = request.model
-    combos = {combo_key(model, c): c for c in request.matrix.combos()}
-    planned = RunPlanned(
-        model=model, combos=combos, deadline=event.time + timedelta(seconds=run_deadline_s(request)), request=request
-    )
-    out: list[Payload] = [planned]
     model_stored = deps.store.exists(keys.model(model.sha256))
     impossible = impossible_combos(deps.store, request) if model_stored else {}
+    measured, predicted = measured_and_predicted(request)
+    predicted_keys = {combo_key(model, c): c for c in predicted}
+    # an impossible combination fails at plan even where it would be predicted, and a stored
+    # result is reused rather than predicted: the archiver waits for both
+    known = {k for k in predicted_keys if k in impossible or (not request.force and reused_result(deps.store, k) is not None)}
+    combos = {combo_key(model, c): c for c in measured} | {k: c for k, c in predicted_keys.items() if k in known}
+    planned = RunPlanned(
+        model=model, combos=combos, deadline=event.time + timedelta(seconds=run_deadline_s(request)), request=request,
+        predicted={k: c for k, c in predicted_keys.items() if k not in known},
+    )
+    out: list[Payload] = [planned]
     for key, combo in combos.items():
         if not model_stored:
             out.append(ComboFailed(combo=combo, combo_key=key, stage=FailureStage.dedup, reason=f"model {model.sha256[:12]} is not stored"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from core.ports import NotFound, ObjectStore
+from core.prediction import measured_combos
 from schemas.combos import Combo, combo_key
 from schemas.events import Envelope, FailureStage, RequestSubmitted, RunDeadlineReached, RunPlanned
 from schemas import keys
@@ -18,7 +19,7 @@ def record_run(store: ObjectStore, run_id: str, request: RequestSubmitted) -> bo
     """Write the run's record (owner, combinations); False if a run with this id exists."""
     record = RunRecord(
         run_id=run_id, owner=request.owner, submitted_at=datetime.now(UTC).isoformat(),
-        combos={combo_key(request.model, c): c for c in request.matrix.combos()}, request=request.model_dump(mode="json"),
+        combos={combo_key(request.model, c): c for c in measured_combos(request)}, request=request.model_dump(mode="json"),
     )
     return store.put_bytes(keys.run_record(run_id), record.to_bytes(), if_absent=True)
 

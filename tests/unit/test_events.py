@@ -4,7 +4,7 @@ import pytest
 from pydantic import ValidationError
 
 from schemas.combos import Combo, Matrix, ModelRef, artifact_key, combo_key
-from schemas.events import ComboFailed, Envelope, RequestSubmitted, SchemaError
+from schemas.events import ComboFailed, Envelope, RequestSubmitted, RunPlanned, SchemaError
 
 MODEL = ModelRef(sha256="a" * 64, size_bytes=10, format="pt2", workload="image_classification", input_size=[224, 224])
 MATRIX = Matrix(optimizers={"intel": ["onnx", "base"], "arm": ["tvm"]}, batch_sizes=[4, 1], memory_sizes_mb=[1769])
@@ -25,7 +25,7 @@ def test_caused_ids_are_deterministic():
     assert env.caused(failed, producer="dedup", index=0).event_id != env.caused(failed, producer="dedup", index=1).event_id
 
 
-def test_v1_request_is_upcast_to_v2():
+def test_v1_request_is_upcast_to_the_current_version():
     v1 = {
         "event_id": "e1", "type": "RequestSubmitted", "schema_version": 1, "run_id": "r1",
         "time": "2026-01-01T00:00:00Z", "producer": "request",
@@ -33,9 +33,26 @@ def test_v1_request_is_upcast_to_v2():
                     "batch_sizes": [1], "memory_mb": [1024, 2048]},
     }
     env = Envelope.parse(json.dumps(v1))
-    assert env.schema_version == RequestSubmitted.VERSION == 2
+    assert env.schema_version == RequestSubmitted.VERSION == 3
     assert env.payload.matrix.optimizers == {"intel": ["base", "onnx"], "arm": ["base", "onnx"]}
     assert env.payload.matrix.memory_sizes_mb == [1024, 2048]
+    assert env.payload.predict is False
+
+
+def test_v1_plan_reads_with_nothing_predicted():
+    request = RequestSubmitted(model=MODEL, matrix=MATRIX)
+    v1 = json.loads(Envelope.wrap(RunPlanned(model=MODEL, combos={}, deadline="2026-01-01T00:00:00Z", request=request), run_id="r", producer="p").to_json())
+    v1["schema_version"] = 1
+    v1["payload"].pop("predicted")
+    v1["payload"]["request"].pop("predict")
+    assert Envelope.parse(v1).payload.predicted == {}
+
+
+def test_predict_needs_more_sizes_than_it_measures():
+    with pytest.raises(ValueError, match=r"predict measures up to 3 memory sizes.*3 memory sizes \(1024, 1769, 3538\)"):
+        RequestSubmitted(model=MODEL, matrix=Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1024, 1769, 3538]), predict=True)
+    four = Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[512, 1024, 1769, 3538])
+    assert RequestSubmitted(model=MODEL, matrix=four, predict=True).predict
 
 
 @pytest.mark.parametrize(

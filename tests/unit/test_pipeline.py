@@ -40,6 +40,7 @@ class Fakes:
         self.sent: list[dict] = []
         self.out_of_memory_below_mb = 0
         self.crash = False  # the measurement crashes the handler (not a failure it reports)
+        self.billed_ms = 2.0
 
     def convert(self, optimizer, job) -> Conversion:
         (job.out_dir / "model.fake").write_bytes(b"artifact")
@@ -59,7 +60,7 @@ class Fakes:
             raise MeasurementFailed(f"out of memory at {spec.memory_mb} MB (peak 300 MB)")
         p50 = 1000.0 / spec.memory_mb
         latency = {"p50": p50, "p90": p50 * 1.1, "p99": p50 * 1.2, "mean": p50, "min": p50 * 0.9, "max": p50 * 1.3, "ci95_low": p50 * 0.99,
-                   "ci95_high": p50 * 1.01, "cv": 0.02, "iterations": 200, "converged": True, "billed_ms_mean": 2.0}
+                   "ci95_high": p50 * 1.01, "cv": 0.02, "iterations": 200, "converged": True, "billed_ms_mean": self.billed_ms}
         cold = {"process_start": 50.0, "imports": 100.0, "model_load": 40.0, "first_inference": 5.0, "total": 200.0}
         return {"cold_start_ms": cold, "latency_ms": latency, "warmup_iterations": 10, "agreement": {"score": 1.0, "metric": "top1"},
                 "peak_rss_mb": 120.0, "confined": True, "threads": 1, "vcpus": spec.memory_mb / 1769, "environment": ENVIRONMENT}
@@ -78,6 +79,7 @@ def fakes() -> Fakes:
 def app(tmp_path, fakes):
     parts = {
         "dedup": {"target_cpu": lambda hardware, optimizer: "fake-cpu"},
+        "archiver": {"target_cpu": lambda hardware, optimizer: "fake-cpu"},
         "converter": {"convert": fakes.convert, "compute_reference": fakes.compute_reference, "work_dir": tmp_path},
         "inference": {"measure": fakes.measure, "runtime_for": lambda hardware: ([sys.executable], False), "work_dir": tmp_path},
     }
@@ -234,3 +236,31 @@ def test_the_pipeline_runs_without_torch():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2])
     assert "TORCH False RC 0" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def test_predict_measures_the_anchors_predicts_the_rest_and_checks_a_predicted_pick(app, fakes):
+    """--predict: three anchors measured per family, the other sizes predicted with an interval;
+    a pick that was predicted is measured before the run closes, and set beside its prediction."""
+    fakes.billed_ms = 100.0  # measured sizes bill far more than predicted ones: the cheapest pick is a predicted size
+    summary = run(app, request(app, memory=(512, 1024, 1769, 2048, 3538, 5120), predict=True))
+    measured = {r["combo"]["memory_mb"] for r in summary["results"] if not r.get("predicted")}
+    predicted = {r["combo"]["memory_mb"]: r for r in summary["results"] if r.get("predicted")}
+    checks = summary["recommendation"]["checks"]
+    assert checks and all(c["measured"] for c in checks) and "cheapest" in {kind for c in checks for kind in c["picked_as"]}
+    checked = {int(c["combination"].split("/")[-1].removesuffix("MB")) for c in checks}
+    assert checked <= {1024, 2048, 5120}
+    assert measured == {512, 1769, 3538} | checked and set(predicted) == {1024, 2048, 5120} - checked
+    assert sorted(m for _, m in fakes.measurements) == sorted(measured)  # each measured once, the checks included
+    for row in predicted.values():
+        low, high = row["interval"]["p50"]
+        assert low < row["latency_ms"]["p50"] < high and row["cost"]["per_million_inferences_usd"] > 0
+    assert {r["combo"]["memory_mb"] for r in summary["results"] if r.get("check")} == checked
+    # re-ranked with the measurements: a checked size now bills what it measured, so it is no longer the cheapest
+    assert summary["recommendation"]["cheapest"] not in {c["combination"] for c in checks}
+    assert summary["status"] == "complete" and len(fakes.sent) == 1
+
+
+def test_predict_with_too_few_sizes_is_refused():
+    with pytest.raises(ValueError, match="predict measures up to 3 memory sizes"):
+        RequestSubmitted(model=ModelRef(sha256="a" * 64, size_bytes=11, format="onnx", workload="image_classification", input_size=[2, 2]),
+                         matrix=Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1769]), predict=True)

@@ -15,6 +15,7 @@ from report import results_csv, results_document
 from schemas.events import Envelope
 from schemas.reasons import whole
 from services.request.auth import Owner
+from core.prediction import measured_combos
 from core.planning import Plan, plan_run, refuse_unbindable, request_shapes
 from schemas import keys
 from schemas.events import RequestSubmitted
@@ -33,11 +34,11 @@ def checked_request(body: RunRequest, owner: str, deps: RequestDeps) -> tuple[Re
     """The contract's request for `body` and how to plan it; 409 if the model (or the inputs) is not
     stored, 422 naming the problem if the model's inputs bind to nothing the run feeds."""
     matrix = body.matrix_of()
-    total = len(matrix.combos())
-    if total > deps.limits.max_combinations:
-        raise invalid(("body", "matrix"), f"{total} combinations; a run may have at most {deps.limits.max_combinations}")
     info = owned_model_info(deps.store, body.model.sha256, owner)
     request = body.request_for(owner, info["format"] if info else "pt2", matrix)  # the contract checks the input size for the workload
+    total = len(measured_combos(request))
+    if total > deps.limits.max_combinations:
+        raise invalid(("body", "matrix"), f"{total} combinations; a run may have at most {deps.limits.max_combinations}")
     if info is None:
         raise HTTPException(409, f"model {body.model.sha256} is not stored: upload it first (POST /models/uploads)")
     if info["size_bytes"] != body.model.size_bytes:
@@ -65,7 +66,7 @@ def submit_run(body: Annotated[RunRequest, Body()], owner: Owner, response: Resp
     """Start a run. The model must be stored (see `/models/uploads`). Combinations the plan
     calls impossible are recorded as failed (stage `plan`) and never measured."""
     request, _ = checked_request(body, owner, deps)
-    total = len(request.matrix.combos())
+    total = len(measured_combos(request))
     if body.email and not deps.limits.email_allowed_to(body.email):
         raise invalid(("body", "email"), f"this deployment does not send email to {body.email} (AYCI_EMAIL_ALLOWED)")
     now = datetime.now(UTC)

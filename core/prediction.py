@@ -1,0 +1,413 @@
+"""Measure three sizes, predict the rest (`--predict`).
+
+Lambda gives a function `memory / 1,769` vCPUs (at most 6) as a CFS quota, and AYCI runs an
+engine with `floor(vCPUs)` threads (at least one; `services/inference/launcher.py`). So the
+latency of one combination family (hardware, optimizer, batch) at a memory size is decided by
+two things it knows exactly, and the model below has one part per regime:
+
+- **below 1 vCPU** one thread gets `vCPUs x 100 ms` of CPU per 100 ms period and stalls for the
+  rest of it. The latency distribution is simulated: work drawn from the 1-vCPU anchor's
+  measured distribution runs back to back through the quota, as the measurement loop runs it.
+  The smallest measured size calibrates the simulation (a work factor from its mean latency,
+  ratios for its p50, p99 and cold start), interpolated in log(vCPUs) between it and 1 vCPU;
+- **1 to 2 vCPUs** one thread, never throttled: the 1-vCPU anchor's latency (memory beyond
+  the model's peak buys nothing else);
+- **2 or more vCPUs** `floor(vCPUs)` threads: Amdahl's `T(n) = A + B / n` through the 1-vCPU
+  (1,769 MB) and 2-vCPU (3,538 MB) anchors; 3 to 6 threads are beyond the measured range.
+
+Memory: a size below the measured peak plus `FIT_MARGIN` (or at or below a size that ran out
+of memory) will not fit; the smallest size that fits is named.
+
+Intervals (about 95 %) combine the anchors' own confidence intervals with the model's error
+per regime (`MODEL_ERROR`, checked by `bench/bench_prediction.py`). A family whose anchors
+contradict the model beyond noise (slower with more vCPUs, faster with fewer) gets no
+prediction in that regime, with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from core.planning import runtime_floor_mb
+from schemas.combos import Combo, combo_key
+from schemas.cost import cost_block, UnknownPriceRegion
+from schemas.events import RequestSubmitted
+
+MB_PER_VCPU = 1769
+MAX_VCPUS = 6.0
+ONE_VCPU_MB = MB_PER_VCPU
+TWO_VCPU_MB = 2 * MB_PER_VCPU
+CPU_PERIOD_MS = 100.0  # the CFS period the measurement's quota uses (services/inference/confinement.py)
+MAX_ANCHORS = 3
+MAX_CHECKS = 3  # a predicted pick is measured before the run closes: at most one per recommendation kind
+MIN_REQUESTED_SIZES = MAX_ANCHORS + 1  # fewer: measuring them all costs no more
+FIT_MARGIN = 1.10  # a size fits if it holds the measured peak plus 10 %
+NOISE = 0.05  # differences below 5 % (or the anchors' CIs) are noise, not a contradiction
+# the model's own relative error per regime (one side of an about-95 % interval), from
+# bench/bench_prediction.py on this host; the anchors' CIs are added to it
+MODEL_ERROR = {
+    "anchor": 0.0,
+    "same_threads": 0.04,
+    "throttled": 0.08,
+    "throttled_below": 0.15,
+    "threads": 0.08,
+    "threads_beyond": 0.12,  # per thread beyond the measured two: 0.12 at 3, 0.24 at 4...
+}
+P99_ERROR_FACTOR = 2.0  # the p99 moves more than the p50
+COLD_START_ERROR = 0.20
+SIMULATED_INFERENCES = 4000
+
+
+def lambda_vcpus(memory_mb: int) -> float:
+    return min(MAX_VCPUS, memory_mb / MB_PER_VCPU)
+
+
+def lambda_threads(memory_mb: int) -> int:
+    """The engine threads at `memory_mb` on Lambda: whole vCPUs, at least one."""
+    return max(1, math.floor(lambda_vcpus(memory_mb) + 1e-9))
+
+
+def estimated_peak_mb(request: RequestSubmitted, combo: Combo) -> float:
+    """A rough guess of a process's peak before anything is measured: the runtime, the weights
+    loaded and a working copy, and some activations."""
+    weights_mb = request.model.size_bytes / (1 << 20)
+    return runtime_floor_mb(combo.optimizer, request.model.format) + 2.5 * weights_mb + 32
+
+
+def anchor_sizes(request: RequestSubmitted, combo: Combo) -> list[int]:
+    """The sizes measured for `combo`'s family: the smallest requested size below 1 vCPU that
+    is expected to fit (if any size is below 1 vCPU), 1 vCPU, and 2 vCPUs (if any size needs
+    2 threads or more)."""
+    sizes = request.matrix.memory_sizes_mb
+    anchors = [ONE_VCPU_MB]
+    below = [m for m in sizes if m < ONE_VCPU_MB]
+    if below:
+        fitting = [m for m in below if m >= estimated_peak_mb(request, combo) * FIT_MARGIN]
+        anchors.insert(0, min(fitting) if fitting else max(below))
+    if any(lambda_threads(m) >= 2 for m in sizes):
+        anchors.append(TWO_VCPU_MB)
+    return anchors
+
+
+def measured_and_predicted(request: RequestSubmitted) -> tuple[list[Combo], list[Combo]]:
+    """The combinations a run measures, and those it predicts (`--predict`; none otherwise).
+    With `--predict` the measured ones are each family's anchors, requested or not."""
+    combos = request.matrix.combos()
+    if not request.predict:
+        return combos, []
+    measured: dict[Combo, None] = {}
+    predicted: list[Combo] = []
+    for combo in combos:
+        anchors = anchor_sizes(request, combo)
+        for memory in anchors:
+            measured[combo.model_copy(update={"memory_mb": memory})] = None
+        if combo.memory_mb not in anchors:
+            predicted.append(combo)
+    return list(measured), predicted
+
+
+def measured_combos(request: RequestSubmitted) -> list[Combo]:
+    return measured_and_predicted(request)[0]
+
+
+@dataclass(frozen=True)
+class Anchor:
+    memory_mb: int
+    result: dict
+
+    @property
+    def latency(self) -> dict:
+        return self.result["latency_ms"]
+
+    def rel_ci(self, which: str) -> float:
+        """Half the 95 % CI of the p50 or p99, relative to it."""
+        lat = self.latency
+        low, high = (lat.get("ci95_low"), lat.get("ci95_high")) if which == "p50" else (lat.get("p99_ci95_low"), lat.get("p99_ci95_high"))
+        if low is None or high is None or not lat[which]:
+            return 0.05 if which == "p50" else 0.15
+        return (high - low) / 2 / lat[which]
+
+    @property
+    def peak_mb(self) -> float:
+        return max(self.result.get("cgroup_peak_mb") or 0.0, self.result.get("peak_rss_mb") or 0.0)
+
+    @property
+    def usable(self) -> bool:
+        """Timed natively as Lambda would run it."""
+        r = self.result
+        return not r.get("emulated") and not r.get("host_limited") and r.get("confined") is not False
+
+
+def _quantile_sampler(latency: dict, rng: np.random.Generator, n: int) -> np.ndarray:
+    """`n` draws from the distribution whose quantiles the stats give (piecewise linear)."""
+    points = [(0.0, latency["min"]), (0.5, latency["p50"]), (0.9, latency["p90"]), (0.99, latency["p99"]), (1.0, latency["max"])]
+    qs, values = zip(*points, strict=True)
+    values = np.maximum.accumulate(np.asarray(values, dtype=float))
+    return np.interp(rng.uniform(0, 1, n), qs, values)
+
+
+def simulate_quota(work_ms: np.ndarray, vcpus: float, period_ms: float = CPU_PERIOD_MS) -> np.ndarray:
+    """Latencies of back-to-back inferences needing `work_ms` of one CPU each, under a CFS quota
+    of `vcpus` (< 1) x `period_ms` per period: a period's budget spent, the thread waits for the
+    next period."""
+    quota = vcpus * period_ms
+    latencies = np.empty_like(work_ms)
+    now, period_end, budget = 0.0, period_ms, quota
+    for i, work in enumerate(work_ms):
+        start, left = now, float(work)
+        while True:
+            if now >= period_end:  # a new period: the budget is refilled
+                period_end += math.floor((now - period_end) / period_ms + 1) * period_ms
+                budget = quota
+            run = min(left, budget, period_end - now)
+            now, left, budget = now + run, left - run, budget - run
+            if left <= 1e-9:
+                break
+            if budget <= 1e-9:  # throttled until the period ends
+                now = period_end
+        latencies[i] = now - start
+    return latencies
+
+
+def _throttled(latency: dict, vcpus: float, work_factor: float, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    work = _quantile_sampler(latency, rng, SIMULATED_INFERENCES) * work_factor
+    lat = simulate_quota(work, vcpus)[SIMULATED_INFERENCES // 20:]
+    return {"p50": float(np.percentile(lat, 50)), "p90": float(np.percentile(lat, 90)), "p99": float(np.percentile(lat, 99)),
+            "mean": float(lat.mean())}
+
+
+def _calibrate_work_factor(one: dict, vcpus: float, measured_mean: float) -> float:
+    """The work factor making the simulated mean latency at `vcpus` the measured one (bisection:
+    the mean grows steadily with the work; a percentile jumps between stalled and not)."""
+    low, high = 0.25, 4.0
+    for _ in range(30):
+        mid = math.sqrt(low * high)
+        if _throttled(one, vcpus, mid)["mean"] < measured_mean:
+            low = mid
+        else:
+            high = mid
+    return math.sqrt(low * high)
+
+
+class NoPrediction(Exception):
+    """The anchors do not allow a prediction in a regime; the message says why."""
+
+
+@dataclass
+class FamilyModel:
+    """The fitted model of one family, built from its anchors."""
+
+    one: Anchor
+    small: Anchor | None
+    two: Anchor | None
+    min_fit_mb: int
+    fit_reason: str
+    throttled_problem: str | None = None
+    threads_problem: str | None = None
+    work_factor: float = 1.0
+    p50_ratio_small: float = 1.0
+    p99_ratio_small: float = 1.0
+    cold_alpha: float = 1.0
+
+    @classmethod
+    def fit(cls, anchors: list[Anchor], out_of_memory_mb: list[int]) -> FamilyModel:
+        by_size = {a.memory_mb: a for a in anchors}
+        one = by_size.get(ONE_VCPU_MB)
+        if one is None:
+            raise NoPrediction(f"the 1-vCPU anchor ({ONE_VCPU_MB} MB) was not measured")
+        if not one.usable:
+            raise NoPrediction(f"the 1-vCPU anchor ({ONE_VCPU_MB} MB) was not measured as Lambda would run it")
+        peak = max(a.peak_mb for a in anchors)
+        min_fit = math.ceil(peak * FIT_MARGIN)
+        reason = f"the measured peak is {peak:.0f} MB; with a {FIT_MARGIN - 1:.0%} margin the smallest size that fits is {min_fit} MB"
+        if out_of_memory_mb and max(out_of_memory_mb) + 1 > min_fit:
+            min_fit = max(out_of_memory_mb) + 1
+            reason = f"it ran out of memory at {max(out_of_memory_mb)} MB; the smallest size that fits is above it"
+        smalls = [a for a in anchors if a.memory_mb < ONE_VCPU_MB]
+        twos = [a for a in anchors if a.memory_mb == TWO_VCPU_MB]
+        model = cls(one=one, small=smalls[0] if smalls else None, two=twos[0] if twos else None, min_fit_mb=min_fit, fit_reason=reason)
+        model._fit_throttled()
+        model._fit_threads()
+        return model
+
+    def _noise(self, *anchors: Anchor) -> float:
+        return max(NOISE, *(2 * a.rel_ci("p50") for a in anchors))
+
+    def _fit_throttled(self) -> None:
+        small = self.small
+        if small is None:
+            return
+        if not small.usable:
+            self.throttled_problem = f"the {small.memory_mb} MB anchor was not measured as Lambda would run it"
+            return
+        one_p50, small_p50 = self.one.latency["p50"], small.latency["p50"]
+        if small_p50 < one_p50 * (1 - self._noise(self.one, small)):
+            self.throttled_problem = (f"measured faster with less CPU ({small_p50:.2f} ms at {small.memory_mb} MB against "
+                                      f"{one_p50:.2f} ms at {ONE_VCPU_MB} MB): the CPU share does not explain it")
+            return
+        vcpus = lambda_vcpus(small.memory_mb)
+        self.work_factor = _calibrate_work_factor(self.one.latency, vcpus, small.latency.get("mean") or small_p50)
+        simulated = _throttled(self.one.latency, vcpus, self.work_factor)
+        self.p50_ratio_small = small_p50 / simulated["p50"]
+        self.p99_ratio_small = small.latency["p99"] / simulated["p99"]
+        one_cold, small_cold = self.one.result["cold_start_ms"]["total"], small.result["cold_start_ms"]["total"]
+        self.cold_alpha = min(1.5, max(0.0, math.log(small_cold / one_cold) / math.log(1 / vcpus)))
+
+    def _fit_threads(self) -> None:
+        two = self.two
+        if two is None:
+            return
+        if two.result.get("host_limited"):
+            self.threads_problem = f"the {TWO_VCPU_MB} MB anchor is host-limited (this host cannot give 2 vCPUs)"
+            return
+        if not two.usable:
+            self.threads_problem = f"the {TWO_VCPU_MB} MB anchor was not measured as Lambda would run it"
+            return
+        one_p50, two_p50 = self.one.latency["p50"], two.latency["p50"]
+        if two_p50 > one_p50 * (1 + self._noise(self.one, two)):
+            self.threads_problem = (f"measured slower with 2 vCPUs than with 1 beyond noise ({two_p50:.2f} ms at {TWO_VCPU_MB} MB, "
+                                    f"{one_p50:.2f} ms at {ONE_VCPU_MB} MB): no curve through noise")
+
+    def _interp_log(self, vcpus: float, at_small: float) -> float:
+        """A calibration value, `at_small` at the small anchor's vCPUs and neutral (1) at 1 vCPU,
+        interpolated in log(vCPUs); held at `at_small` below the small anchor."""
+        small_vcpus = lambda_vcpus(self.small.memory_mb)
+        weight = min(1.0, math.log(vcpus) / math.log(small_vcpus)) if small_vcpus < 1 else 0.0
+        return math.exp(weight * math.log(at_small))
+
+    def _amdahl(self, stat: str, threads: int) -> float:
+        t1, t2 = self.one.latency[stat], self.two.latency[stat]
+        serial, parallel = max(0.0, 2 * t2 - t1), t1 - max(0.0, 2 * t2 - t1)  # T(n) = A + B/n, T(1)=t1, T(2)=t2
+        return serial + parallel / threads
+
+    def predict(self, memory_mb: int) -> dict:
+        """The predicted latency, cold start and interval at `memory_mb`, or `NoPrediction`."""
+        vcpus, threads = lambda_vcpus(memory_mb), lambda_threads(memory_mb)
+        one = self.one
+        anchors = [one]
+        if vcpus < 1:
+            if self.small is None:
+                raise NoPrediction("no size below 1 vCPU was measured")
+            if self.throttled_problem:
+                raise NoPrediction(self.throttled_problem)
+            below = memory_mb < self.small.memory_mb
+            regime = "throttled_below" if below else "throttled"
+            factor = self._interp_log(vcpus, self.work_factor)
+            simulated = _throttled(one.latency, vcpus, factor)
+            p50 = simulated["p50"] * self._interp_log(vcpus, self.p50_ratio_small)
+            p99 = max(p50, simulated["p99"] * self._interp_log(vcpus, self.p99_ratio_small))
+            latency = {"p50": p50, "p90": min(p99, max(p50, simulated["p90"])), "p99": p99, "mean": max(p50, simulated["mean"])}
+            cold = one.result["cold_start_ms"]["total"] * (1 / vcpus) ** self.cold_alpha
+            anchors.append(self.small)
+            basis = (f"1 thread throttled to {vcpus:.2f} vCPU: the {ONE_VCPU_MB} MB distribution run through the CPU quota, "
+                     f"calibrated at {self.small.memory_mb} MB")
+        elif threads == 1:
+            regime = "same_threads"
+            latency = {k: one.latency[k] for k in ("p50", "p90", "p99", "mean")}
+            cold = one.result["cold_start_ms"]["total"]
+            basis = f"1 thread, never throttled: as at {ONE_VCPU_MB} MB"
+        else:
+            if self.two is None:
+                raise NoPrediction(f"the {TWO_VCPU_MB} MB anchor was not measured")
+            if self.threads_problem:
+                raise NoPrediction(self.threads_problem)
+            regime = "threads" if threads == 2 else "threads_beyond"
+            latency = {k: self._amdahl(k, threads) for k in ("p50", "p90", "p99", "mean")}
+            cold_one, cold_two = one.result["cold_start_ms"]["total"], self.two.result["cold_start_ms"]["total"]
+            cold = max(0.0, 2 * cold_two - cold_one) + (cold_one - max(0.0, 2 * cold_two - cold_one)) / threads
+            anchors.append(self.two)
+            basis = f"{threads} threads: T(n) = A + B/n through {ONE_VCPU_MB} MB (1 thread) and {TWO_VCPU_MB} MB (2 threads)"
+        model_error = MODEL_ERROR[regime] * (threads - 2 if regime == "threads_beyond" else 1)
+        e50 = math.hypot(model_error, max(a.rel_ci("p50") for a in anchors))
+        e99 = math.hypot(P99_ERROR_FACTOR * model_error, max(a.rel_ci("p99") for a in anchors))
+        return {
+            "latency": latency, "cold_start_ms": cold, "threads": threads, "vcpus": vcpus, "regime": regime,
+            "beyond_measured_range": regime in ("throttled_below", "threads_beyond"), "basis": basis,
+            "anchors": [a.memory_mb for a in anchors],
+            "interval": {
+                "level": "about 95 %",
+                "p50": [latency["p50"] * (1 - e50), latency["p50"] * (1 + e50)],
+                "p99": [latency["p99"] * (1 - min(0.9, e99)), latency["p99"] * (1 + e99)],
+                "cold_start_ms": [cold * (1 - COLD_START_ERROR), cold * (1 + COLD_START_ERROR)],
+            },
+        }
+
+
+def _label(combo: dict | Combo) -> str:
+    c = combo if isinstance(combo, dict) else combo.model_dump(mode="json")
+    return f"{c['hardware']}/{c['optimizer']}/b{c['batch_size']}/{c['memory_mb']}MB"
+
+
+def _family(combo: dict | Combo) -> tuple:
+    c = combo if isinstance(combo, dict) else combo.model_dump(mode="json")
+    return (c["hardware"], c["optimizer"], c["batch_size"])
+
+
+def predict_run(request: RequestSubmitted, predicted: list[Combo], results: list[dict],
+                failures: list[dict], region: str) -> tuple[list[dict], list[dict]]:
+    """Rows for the `predicted` combinations from the run's measured `results` (and the
+    `failures` of its anchors): (predicted results, combinations that will not fit or get no
+    prediction, each `{combo_key, combo, label, reason, smallest_fit_mb?}`)."""
+    anchors: dict[tuple, list[Anchor]] = {}
+    for result in results:
+        if not result.get("predicted"):
+            anchors.setdefault(_family(result["combo"]), []).append(Anchor(result["combo"]["memory_mb"], result))
+    oom: dict[tuple, list[int]] = {}
+    for failure in failures:
+        if "out of memory" in (failure.get("reason") or ""):
+            oom.setdefault(_family(failure["combo"]), []).append(failure["combo"]["memory_mb"])
+    models: dict[tuple, FamilyModel | str] = {}
+    rows, refused = [], []
+    for combo in predicted:
+        family = _family(combo)
+        if family not in models:
+            try:
+                models[family] = FamilyModel.fit(anchors.get(family, []), oom.get(family, []))
+            except NoPrediction as exc:
+                models[family] = str(exc)
+        model = models[family]
+        key = combo_key(request.model, combo)
+        base = {"combo_key": key, "combo": combo.model_dump(mode="json"), "label": _label(combo)}
+        if isinstance(model, str):
+            refused.append({**base, "reason": f"no prediction: {model}"})
+            continue
+        if combo.memory_mb < model.min_fit_mb:
+            refused.append({**base, "reason": f"will not fit: {model.fit_reason}", "smallest_fit_mb": model.min_fit_mb})
+            continue
+        try:
+            guess = model.predict(combo.memory_mb)
+        except NoPrediction as exc:
+            refused.append({**base, "reason": f"no prediction: {exc}"})
+            continue
+        rows.append(_row(request, combo, key, model, guess, region))
+    return rows, refused
+
+
+def _row(request: RequestSubmitted, combo: Combo, key: str, model: FamilyModel, guess: dict, region: str) -> dict:
+    one = model.one.result
+    latency = dict(guess["latency"])
+    billed = math.ceil(latency["mean"]) if latency["mean"] >= 1 else 1.0
+    try:
+        cost = cost_block(billed_ms_per_request=float(billed), cold_start_ms=guess["cold_start_ms"], memory_mb=combo.memory_mb,
+                          batch_size=combo.batch_size, hardware=combo.hardware, region=region)
+    except UnknownPriceRegion:
+        cost = None
+    return {
+        "combo_key": key, "combo": combo.model_dump(mode="json"), "model": request.model.model_dump(mode="json"),
+        "predicted": True,
+        "prediction": {k: guess[k] for k in ("regime", "beyond_measured_range", "basis", "anchors")},
+        "interval": guess["interval"],
+        "latency_ms": {**latency, "billed_ms_mean": float(billed)},
+        "cold_start_ms": {"total": guess["cold_start_ms"]},
+        "peak_rss_mb": model.one.peak_mb,
+        "smallest_fit_mb": model.min_fit_mb,
+        "agreement": one["agreement"],  # the same artifact on the same inputs: memory does not change the answers
+        "emulated": bool(one.get("emulated")),
+        "threads": guess["threads"], "vcpus": guess["vcpus"],
+        "cost": cost,
+        "reused": False,
+    }

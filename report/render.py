@@ -28,8 +28,20 @@ def print_report(summary: dict, console) -> None:
             console.print(f"{kind}: {rec[kind] or 'none qualifies'}")
     if rec.get("pareto"):
         console.print(f"pareto front (p99 against cost): {', '.join(rec['pareto'])}")
+    for line in check_lines(rec):
+        console.print(line)
     for label, why in (rec.get("excluded") or {}).items():
         console.print(f"  not recommended {label}: {why}")
+
+
+def check_lines(recommendation: dict) -> list[str]:
+    """What checking the predicted picks found (`predict` runs), one line each."""
+    lines = []
+    for check in recommendation.get("checks") or []:
+        measured = f", measured {format_cell('p50_ms', check['measured_p50_ms'])} ms" if check.get("measured") else ""
+        lines.append(f"checked the {', '.join(check['picked_as'])} pick {check['combination']}: predicted p50 "
+                     f"{format_cell('p50_ms', check['predicted_p50_ms'])} ms{measured}: {check['verdict']}")
+    return lines
 
 
 def email_message(summary: dict, results_url: str) -> dict[str, str]:
@@ -60,6 +72,7 @@ def email_message(summary: dict, results_url: str) -> dict[str, str]:
     text = [headline, model_line, ""]
     text.append("Recommendation:")
     text += [f"  {kind}: {label or 'none qualifies'}" for kind, label in picks] or ["  none"]
+    text += [f"  {line}" for line in check_lines(recommendation)]
     text += [f"  not recommended {label}: {why}" for label, why in (recommendation.get("excluded") or {}).items()]
     text += ["", *text_table, ""]
     if failures:
@@ -75,6 +88,7 @@ def email_message(summary: dict, results_url: str) -> dict[str, str]:
         "<tr>" + "".join(f'<td style="padding:3px 8px;border-bottom:1px solid #eee">{e(c)}</td>' for c in r) + "</tr>" for r in cells
     )
     rec_html = "".join(f"<li><b>{e(kind)}</b>: {e(label or 'none qualifies')}</li>" for kind, label in picks) or "<li>none</li>"
+    rec_html += "".join(f"<li>{e(line)}</li>" for line in check_lines(recommendation))
     rec_html += "".join(f"<li>not recommended {e(label)}: {e(why)}</li>" for label, why in (recommendation.get("excluded") or {}).items())
     fail_html = (
         "<h3>Failed combinations</h3><ul>" + "".join(f"<li><b>{e(label)}</b>: {e(reason)}</li>" for label, reason in failures) + "</ul>"

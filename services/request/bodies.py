@@ -45,6 +45,8 @@ class RunRequest(Strict):
     min_agreement: float = Field(default=0.99, ge=0, le=1)
     tuning_trials: int = Field(default=64, ge=0, le=20000)
     force: bool = False
+    predict: bool = Field(default=False, description="measure at most 3 memory sizes per hardware, optimizer and batch, "
+                          "predict the others with an interval (needs at least 4 memory sizes)")
     inputs_sha256: Annotated[str, Field(pattern=SHA256_PATTERN.pattern)] | None = Field(
         default=None, description="your own example inputs, stored by `PUT /inputs` (required by the custom workload)")
 
@@ -59,9 +61,12 @@ class RunRequest(Strict):
                              input_size=self.input_size, inputs_sha256=self.inputs_sha256),
             {"input_size": "input_size", "workload": "workload", "": "input_size"},
         )
-        return RequestSubmitted(
-            model=model, matrix=matrix, slo_p99_ms=self.slo_p99_ms, min_agreement=self.min_agreement,
-            tuning_trials=self.tuning_trials, email=self.email, owner=owner, force=self.force,
+        return _contract(
+            lambda: RequestSubmitted(
+                model=model, matrix=matrix, slo_p99_ms=self.slo_p99_ms, min_agreement=self.min_agreement,
+                tuning_trials=self.tuning_trials, email=self.email, owner=owner, force=self.force, predict=self.predict,
+            ),
+            {"": "memory_sizes_mb"},  # the request's own check: enough memory sizes to predict
         )
 
 

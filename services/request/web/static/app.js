@@ -198,6 +198,7 @@ function runRequest() {
     batch_sizes: numbers($("batch-sizes").value),
     memory_sizes_mb: [...state.memory].sort((a, b) => a - b),
   };
+  if ($("predict").checked) body.predict = true;
   if ($("email").value.trim()) body.email = $("email").value.trim();
   if ($("slo").value) body.slo_p99_ms = Number($("slo").value);
   return body;
@@ -280,7 +281,7 @@ function fmt(key, value) {
   return value >= 10 ? value.toFixed(1) : value.toFixed(2);
 }
 
-const TEXT_COLUMNS = new Set(["combination", "status", "note"]);
+const TEXT_COLUMNS = new Set(["combination", "status", "interval", "note"]);
 
 function renderResults(results) {
   state.results = results;
@@ -306,6 +307,11 @@ function renderRecommendation(results) {
   const lines = Object.entries(results.recommended).map(([kind, label]) => `<p><strong>${kind}:</strong> ${escapeHtml(label)}</p>`);
   if (!lines.length) lines.push("<p><strong>no recommendation:</strong> no measured combination qualifies</p>");
   const excluded = Object.entries(results.recommendation.excluded || {});
+  for (const check of results.recommendation.checks || []) {
+    lines.push(`<p class="check"><strong>checked ${escapeHtml(check.picked_as.join(", "))} pick ${escapeHtml(check.combination)}:</strong> `
+      + `predicted p50 ${fmt("p50_ms", check.predicted_p50_ms)} ms` + (check.measured ? `, measured ${fmt("p50_ms", check.measured_p50_ms)} ms` : "")
+      + ` — ${escapeHtml(check.verdict)}</p>`);
+  }
   if (excluded.length) lines.push(`<p class="muted">not recommended: ${excluded.map(([l, why]) => `${escapeHtml(l)} (${escapeHtml(why)})`).join("; ")}</p>`);
   box.innerHTML = lines.join("");
 }
@@ -405,10 +411,16 @@ function drawChart(results) {
     const hardware = p.combination.split("/")[0];
     const g = svg("g", { class: "point", "data-combo": p.combination });
     g.append(svg("title", {}, `${p.combination}: p99 ${fmt("p99_ms", p.p99_ms)} ms, $${fmt("cost_per_million_usd", p.cost_per_million_usd)} per 1 M`));
+    if (p.predicted && p.p99_interval) { // a predicted point: hollow, with its p99 interval
+      g.classList.add("predicted");
+      g.append(svg("line", { class: "interval", x1: X(p.cost_per_million_usd), x2: X(p.cost_per_million_usd),
+        y1: Y(Math.min(p.p99_interval[1], yMax)), y2: Y(Math.max(p.p99_interval[0], 0)), stroke: COLORS[hardware] || "#555", "stroke-width": 1.5 }));
+    }
     g.append(svg("circle", {
       cx: X(p.cost_per_million_usd), cy: Y(p.p99_ms), r: onFront.has(p.combination) ? 6 : 4.5,
-      fill: COLORS[hardware] || "#555", "fill-opacity": onFront.has(p.combination) ? 1 : 0.45,
-      stroke: onFront.has(p.combination) ? "#18794e" : "none", "stroke-width": 2,
+      fill: p.predicted ? "#fff" : COLORS[hardware] || "#555", "fill-opacity": p.predicted || onFront.has(p.combination) ? 1 : 0.45,
+      stroke: p.predicted ? COLORS[hardware] || "#555" : onFront.has(p.combination) ? "#18794e" : "none", "stroke-width": 2,
+      "stroke-dasharray": p.predicted ? "2 2" : "none",
     }));
     g.append(svg("text", { x: X(p.cost_per_million_usd) + 9, y: Y(p.p99_ms) - 7 }, p.combination.split("/").slice(1).join("/")));
     root.append(g);
@@ -423,11 +435,13 @@ function drawChart(results) {
   // legend
   const legend = svg("g", { transform: `translate(${W - m.right + 16}, ${m.top + 6})` });
   const entries = [["intel", COLORS.intel, "circle"], ["arm", COLORS.arm, "circle"], ["Pareto front", "#18794e", "line"], ["recommended", "#b42318", "ring"]];
+  if (points.some((p) => p.predicted)) entries.push(["predicted (p99 interval)", "#555", "hollow"]);
   entries.forEach(([name, color, shape], i) => {
     const y = i * 20;
     if (shape === "circle") legend.append(svg("circle", { cx: 6, cy: y, r: 5, fill: color }));
     if (shape === "line") legend.append(svg("line", { x1: 0, x2: 14, y1: y, y2: y, stroke: color, "stroke-width": 2, "stroke-dasharray": "4 3" }));
     if (shape === "ring") legend.append(svg("circle", { cx: 7, cy: y, r: 6, fill: "none", stroke: color, "stroke-width": 2 }));
+    if (shape === "hollow") legend.append(svg("circle", { cx: 6, cy: y, r: 5, fill: "#fff", stroke: color, "stroke-width": 2, "stroke-dasharray": "2 2" }));
     legend.append(svg("text", { x: 20, y: y + 4 }, name));
   });
   if (missing > 0) legend.append(svg("text", { x: 0, y: entries.length * 20 + 8 }, `${missing} without a cost: not shown`));
@@ -457,6 +471,7 @@ function start() {
   $("api-key").addEventListener("change", () => localStorage.setItem("ayci-api-key", apiKey()));
   $("model-file").addEventListener("change", () => onModelChosen().catch((e) => status(e.message, true)));
   $("memory-add-common").addEventListener("click", () => addMemory($("memory-common").value));
+  $("memory-add-all").addEventListener("click", () => [...$("memory-common").options].forEach((o) => addMemory(o.value)));
   $("memory-add-free").addEventListener("click", () => { addMemory($("memory-free").value); $("memory-free").value = ""; });
   $("memory-free").addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); $("memory-add-free").click(); } });
   $("run-form").addEventListener("submit", onSubmit);

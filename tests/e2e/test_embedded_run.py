@@ -231,3 +231,31 @@ def test_cold_starts_import_only_the_engine_s_runtime_and_results_say_where_they
         assert env["python"].startswith("3.") and env["libraries"]["onnxruntime"] and env["ayci_version"]
         assert result["host_limited"] is False and result["vcpus_available"] >= 1
         assert result["latency_ms"]["p99_samples"] == result["latency_ms"]["iterations"]
+
+
+def test_predict_measures_three_sizes_and_predicts_the_others(app, tiny_image_model):
+    """--predict with real engines: the anchors are measured, the other sizes predicted with an
+    interval and shown as predicted in the table, the CSV and the recommendation's checks."""
+    from report import results_csv, summary_rows
+
+    request = request_for(app, tiny_image_model, ["onnx"], memory=(512, 1024, 1769, 2048, 3538), predict=True)
+    summary, run_id = run(app, request)
+    assert summary["status"] == "complete", summary["failures"]
+    checks = summary["recommendation"]["checks"]
+    checked = {c["combination"] for c in checks}
+    measured = {r["combo"]["memory_mb"] for r in summary["results"] if not r.get("predicted")}
+    predicted = {r["combo"]["memory_mb"]: r for r in summary["results"] if r.get("predicted")}
+    assert measured - {int(label.split("/")[-1][:-2]) for label in checked} == {512, 1769, 3538}
+    assert set(predicted) | measured == {512, 1024, 1769, 2048, 3538}
+    one_vcpu = next(r for r in summary["results"] if r["combo"]["memory_mb"] == 1769)
+    if 2048 in predicted:  # one thread, never throttled: as at 1 vCPU
+        assert predicted[2048]["latency_ms"]["p50"] == one_vcpu["latency_ms"]["p50"]
+    for row in predicted.values():
+        assert row["interval"]["p50"][0] < row["latency_ms"]["p50"] < row["interval"]["p50"][1]
+        assert row["agreement"]["score"] == 1.0 and row["cost"]["per_million_inferences_usd"] > 0
+    rows = {r["combination"]: r for r in summary_rows(summary)}
+    assert all(rows[f"intel/onnx/b1/{m}MB"]["status"] == "predicted" and rows[f"intel/onnx/b1/{m}MB"]["interval"].startswith("p50 ")
+               for m in predicted)
+    assert "predicted" in results_csv(summary)
+    for check in checks:
+        assert check["measured"] and check["verdict"]

@@ -272,7 +272,8 @@ def follow_embedded(app, envelopes: list, total: int, settings: Settings, what: 
             elif event.type == "ModelConverted":
                 progress.update(task, description=f"measuring {combo.label}")
             elif event.type in ("InferenceDone", "ComboFailed") and queue == "archiver":
-                progress.advance(task)
+                done = progress.tasks[0].completed + 1
+                progress.update(task, advance=1, total=max(progress.tasks[0].total, done))  # a predicted pick being checked adds one
 
         app.bus.observers.append(observe)
         app.publisher.publish(envelopes)

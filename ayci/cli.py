@@ -271,9 +271,10 @@ def follow_embedded(app, envelopes: list, total: int, settings: Settings, what: 
                 progress.update(task, description=f"converting {combo.label}")
             elif event.type == "ModelConverted":
                 progress.update(task, description=f"measuring {combo.label}")
-            elif event.type in ("InferenceDone", "ComboFailed") and queue == "archiver":
-                done = progress.tasks[0].completed + 1
-                progress.update(task, advance=1, total=max(progress.tasks[0].total, done))  # a predicted pick being checked adds one
+            elif event.type in ("InferenceDone", "ComboFailed", "CombosReused") and queue == "archiver":
+                count = len(event.payload.results) if event.type == "CombosReused" else 1
+                done = progress.tasks[0].completed + count
+                progress.update(task, advance=count, total=max(progress.tasks[0].total, done))  # a predicted pick being checked adds one
 
         app.bus.observers.append(observe)
         app.publisher.publish(envelopes)

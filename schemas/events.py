@@ -115,6 +115,17 @@ class InferenceDone(Payload):
     reused: bool = False
 
 
+class CombosReused(Payload):
+    """Stored results a run reuses, many in one event (dedup: up to `REUSED_PER_EVENT`): a
+    resubmitted matrix is a handful of events, not one per combination."""
+
+    TYPE = "CombosReused"
+    results: dict[str, str] = Field(min_length=1)  # combination key -> the stored result's key (its exact version)
+
+
+REUSED_PER_EVENT = 400  # about 100 bytes each: well inside EventBridge's 256 KB per event
+
+
 class FailureStage(StrEnum):
     request = "request"
     plan = "plan"  # the model cannot run the combination (its signature or size says so): never sent to a worker
@@ -173,6 +184,7 @@ PAYLOAD_TYPES: dict[str, type[Payload]] = {
         ComboPending,
         ModelConverted,
         InferenceDone,
+        CombosReused,
         ComboFailed,
         RunDeadlineReached,
         RunArchived,

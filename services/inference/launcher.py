@@ -63,7 +63,7 @@ class MeasureSpec:
     artifact_path: Path
     reference_path: Path
     memory_mb: int
-    time_cap_s: float = 20.0
+    time_cap_s: float = 12.0  # timing; warming up takes at most a quarter more: 15 s of overhead at most
     min_iterations: int = 10
     timeout_s: float = 900.0
     confine: bool = True  # False: run unconfined (e.g. under emulation), and say so

@@ -19,7 +19,7 @@ from schemas.versions import engine_versions
 # Names the engine versions and the measuring method: a result from an older engine or
 # method gets another combination key, so it is never reused silently.
 # m2: measured confined to the memory size (CPU share and memory cap), one at a time per machine
-MEASUREMENT_VERSION = "m3"  # m3: p99 from at least 100 samples, host-limited sizes, the environment recorded
+MEASUREMENT_VERSION = "m4"  # m3: p99 from at least 100 samples, host-limited sizes, the environment recorded; m4: ONNX Runtime sessions tuned per combination
 ENGINE_VERSION = "e1"
 
 LAMBDA_MIN_MEMORY_MB = 128

@@ -259,3 +259,23 @@ def test_predict_measures_three_sizes_and_predicts_the_others(app, tiny_image_mo
     assert "predicted" in results_csv(summary)
     for check in checks:
         assert check["measured"] and check["verdict"]
+
+
+def test_onnx_runtime_sessions_are_tuned_per_combination(tmp_path, tiny_image_model):
+    """The onnx measurement first tries ONNX Runtime's session settings under the combination's
+    confinement (graph optimizations off among them: never slower than doing nothing) and
+    measures with the fastest that agrees; the result names the settings and what was tried."""
+    from services.inference.confinement import unavailable_reason
+
+    if unavailable_reason() is not None:
+        pytest.skip(f"tuning runs only where measurements are confined: {unavailable_reason()}")
+    app = embedded(Settings(data_dir=tmp_path / "data", measure_time_cap_s=4.0, measure_min_iterations=5))
+    summary, _ = run(app, request_for(app, tiny_image_model, ["onnx"], memory=(3538,)))
+    (result,) = summary["results"]
+    tried = result["engine_tuning"]["tried"]
+    timed = [t for t in tried if "p50_ms" in t]
+    assert tried[0]["settings"]["graph_optimization"] == "all"  # the default first
+    assert {t["settings"]["graph_optimization"] for t in timed} >= {"all", "disabled"}
+    assert all(t["settings"]["intra_op_threads"] <= result["threads"] for t in tried)
+    assert result["engine_settings"] == min(timed, key=lambda t: t["p50_ms"])["settings"]
+    assert all(t["agreement"] == 1.0 for t in timed)

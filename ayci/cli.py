@@ -219,7 +219,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     console = Console(width=max(Console().width, 150))
     console.print(table)
     totals = plan.as_dict()["totals"]
-    console.print(f"to measure {totals['to_measure']}, reused {totals['reused']}, impossible {totals['impossible']}; "
+    predicted = f", predicted {totals['predicted']} (a predicted pick is measured too)" if totals["predicted"] else ""
+    console.print(f"to measure {totals['to_measure']}, reused {totals['reused']}, impossible {totals['impossible']}{predicted}; "
                   f"estimated wall time {totals['estimated_wall_s'] / 60:.1f} min; "
                   f"measuring as Lambda invocations ≈ ${totals['estimated_benchmark_cost_usd']:.4f}")
     return 0

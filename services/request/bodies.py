@@ -135,7 +135,7 @@ class PlannedCombination(BaseModel):
     combination_key: str
     label: str
     combo: dict[str, Any]
-    state: str = Field(description="reused | measure | impossible")
+    state: str = Field(description="reused | measure | predict (from measured sizes, with predict) | impossible")
     reason: str | None = None
     estimated_conversion_s: float
     estimated_measurement_s: float

@@ -136,7 +136,8 @@ function renderPlan(plan) {
   state.plan = plan;
   $("plan").hidden = false;
   const t = plan.totals;
-  $("plan-totals").textContent = `to measure ${t.to_measure}, reused ${t.reused}, impossible ${t.impossible}; ` +
+  $("plan-totals").textContent = `to measure ${t.to_measure}, reused ${t.reused}, impossible ${t.impossible}` +
+    (t.predicted ? `, predicted ${t.predicted}` : "") + "; " +
     `estimated ${(t.estimated_wall_s / 60).toFixed(1)} min; as Lambda invocations ≈ $${t.estimated_benchmark_cost_usd.toFixed(4)}`;
   $("plan-table").tBodies[0].replaceChildren(...plan.combinations.map((c) => row([
     [c.label, "text"], [c.state, `text state-${c.state}`],

@@ -377,6 +377,45 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return follow_embedded(app, envelopes, len(combo_keys), settings, f"a replay of run {args.run_id} from {args.from_type}")
 
 
+def cmd_traffic(args: argparse.Namespace) -> int:
+    """A finished run's combinations under a traffic profile (`core/traffic.py`): cold-start
+    share, p50/p99/p99.9 with cold starts, peak instances, the bill; and the cheapest meeting
+    the SLO."""
+    import json
+
+    from rich.table import Table
+
+    from core.ports import NotFound
+    from core.traffic import Traffic, TrafficError, parse_duration, traffic_report
+    from adapters.local_store import LocalFolderStore
+
+    settings = Settings(data_dir=args.data_dir) if args.data_dir else Settings()
+    try:
+        traffic = Traffic(rps=args.rps, pattern=args.pattern, idle_timeout_s=parse_duration(args.idle_timeout, "idle-timeout"),
+                          duration_s=parse_duration(args.duration, "duration"))
+        summary = RunSummary.read(LocalFolderStore(settings.data_dir).get_bytes(keys.summary(args.run_id))).to_dict()
+        report = traffic_report(summary, traffic, args.slo)
+    except NotFound:
+        raise UsageError(f"no archived run {args.run_id} under {settings.data_dir}") from None
+    except TrafficError as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return 0
+    days = traffic.duration_s / 86400
+    table = Table(title=f"run {args.run_id} under {traffic.rps:g} req/s ({traffic.pattern}), idle timeout {traffic.idle_timeout_s:g} s, {days:g} days")
+    for title in ("combination", "cold share", "p50 ms", "p99 ms", "p99.9 ms", "peak instances", f"bill ({days:g} d) $", "note"):
+        table.add_column(title)
+    for row in report["rows"]:
+        note = ", ".join((["predicted"] if row["predicted"] else []) + row["notes"])
+        table.add_row(row["combination"], f"{row['cold_share']:.2%}", f"{row['p50_ms']:.1f}", f"{row['p99_ms']:.1f}", f"{row['p999_ms']:.1f}",
+                      str(row["peak_instances"]), f"{row['bill_usd']:.2f}", note)
+    Console(width=max(Console().width, 150)).print(table)
+    slo = f"p99 with cold starts within {args.slo:g} ms" if args.slo else "no SLO given"
+    print(f"cheapest ({slo}): {report['recommended'] or 'none meets it'}")
+    return 0
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
     """Cancel a run on the real path (a deployed stack: AYCI_BUCKET, AYCI_BUS_NAME, or
     --stack on LocalStack); `ayci serve`'s runs are cancelled from its page or API."""
@@ -469,6 +508,16 @@ def parser() -> argparse.ArgumentParser:
     cancel.add_argument("--localstack", action="store_true", help="the stack on LocalStack")
     cancel.add_argument("--stack", default="ayci", help="stack name and resource prefix (with --localstack)")
     cancel.set_defaults(func=cmd_cancel)
+    traffic = sub.add_parser("traffic", help="a finished run's combinations under a traffic profile: cold starts, tail latency, the bill")
+    traffic.add_argument("run_id")
+    traffic.add_argument("--rps", type=float, required=True, help="requests per second (the base rate for spiky)")
+    traffic.add_argument("--pattern", default="steady", help="steady | spiky (10x bursts of 30 s every 10 min) | a CSV of arrival times or minute,count")
+    traffic.add_argument("--idle-timeout", default="10m", help="how long an idle instance is kept, e.g. 5m")
+    traffic.add_argument("--duration", default="30d", help="the period billed, e.g. 30d")
+    traffic.add_argument("--slo", type=float, help="p99 in ms, cold starts included")
+    traffic.add_argument("--data-dir", help="the local object store (default .ayci/data)")
+    traffic.add_argument("--json", action="store_true")
+    traffic.set_defaults(func=cmd_traffic)
     example = sub.add_parser("example-model", help="write an example model as .pt2")
     example.add_argument("--workload", default="image_classification")
     example.add_argument("--input-size")

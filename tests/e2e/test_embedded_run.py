@@ -279,3 +279,12 @@ def test_onnx_runtime_sessions_are_tuned_per_combination(tmp_path, tiny_image_mo
     assert all(t["settings"]["intra_op_threads"] <= result["threads"] for t in tried)
     assert result["engine_settings"] == min(timed, key=lambda t: t["p50_ms"])["settings"]
     assert all(t["agreement"] == 1.0 for t in timed)
+
+
+def test_cli_predict_and_memory_ranges_are_checked_before_any_work(tmp_path, capsys):
+    data = tmp_path / "data"
+    assert cli_main(["run", "--memory", "3538-512", "--data-dir", str(data)]) == 2
+    assert "--memory: the range 3538-512 runs backwards" in capsys.readouterr().err
+    assert cli_main(["run", "--memory", "1024,1769", "--predict", "--data-dir", str(data)]) == 2
+    assert "predict measures up to 3 memory sizes" in capsys.readouterr().err
+    assert not (data / "models").exists()

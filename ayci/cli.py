@@ -404,12 +404,13 @@ def cmd_traffic(args: argparse.Namespace) -> int:
         return 0
     days = traffic.duration_s / 86400
     table = Table(title=f"run {args.run_id} under {traffic.rps:g} req/s ({traffic.pattern}), idle timeout {traffic.idle_timeout_s:g} s, {days:g} days")
-    for title in ("combination", "cold share", "p50 ms", "p99 ms", "p99.9 ms", "peak instances", f"bill ({days:g} d) $", "note"):
+    for title in ("combination", "served", "cold share", "p50 ms", "p99 ms", "p99.9 ms", "peak instances", f"bill ({days:g} d) $", "note"):
         table.add_column(title)
     for row in report["rows"]:
-        note = ", ".join((["predicted"] if row["predicted"] else []) + row["notes"])
-        table.add_row(row["combination"], f"{row['cold_share']:.2%}", f"{row['p50_ms']:.1f}", f"{row['p99_ms']:.1f}", f"{row['p999_ms']:.1f}",
-                      str(row["peak_instances"]), f"{row['bill_usd']:.2f}", note)
+        for i, option in enumerate(row["options"]):
+            note = ", ".join((["predicted"] if row["predicted"] else []) + (row["notes"] if i == 0 else []) + ([option["assumption"]] if "assumption" in option else []))
+            table.add_row(row["combination"] if i == 0 else "", option["option"], f"{option['cold_share']:.2%}", f"{option['p50_ms']:.1f}",
+                          f"{option['p99_ms']:.1f}", f"{option['p999_ms']:.1f}", str(option["peak_instances"]), f"{option['bill_usd']:.2f}", note)
     Console(width=max(Console().width, 150)).print(table)
     slo = f"p99 with cold starts within {args.slo:g} ms" if args.slo else "no SLO given"
     print(f"cheapest ({slo}): {report['recommended'] or 'none meets it'}")

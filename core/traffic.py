@@ -139,6 +139,8 @@ def _sampler(quantiles: list[tuple[float, float]], rng: np.random.Generator):
 
 @dataclass
 class PoolResult:
+    """`latencies_ms` per request; `on_provisioned` marks those a provisioned instance served."""
+
     requests: int
     cold_starts: int
     latencies_ms: np.ndarray
@@ -148,6 +150,7 @@ class PoolResult:
     cut_short: bool
     wall_s: float
     notes: list[str] = field(default_factory=list)
+    on_provisioned: np.ndarray | None = None
 
     @property
     def cold_share(self) -> float:
@@ -155,19 +158,28 @@ class PoolResult:
 
 
 def simulate(times: np.ndarray, warm_ms: list[tuple[float, float]], cold_ms: float, idle_timeout_s: float,
-             rng: np.random.Generator, window_s: float, cut_short: bool = False) -> PoolResult:
-    """Serve the arrivals `times` (s) with a pool of instances (see the module's docstring)."""
+             rng: np.random.Generator, window_s: float, cut_short: bool = False, provisioned: int = 0) -> PoolResult:
+    """Serve the arrivals `times` (s) with a pool of instances (see the module's docstring).
+    `provisioned` instances are always initialized: a request takes one of them first, and
+    only spills over to on-demand instances when all are busy (`served_provisioned` counts)."""
     started = time.perf_counter()
     warm = _sampler(warm_ms, rng)(len(times))
     p50 = dict(warm_ms).get(0.5) or float(np.median(warm))
     cold = cold_ms * warm / p50  # the cold start spreads as the warm latency does
-    busy: list[float] = []  # heap of the times busy instances become free
+    kept = [0.0] * provisioned  # heap of the times provisioned instances become free
+    busy: list[float] = []  # heap of the times busy on-demand instances become free
     idle: deque[float] = deque()  # free since (ascending): the newest at the right
     latencies = np.empty(len(times))
+    on_provisioned = np.zeros(len(times), dtype=bool)
     cold_starts = peak = 0
     alive_s = 0.0
     notes = []
     for i, t in enumerate(times):
+        if kept and kept[0] <= t:
+            latencies[i] = warm[i]
+            on_provisioned[i] = True
+            heapq.heapreplace(kept, t + warm[i] / 1000)
+            continue
         while busy and busy[0] <= t:
             idle.append(heapq.heappop(busy))
         while idle and t - idle[0] > idle_timeout_s:  # reclaimed
@@ -190,53 +202,89 @@ def simulate(times: np.ndarray, warm_ms: list[tuple[float, float]], cold_ms: flo
             notes.append(f"stopped after {MAX_WALL_S:.0f} s of simulation at {i + 1:,} requests")
             break
     alive_s += sum(min(idle_timeout_s, window_s - s) for s in idle)
-    return PoolResult(len(latencies), cold_starts, latencies, peak, alive_s, window_s, cut_short, time.perf_counter() - started, notes)
+    result = PoolResult(len(latencies), cold_starts, latencies, peak, alive_s, window_s, cut_short, time.perf_counter() - started, notes)
+    result.on_provisioned = on_provisioned[: len(latencies)]
+    return result
 
 
-def combination_under_traffic(result: dict, traffic: Traffic, seed: int = 0) -> dict:
+SNAPSTART_RESTORE_MS = 400.0  # assumed: AWS documents sub-second restores; `--snapstart-restore-ms` replaces it
+
+
+def combination_under_traffic(result: dict, traffic: Traffic, seed: int = 0, snapstart_restore_ms: float = SNAPSTART_RESTORE_MS) -> dict:
     """A measured (or predicted) combination under `traffic`: cold-start share, latency
-    percentiles including cold starts, peak instances and the bill over the duration."""
+    percentiles including cold starts, peak instances and the bill over the duration, on demand;
+    and the alternatives priced: provisioned concurrency (as many instances as the on-demand pool
+    kept busy at its peak, and as the mean it kept alive) and SnapStart (an estimate)."""
     from schemas.cost import load_prices
 
-    rng = np.random.default_rng(seed)
-    times, window, cut = arrivals(traffic, rng)
     lat = result["latency_ms"]
     warm = [(0.0, lat.get("min", lat["p50"])), (0.5, lat["p50"]), (0.9, lat.get("p90", lat["p50"])), (0.99, lat["p99"]),
             (1.0, lat.get("max", lat["p99"]))]
-    pool = simulate(times, warm, result["cold_start_ms"]["total"], traffic.idle_timeout_s, rng, window, cut)
     combo = result["combo"]
     region = (result.get("cost") or {}).get("price_region") or load_prices().default_region
     prices = load_prices().region(region)
     gb = combo["memory_mb"] / 1024
-    scale = traffic.duration_s / pool.window_s if pool.window_s else 0.0
-    billed_s = float(np.ceil(pool.latencies_ms).sum()) / 1000
-    requests = pool.requests * scale
-    compute_usd = billed_s * scale * gb * prices.per_gb_second(combo["hardware"])
-    requests_usd = requests * prices.per_million_requests_usd / 1e6
-    percentiles = np.percentile(pool.latencies_ms, [50, 99, 99.9]) if pool.requests else [float("nan")] * 3
-    notes = list(pool.notes)
-    if pool.cut_short and not pool.notes:
-        notes.append(f"{pool.window_s / 3600:.0f} h simulated ({pool.requests:,} requests), scaled")
+    cold_split = result["cold_start_ms"]
+
+    def run(cold_ms: float, provisioned: int = 0):
+        rng = np.random.default_rng(seed)
+        times, window, cut = arrivals(traffic, rng)
+        return simulate(times, warm, cold_ms, traffic.idle_timeout_s, rng, window, cut, provisioned=provisioned)
+
+    def figures(pool: PoolResult, option: str, extra_usd: float = 0.0, duration_price: float | None = None, kept: int = 0) -> dict:
+        scale = traffic.duration_s / pool.window_s if pool.window_s else 0.0
+        billed = np.ceil(pool.latencies_ms) / 1000
+        on_kept = pool.on_provisioned if pool.on_provisioned is not None else np.zeros(len(billed), dtype=bool)
+        compute = float(billed[~on_kept].sum()) * gb * prices.per_gb_second(combo["hardware"])
+        if duration_price is not None:
+            compute += float(billed[on_kept].sum()) * gb * duration_price
+        requests = pool.requests * scale
+        bill = compute * scale + requests * prices.per_million_requests_usd / 1e6 + extra_usd
+        p = np.percentile(pool.latencies_ms, [50, 99, 99.9]) if pool.requests else [float("nan")] * 3
+        return {"option": option, "cold_share": pool.cold_share, "p50_ms": float(p[0]), "p99_ms": float(p[1]), "p999_ms": float(p[2]),
+                "peak_instances": pool.peak_instances + kept, "bill_usd": bill, "requests": requests}
+
+    on_demand = run(cold_split["total"])
+    options = [figures(on_demand, "on demand")]
+    mean_alive = on_demand.instance_seconds / on_demand.window_s if on_demand.window_s else 0.0
+    provisioned_prices = prices.provisioned(combo["hardware"])
+    if provisioned_prices:
+        kept_price, duration_price = provisioned_prices
+        for n in sorted({max(1, math.ceil(mean_alive)), on_demand.peak_instances}):
+            pool = run(cold_split["total"], provisioned=n)
+            options.append(figures(pool, f"provisioned {n}", n * gb * traffic.duration_s * kept_price, duration_price, kept=n))
+    if prices.snapstart_cache_per_gb_second_usd and prices.snapstart_restore_per_gb_usd and "first_inference" in cold_split:
+        # a snapshot taken after the imports and the model load: a cold start restores it, then answers
+        restored_ms = snapstart_restore_ms + cold_split.get("first_inference", 0.0)
+        pool = run(restored_ms)
+        scale = traffic.duration_s / pool.window_s if pool.window_s else 0.0
+        fees = gb * traffic.duration_s * prices.snapstart_cache_per_gb_second_usd + pool.cold_starts * scale * gb * prices.snapstart_restore_per_gb_usd
+        options.append({**figures(pool, "SnapStart (estimate)", fees),
+                         "assumption": f"restore {snapstart_restore_ms:g} ms (assumed) + the first inference {cold_split.get('first_inference', 0.0):.0f} ms"})
+    notes = list(on_demand.notes)
+    if on_demand.cut_short and not on_demand.notes:
+        notes.append(f"{on_demand.window_s / 3600:.0f} h simulated ({on_demand.requests:,} requests), scaled")
+    best = options[0]
     return {
         "combination": f"{combo['hardware']}/{combo['optimizer']}/b{combo['batch_size']}/{combo['memory_mb']}MB",
         "predicted": bool(result.get("predicted")),
-        "requests": requests, "cold_share": pool.cold_share,
-        "p50_ms": float(percentiles[0]), "p99_ms": float(percentiles[1]), "p999_ms": float(percentiles[2]),
-        "peak_instances": pool.peak_instances, "mean_instances": pool.instance_seconds / pool.window_s if pool.window_s else 0.0,
-        "bill_usd": compute_usd + requests_usd, "compute_usd": compute_usd, "requests_usd": requests_usd,
-        "simulated_requests": pool.requests, "simulated_s": pool.window_s, "notes": notes,
+        **{k: best[k] for k in ("cold_share", "p50_ms", "p99_ms", "p999_ms", "peak_instances", "bill_usd", "requests")},
+        "mean_instances": mean_alive, "options": options,
+        "simulated_requests": on_demand.requests, "simulated_s": on_demand.window_s, "notes": notes,
     }
 
 
 def traffic_report(summary: dict, traffic: Traffic, slo_p99_ms: float | None = None) -> dict:
-    """Every timed combination of a run under `traffic`, and the cheapest whose p99 including
-    cold starts meets the SLO (none given: the cheapest)."""
+    """Every timed combination of a run under `traffic`, and the cheapest (combination, way of
+    serving it: on demand, provisioned concurrency, SnapStart) whose p99 including cold starts
+    meets the SLO (none given: the cheapest)."""
     rows = [combination_under_traffic(r, traffic) for r in summary["results"]
             if not r.get("emulated") and not r.get("host_limited") and r.get("confined") is not False]
     if not rows:
         raise TrafficError("the run has no combination timed as Lambda would run it: nothing to simulate")
-    meeting = [r for r in rows if slo_p99_ms is None or r["p99_ms"] <= slo_p99_ms]
-    pick = min(meeting, key=lambda r: (r["bill_usd"], r["p99_ms"]))["combination"] if meeting else None
+    meeting = [(r, o) for r in rows for o in r["options"] if slo_p99_ms is None or o["p99_ms"] <= slo_p99_ms]
+    best = min(meeting, key=lambda ro: (ro[1]["bill_usd"], ro[1]["p99_ms"])) if meeting else None
+    pick = f"{best[0]['combination']} ({best[1]['option']})" if best else None
     return {"traffic": {"rps": traffic.rps, "pattern": traffic.pattern, "idle_timeout_s": traffic.idle_timeout_s,
                         "duration_s": traffic.duration_s}, "slo_p99_ms": slo_p99_ms, "rows": sorted(rows, key=lambda r: r["bill_usd"]),
             "recommended": pick}

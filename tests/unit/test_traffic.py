@@ -73,7 +73,13 @@ def test_the_pick_is_the_cheapest_meeting_the_slo_with_cold_starts_counted():
     report = traffic_report({"results": [small, large]}, Traffic(rps=0.05, idle_timeout_s=60, duration_s=86400), slo_p99_ms=1500)
     by_name = {r["combination"]: r for r in report["rows"]}
     assert by_name["intel/onnx/b1/512MB"]["p99_ms"] > 1500  # its cold starts break the SLO
-    assert report["recommended"] == "intel/onnx/b1/1769MB"
+    assert report["recommended"] == "intel/onnx/b1/1769MB (on demand)"
+    # a tight SLO no cold start meets: provisioned concurrency is the cheapest way, and it is priced
+    tight = traffic_report({"results": [small, large]}, Traffic(rps=0.05, idle_timeout_s=60, duration_s=86400), slo_p99_ms=60)
+    assert tight["recommended"] == "intel/onnx/b1/512MB (provisioned 1)"
+    options = {o["option"]: o for o in {r["combination"]: r for r in tight["rows"]}["intel/onnx/b1/512MB"]["options"]}
+    assert options["provisioned 1"]["bill_usd"] > options["on demand"]["bill_usd"] and options["provisioned 1"]["cold_share"] < 0.01
+    assert "assumed" in options["SnapStart (estimate)"]["assumption"]
 
 
 def result(memory_mb: int = 1769, p50: float = 10.0, cold: float = 500.0, **extra) -> dict:

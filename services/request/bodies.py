@@ -4,7 +4,7 @@ body's fields."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
@@ -84,6 +84,16 @@ def _contract(build, fields: dict[str, str]):
 
 def invalid(loc: tuple, message: str) -> RequestValidationError:
     return RequestValidationError([{"type": "value_error", "loc": loc, "msg": message, "input": None}])
+
+
+class TrafficRequest(Strict):
+    """A traffic profile to serve a finished run's combinations under (`core/traffic.py`)."""
+
+    rps: float = Field(gt=0, le=100_000, description="requests per second (the base rate of spiky)")
+    pattern: Literal["steady", "spiky"] = Field(default="steady", description="spiky: 10x bursts of 30 s every 10 minutes")
+    idle_timeout_s: float = Field(default=600, gt=0, le=7 * 86400, description="how long an idle instance is kept")
+    duration_s: float = Field(default=30 * 86400, ge=60, le=366 * 86400, description="the period billed")
+    slo_p99_ms: float | None = Field(default=None, gt=0, le=3_600_000, description="p99 with cold starts included")
 
 
 class RunCreated(BaseModel):

@@ -208,3 +208,11 @@ def test_predict_on_the_page_draws_predicted_points_apart(page, tiny_image_model
     assert any(text.startswith("p50 ") for text in intervals)
     assert page.locator("#chart-svg g.point.predicted line.interval").count() == statuses.count("predicted")
     assert "predicted" in page.text_content("#chart-svg")
+    # the finished run under a traffic profile: every combination served on demand, provisioned, SnapStart
+    page.fill("#traffic-rps", "2")
+    page.select_option("#traffic-pattern", "spiky")
+    page.click("#traffic-button")
+    page.wait_for_selector("#traffic-table tbody tr[data-option='on demand']", timeout=120_000)
+    assert page.locator("#traffic-table tbody tr[data-option='on demand']").count() == len(statuses)
+    assert page.locator("#traffic-table tbody tr[data-option^='provisioned']").count() >= len(statuses)
+    assert page.text_content("#traffic-pick").startswith("cheapest that meets the SLO: intel/onnx/b1/")

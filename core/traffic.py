@@ -30,8 +30,8 @@ import numpy as np
 BURST_MULTIPLIER = 10.0
 BURST_S = 30.0
 BURST_PERIOD_S = 600.0
-MAX_EVENTS = 500_000
-MAX_WALL_S = 20.0
+MAX_EVENTS = 100_000  # per simulation: a request answers in seconds even for many combinations
+MAX_WALL_S = 5.0
 MAX_RPS = 100_000.0
 
 

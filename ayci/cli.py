@@ -417,6 +417,69 @@ def cmd_traffic(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_coldstart(args: argparse.Namespace) -> int:
+    """Cold-start levers for a finished run's measured `onnx` and `base` combinations, each
+    variant measured confined to the combination's memory size (`services/inference/levers.py`)."""
+    import json
+    import tempfile
+
+    from rich.table import Table
+
+    from adapters.local_store import LocalFolderStore
+    from core.ports import NotFound
+    from schemas.combos import ModelRef, reference_key
+    from schemas.documents import ArtifactManifest
+    from services.inference.levers import base_variants, measure_levers, onnx_variants
+
+    settings = Settings(data_dir=args.data_dir) if args.data_dir else Settings()
+    store = LocalFolderStore(settings.data_dir)
+    try:
+        summary = RunSummary.read(store.get_bytes(keys.summary(args.run_id))).to_dict()
+    except NotFound:
+        raise UsageError(f"no archived run {args.run_id} under {settings.data_dir}") from None
+    chosen = [r for r in summary["results"] if not r.get("predicted") and not r.get("emulated") and r["combo"]["optimizer"] in ("onnx", "base")
+              and not (r["combo"]["optimizer"] == "base" and r["model"]["format"] == "onnx")]
+    if not chosen:
+        raise UsageError(f"run {args.run_id} has no natively measured onnx or base (.pt2) combination to try levers on")
+    warn_if_unconfined()
+    report = {}
+    for result in chosen:
+        combo, model = result["combo"], ModelRef.model_validate(result["model"])
+        label = f"{combo['hardware']}/{combo['optimizer']}/b{combo['batch_size']}/{combo['memory_mb']}MB"
+        err.print(f"{label}: preparing the variants ...")
+        with tempfile.TemporaryDirectory(prefix="ayci-levers-") as tmp:
+            work = Path(tmp)
+            manifest = ArtifactManifest.read(store.get_bytes(keys.manifest(result["artifact_key"])))
+            artifact = work / manifest.artifact_file
+            store.get_file(keys.artifact_file(result["artifact_key"], manifest.artifact_file), artifact)
+            reference = work / "reference.npz"
+            store.get_file(keys.reference(reference_key(model, combo["batch_size"])), reference)
+            threads = result.get("threads") or 1
+            variants = onnx_variants(artifact, threads, work) if combo["optimizer"] == "onnx" else base_variants(artifact, work)
+            err.print(f"{label}: measuring {len(variants)} variants x {args.repeat} cold starts ...")
+            report[label] = measure_levers(variants, workload=model.workload.value, reference=reference, memory_mb=combo["memory_mb"],
+                                           repeat=args.repeat)
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return 0
+    console = Console(width=max(Console().width, 150))
+    for label, rows in report.items():
+        table = Table(title=f"{label}: cold-start levers (medians of {args.repeat})")
+        for title in ("variant", "cold start ms", "saved ms", "process", "imports", "model load", "first inference", "peak MB", "p50 ms", "note"):
+            table.add_column(title)
+        for row in rows:
+            if "failed" in row:
+                table.add_row(row["variant"], "-", "-", "-", "-", "-", "-", "-", "-", f"failed: {row['failed']}")
+                continue
+            cold = row["cold_start_ms"]
+            note = f"made in {row['prepare_s']:.1f} s at conversion" if row["prepare_s"] else ""
+            table.add_row(row["variant"], f"{cold['total']:.0f}", f"{row['cold_start_saved_ms']:+.0f}", f"{cold['process_start']:.0f}",
+                          f"{cold['imports']:.0f}", f"{cold['model_load']:.0f}", f"{cold['first_inference']:.0f}", f"{row['peak_mb']:.0f}",
+                          f"{row['p50_ms']:.2f}", note)
+        console.print(table)
+    return 0
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
     """Cancel a run on the real path (a deployed stack: AYCI_BUCKET, AYCI_BUS_NAME, or
     --stack on LocalStack); `ayci serve`'s runs are cancelled from its page or API."""
@@ -519,6 +582,12 @@ def parser() -> argparse.ArgumentParser:
     traffic.add_argument("--data-dir", help="the local object store (default .ayci/data)")
     traffic.add_argument("--json", action="store_true")
     traffic.set_defaults(func=cmd_traffic)
+    coldstart = sub.add_parser("coldstart", help="cold-start levers (pre-optimized ONNX, ORT format, arena, AOTInductor) of a finished run, measured")
+    coldstart.add_argument("run_id")
+    coldstart.add_argument("--repeat", type=int, default=3, help="cold starts per variant (the median is shown)")
+    coldstart.add_argument("--data-dir", help="the local object store (default .ayci/data)")
+    coldstart.add_argument("--json", action="store_true")
+    coldstart.set_defaults(func=cmd_coldstart)
     example = sub.add_parser("example-model", help="write an example model as .pt2")
     example.add_argument("--workload", default="image_classification")
     example.add_argument("--input-size")

@@ -288,3 +288,23 @@ def test_cli_predict_and_memory_ranges_are_checked_before_any_work(tmp_path, cap
     assert cli_main(["run", "--memory", "1024,1769", "--predict", "--data-dir", str(data)]) == 2
     assert "predict measures up to 3 memory sizes" in capsys.readouterr().err
     assert not (data / "models").exists()
+
+
+def test_cold_start_levers_of_a_finished_run(tmp_path, tiny_image_model, capsys):
+    """`ayci coldstart`: each lever a confined cold start of its own, beside the default, with
+    the same answers (agreement 1.0): ONNX pre-optimized, the ORT format, the arena off, and
+    base compiled with AOTInductor (offline, the system compiler)."""
+    data = tmp_path / "data"
+    app = embedded(Settings(data_dir=data, measure_time_cap_s=1.0, measure_min_iterations=5))
+    _, run_id = run(app, request_for(app, tiny_image_model, ["base", "onnx"]))
+    assert cli_main(["coldstart", run_id, "--repeat", "1", "--json", "--data-dir", str(data)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    onnx, base = report["intel/onnx/b1/1769MB"], report["intel/base/b1/1769MB"]
+    assert [r["variant"] for r in onnx] == ["default: optimized at load", "pre-optimized for this CPU", "ORT format, pre-optimized", "memory arena off"]
+    assert [r["variant"] for r in base] == ["default: torch.export.load", "AOTInductor package"]
+    for row in onnx + base:
+        assert "failed" not in row, row
+        assert row["agreement"] == 1.0 and row["cold_start_ms"]["total"] > row["cold_start_ms"]["model_load"] > 0
+        assert "cold_start_saved_ms" in row and row["peak_mb"] > 0
+    assert onnx[0]["cold_start_saved_ms"] == 0 and base[1]["prepare_s"] > 0
+    assert cli_main(["coldstart", "00000000-0000-0000-0000-000000000000", "--data-dir", str(data)]) == 2

@@ -80,6 +80,7 @@ def build_request(args: argparse.Namespace, model) -> RequestSubmitted:
     return RequestSubmitted(
         model=model, matrix=matrix, slo_p99_ms=args.slo, min_agreement=args.min_agreement,
         tuning_trials=args.trials, email=args.email, force=args.force, predict=getattr(args, "predict", False),
+        traffic={"rps": args.traffic_rps, "pattern": args.traffic_pattern} if getattr(args, "traffic_rps", None) else None,
         balance_weight=getattr(args, "balance_weight", 0.5),
         **({"price_region": args.price_region} if getattr(args, "price_region", None) else {}),
     )
@@ -562,6 +563,8 @@ def parser() -> argparse.ArgumentParser:
         command.add_argument("--balance-weight", type=float, default=0.5, help="weight of cost against p99 in the balanced pick, 0..1")
         command.add_argument("--price-region", help="Lambda price region (default: the price table's, us-east-1)")
         command.add_argument("--email")
+        command.add_argument("--traffic-rps", type=float, help="price the results under this many requests/s in the email (see `ayci traffic`)")
+        command.add_argument("--traffic-pattern", default="steady", choices=["steady", "spiky"])
     run.set_defaults(func=cmd_run)
     replay = sub.add_parser("replay", parents=[executing], help="re-run a stored run from one stage, as a new run linked to it")
     replay.add_argument("run_id")

@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from schemas.combos import SHA256_PATTERN, BatchSize, Hardware, Matrix, MemoryMb, ModelRef, Optimizer, Workload
-from schemas.events import RequestSubmitted
+from schemas.events import RequestSubmitted, TrafficProfile
 from schemas.signature import ModelSignature
 
 Sha256 = Annotated[str, Field(pattern=SHA256_PATTERN.pattern, description="64 lowercase hex characters")]
@@ -47,6 +47,7 @@ class RunRequest(Strict):
     force: bool = False
     predict: bool = Field(default=False, description="measure at most 3 memory sizes per hardware, optimizer and batch, "
                           "predict the others with an interval (needs at least 4 memory sizes)")
+    traffic: TrafficProfile | None = Field(default=None, description="the traffic to price the results under in the email")
     inputs_sha256: Annotated[str, Field(pattern=SHA256_PATTERN.pattern)] | None = Field(
         default=None, description="your own example inputs, stored by `PUT /inputs` (required by the custom workload)")
 
@@ -64,7 +65,7 @@ class RunRequest(Strict):
         return _contract(
             lambda: RequestSubmitted(
                 model=model, matrix=matrix, slo_p99_ms=self.slo_p99_ms, min_agreement=self.min_agreement,
-                tuning_trials=self.tuning_trials, email=self.email, owner=owner, force=self.force, predict=self.predict,
+                tuning_trials=self.tuning_trials, email=self.email, owner=owner, force=self.force, predict=self.predict, traffic=self.traffic,
             ),
             {"": "memory_sizes_mb"},  # the request's own check: enough memory sizes to predict
         )

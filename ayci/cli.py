@@ -430,6 +430,7 @@ def cmd_coldstart(args: argparse.Namespace) -> int:
     from core.ports import NotFound
     from schemas.combos import ModelRef, reference_key
     from schemas.documents import ArtifactManifest
+    from report.recommendation import label as combination_label
     from services.inference.levers import base_variants, measure_levers, onnx_variants
 
     settings = Settings(data_dir=args.data_dir) if args.data_dir else Settings()
@@ -445,8 +446,7 @@ def cmd_coldstart(args: argparse.Namespace) -> int:
     warn_if_unconfined()
     report = {}
     for result in chosen:
-        combo, model = result["combo"], ModelRef.model_validate(result["model"])
-        label = f"{combo['hardware']}/{combo['optimizer']}/b{combo['batch_size']}/{combo['memory_mb']}MB"
+        combo, model, label = result["combo"], ModelRef.model_validate(result["model"]), combination_label(result)
         err.print(f"{label}: preparing the variants ...")
         with tempfile.TemporaryDirectory(prefix="ayci-levers-") as tmp:
             work = Path(tmp)

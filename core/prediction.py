@@ -353,11 +353,6 @@ class FamilyModel:
         }
 
 
-def _label(combo: dict | Combo) -> str:
-    c = combo if isinstance(combo, dict) else combo.model_dump(mode="json")
-    return f"{c['hardware']}/{c['optimizer']}/b{c['batch_size']}/{c['memory_mb']}MB"
-
-
 def _family(combo: dict | Combo) -> tuple:
     c = combo if isinstance(combo, dict) else combo.model_dump(mode="json")
     return (c["hardware"], c["optimizer"], c["batch_size"])
@@ -387,7 +382,7 @@ def predict_run(request: RequestSubmitted, predicted: list[Combo], results: list
                 models[family] = str(exc)
         model = models[family]
         key = combo_key(request.model, combo)
-        base = {"combo_key": key, "combo": combo.model_dump(mode="json"), "label": _label(combo)}
+        base = {"combo_key": key, "combo": combo.model_dump(mode="json"), "label": combo.label}
         if isinstance(model, str):
             refused.append({**base, "reason": f"no prediction: {model}"})
             continue

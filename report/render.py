@@ -9,6 +9,7 @@ import csv
 import html
 import io
 
+from report.recommendation import label as combination_label
 from report.table import COLUMNS, RECOMMENDATION_KINDS, format_cell, summary_rows
 
 
@@ -46,7 +47,7 @@ def traffic_lines(summary: dict) -> list[str]:
     if not profile:
         return []
     front = set((summary.get("recommendation") or {}).get("pareto") or [])
-    results = [r for r in summary.get("results", []) if _row_label(r) in front][:TRAFFIC_ROWS]
+    results = [r for r in summary.get("results", []) if combination_label(r) in front][:TRAFFIC_ROWS]
     slo = (summary.get("request") or {}).get("slo_p99_ms")
     try:
         report = traffic_report({"results": results}, Traffic(**profile), slo)
@@ -60,11 +61,6 @@ def traffic_lines(summary: dict) -> list[str]:
                          f"with them, ${option['bill_usd']:.2f}")
     lines.append(f"  cheapest{' meeting the SLO' if slo else ''}: {report['recommended'] or 'none'}")
     return lines
-
-
-def _row_label(result: dict) -> str:
-    c = result["combo"]
-    return f"{c['hardware']}/{c['optimizer']}/b{c['batch_size']}/{c['memory_mb']}MB"
 
 
 def check_lines(recommendation: dict) -> list[str]:

@@ -45,6 +45,7 @@ from schemas import keys
 from schemas.combos import Hardware, Optimizer, artifact_key, combo_key
 from schemas.documents import FailedCombination, MeasuredResult, Outcome, PickChecks, RunSummary
 from report import RECOMMENDATION_KINDS, recommend
+from report.recommendation import label as combination_label
 
 log = structlog.get_logger()
 ARCHIVE_READERS = 16  # concurrent reads when a run closes
@@ -201,7 +202,7 @@ def _check_picks(event: Envelope, plan: RunPlanned, recommendation: dict, predic
     outcome each. None: nothing to check, close the run now."""
     if deps.target_cpu is None:
         return None
-    by_label = {r["label"] if "label" in r else _label(r): r for r in predicted_rows}
+    by_label = {combination_label(r): r for r in predicted_rows}
     kinds: dict[str, list[str]] = {}
     for kind in RECOMMENDATION_KINDS:
         row = by_label.get(recommendation.get(kind) or "")
@@ -257,11 +258,6 @@ def _with_checks(checks: PickChecks, checked: list, predicted_rows: list[dict], 
         results.append(measured)
         report.append({**entry, "measured": True, "measured_p50_ms": p50, "measured_p99_ms": p99, "within_interval": within, "verdict": verdict})
     return [r for r in predicted_rows if r["combo_key"] not in checked_keys], results, report
-
-
-def _label(result: dict) -> str:
-    c = result["combo"]
-    return f"{c['hardware']}/{c['optimizer']}/b{c['batch_size']}/{c['memory_mb']}MB"
 
 
 def _outcome(run_id: str, key: str, deps: ArchiverDeps) -> Outcome | None:

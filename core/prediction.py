@@ -144,10 +144,16 @@ class Anchor:
         return not r.get("emulated") and not r.get("host_limited") and r.get("confined") is not False
 
 
-def _quantile_sampler(latency: dict, rng: np.random.Generator, n: int) -> np.ndarray:
-    """`n` draws from the distribution whose quantiles the stats give (piecewise linear)."""
-    points = [(0.0, latency["min"]), (0.5, latency["p50"]), (0.9, latency["p90"]), (0.99, latency["p99"]), (1.0, latency["max"])]
-    qs, values = zip(*points, strict=True)
+def latency_quantiles(latency: dict) -> list[tuple[float, float]]:
+    """(quantile, ms) points of a result's latency stats (a predicted row has no min or max:
+    its p50 and p99 stand in)."""
+    return [(0.0, latency.get("min", latency["p50"])), (0.5, latency["p50"]), (0.9, latency.get("p90", latency["p50"])),
+            (0.99, latency["p99"]), (1.0, latency.get("max", latency["p99"]))]
+
+
+def draw_latencies(quantiles: list[tuple[float, float]], rng: np.random.Generator, n: int) -> np.ndarray:
+    """`n` draws from the distribution through those quantile points (piecewise linear)."""
+    qs, values = zip(*quantiles, strict=True)
     values = np.maximum.accumulate(np.asarray(values, dtype=float))
     return np.interp(rng.uniform(0, 1, n), qs, values)
 
@@ -177,7 +183,7 @@ def simulate_quota(work_ms: np.ndarray, vcpus: float, period_ms: float = CPU_PER
 
 def _throttled(latency: dict, vcpus: float, work_factor: float, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
-    work = _quantile_sampler(latency, rng, SIMULATED_INFERENCES) * work_factor
+    work = draw_latencies(latency_quantiles(latency), rng, SIMULATED_INFERENCES) * work_factor
     lat = simulate_quota(work, vcpus)[SIMULATED_INFERENCES // 20:]
     q = {p: float(np.percentile(lat, p)) for p in (25, 50, 75, 90, 97, 99, 99.9)}
     return {"p50": q[50], "p90": q[90], "p99": q[99], "mean": float(lat.mean()),

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from core.prediction import draw_latencies, latency_quantiles
+
 BURST_MULTIPLIER = 10.0
 BURST_S = 30.0
 BURST_PERIOD_S = 600.0
@@ -127,16 +129,6 @@ def _is_number(text: str) -> bool:
         return False
 
 
-def _sampler(quantiles: list[tuple[float, float]], rng: np.random.Generator):
-    qs, values = zip(*quantiles, strict=True)
-    values = np.maximum.accumulate(np.asarray(values, dtype=float))
-
-    def draw(n: int) -> np.ndarray:
-        return np.interp(rng.uniform(0, 1, n), qs, values)
-
-    return draw
-
-
 @dataclass
 class PoolResult:
     """`latencies_ms` per request; `on_provisioned` marks those a provisioned instance served."""
@@ -163,7 +155,7 @@ def simulate(times: np.ndarray, warm_ms: list[tuple[float, float]], cold_ms: flo
     `provisioned` instances are always initialized: a request takes one of them first, and
     only spills over to on-demand instances when all are busy (`served_provisioned` counts)."""
     started = time.perf_counter()
-    warm = _sampler(warm_ms, rng)(len(times))
+    warm = draw_latencies(warm_ms, rng, len(times))
     p50 = dict(warm_ms).get(0.5) or float(np.median(warm))
     cold = cold_ms * warm / p50  # the cold start spreads as the warm latency does
     kept = [0.0] * provisioned  # heap of the times provisioned instances become free
@@ -217,18 +209,17 @@ def combination_under_traffic(result: dict, traffic: Traffic, seed: int = 0, sna
     kept busy at its peak, and as the mean it kept alive) and SnapStart (an estimate)."""
     from schemas.cost import load_prices
 
-    lat = result["latency_ms"]
-    warm = [(0.0, lat.get("min", lat["p50"])), (0.5, lat["p50"]), (0.9, lat.get("p90", lat["p50"])), (0.99, lat["p99"]),
-            (1.0, lat.get("max", lat["p99"]))]
+    warm = latency_quantiles(result["latency_ms"])
     combo = result["combo"]
     region = (result.get("cost") or {}).get("price_region") or load_prices().default_region
     prices = load_prices().region(region)
     gb = combo["memory_mb"] / 1024
     cold_split = result["cold_start_ms"]
 
+    times, window, cut = arrivals(traffic, np.random.default_rng(seed))  # the same requests for every way of serving them
+
     def run(cold_ms: float, provisioned: int = 0):
-        rng = np.random.default_rng(seed)
-        times, window, cut = arrivals(traffic, rng)
+        rng = np.random.default_rng(seed + 1)  # and the same warm latencies
         return simulate(times, warm, cold_ms, traffic.idle_timeout_s, rng, window, cut, provisioned=provisioned)
 
     def figures(pool: PoolResult, option: str, extra_usd: float = 0.0, duration_price: float | None = None, kept: int = 0) -> dict:

@@ -145,6 +145,16 @@ def runtime_environment() -> dict:
             "libraries": {name: version(name) for name in ("torch", "onnxruntime", "onnx", "apache-tvm", "numpy")}}
 
 
+def read_reference(path: str) -> tuple[dict, list]:
+    """The bound inputs and the base model's outputs the converter stored (`input:{name}`,
+    `output:{i}`)."""
+    import numpy as np
+
+    reference = np.load(path)
+    inputs = {k.split(":", 1)[1]: reference[k] for k in reference.files if k.startswith("input:")}
+    return inputs, [reference[f"output:{i}"] for i in range(sum(k.startswith("output:") for k in reference.files))]
+
+
 TUNING_BUDGET_S = 8.0  # all candidates together (the default is always tried), at most half the time cap
 TUNING_TIMING_S = 1.0  # timing per candidate (less with a short time cap), at least TUNING_MIN_SAMPLES samples
 TUNING_MIN_SAMPLES = 5
@@ -164,9 +174,7 @@ def tune(spec: dict) -> dict:
 
     engine = importlib.import_module(f"engines.{spec['optimizer']}_engine")
     artifact = spec["artifact_path"]
-    reference = np.load(spec["reference_path"])
-    inputs = {k.split(":", 1)[1]: reference[k] for k in reference.files if k.startswith("input:")}
-    ref_outputs = [reference[f"output:{i}"] for i in range(sum(k.startswith("output:") for k in reference.files))]
+    inputs, ref_outputs = read_reference(spec["reference_path"])
     judge = workload_module(spec["workload"]).agreement
     candidates = engine.tuning_candidates(int(spec["threads"]))
     budget_s = min(TUNING_BUDGET_S, 0.5 * float(spec["time_cap_s"]))
@@ -215,9 +223,7 @@ def main(spec_path: str, spawned_at: float) -> dict:
     settings = spec.get("settings")
     run = engine.load(artifact, int(spec["threads"]), settings=settings) if settings else engine.load(artifact, int(spec["threads"]))
     t_first = time.time()
-    reference = np.load(spec["reference_path"])
-    inputs = {k.split(":", 1)[1]: reference[k] for k in reference.files if k.startswith("input:")}
-    ref_outputs = [reference[f"output:{i}"] for i in range(sum(k.startswith("output:") for k in reference.files))]
+    inputs, ref_outputs = read_reference(spec["reference_path"])
     outputs = run(inputs)
     t_done = time.time()
     from workloads import workload_module

@@ -175,7 +175,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     request = build_request(args, model)
     say_impossible(_plan_of(request, model_path, inputs_path, app.store))
     envelope = new_run(request)
-    return follow_embedded(app, [envelope], len(measured_combos(request)), settings, f"{model_path.name} (sha256 {model.sha256[:12]})")
+    status = follow_embedded(app, [envelope], len(measured_combos(request)), settings, f"{model_path.name} (sha256 {model.sha256[:12]})")
+    if args.profile:
+        profile_run(app.store, settings, envelope.run_id, None, runs=args.profile_runs)
+    return status
 
 
 def say_impossible(plan) -> None:
@@ -481,6 +484,48 @@ def cmd_coldstart(args: argparse.Namespace) -> int:
     return 0
 
 
+def profile_run(store, settings: Settings, run_id: str, combo_key: str | None, *, runs: int, as_json: bool = False) -> None:
+    """Profile a finished run's combinations (all, or `combo_key`), each confined as it was
+    measured (`services/inference/profiling.py`), and print them side by side."""
+    import json
+
+    from core.ports import NotFound
+    from report.profiles import print_profile_tables, profile_tables
+    from services.inference.launcher import MeasurementFailed
+    from services.inference.profiling import NotProfilable, chosen_results, profile_result
+
+    try:
+        summary = RunSummary.read(store.get_bytes(keys.summary(run_id))).to_dict()
+        chosen = chosen_results(summary, combo_key)
+    except NotFound:
+        raise UsageError(f"no archived run {run_id} under {settings.data_dir}") from None
+    except NotProfilable as exc:
+        raise UsageError(str(exc)) from None
+    warn_if_unconfined()
+    profiles = []
+    for result in chosen:
+        err.print(f"profiling {result['combo_key']} ({runs} inferences) ...")
+        try:
+            profiles.append(profile_result(store, result, runs=runs).to_dict())
+        except MeasurementFailed as exc:
+            err.print(f"[yellow]{result['combo_key']}: profiling failed: {exc.reason}[/yellow]")
+    tables = profile_tables(profiles, trace_url=lambda p: str(settings.data_dir / p["trace_key"]))
+    if as_json:
+        print(json.dumps({"profiles": profiles, "tables": tables}, indent=1))
+    else:
+        print_profile_tables(tables, Console(width=max(Console().width, 170)))
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    """Where the time goes in a finished run: each combination profiled (Chrome trace, operator
+    table), the optimizers side by side per hardware, batch and memory size."""
+    from adapters.local_store import LocalFolderStore
+
+    settings = Settings(data_dir=args.data_dir) if args.data_dir else Settings()
+    profile_run(LocalFolderStore(settings.data_dir), settings, args.run_id, args.combination, runs=args.runs, as_json=args.json)
+    return 0
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
     """Cancel a run on the real path (a deployed stack: AYCI_BUCKET, AYCI_BUS_NAME, or
     --stack on LocalStack); `ayci serve`'s runs are cancelled from its page or API."""
@@ -565,6 +610,8 @@ def parser() -> argparse.ArgumentParser:
         command.add_argument("--email")
         command.add_argument("--traffic-rps", type=float, help="price the results under this many requests/s in the email (see `ayci traffic`)")
         command.add_argument("--traffic-pattern", default="steady", choices=["steady", "spiky"])
+    run.add_argument("--profile", action="store_true", help="after measuring, profile each combination (see `ayci profile`)")
+    run.add_argument("--profile-runs", type=int, default=20, help="profiled inferences per combination (with --profile)")
     run.set_defaults(func=cmd_run)
     replay = sub.add_parser("replay", parents=[executing], help="re-run a stored run from one stage, as a new run linked to it")
     replay.add_argument("run_id")
@@ -591,6 +638,13 @@ def parser() -> argparse.ArgumentParser:
     coldstart.add_argument("--data-dir", help="the local object store (default .ayci/data)")
     coldstart.add_argument("--json", action="store_true")
     coldstart.set_defaults(func=cmd_coldstart)
+    profile = sub.add_parser("profile", help="where the time goes: a finished run's combinations profiled (traces, operators side by side)")
+    profile.add_argument("run_id")
+    profile.add_argument("--combination", help="the key of one combination (default: every measured one)")
+    profile.add_argument("--runs", type=int, default=20, help="profiled inferences per combination")
+    profile.add_argument("--data-dir", help="the local object store (default .ayci/data)")
+    profile.add_argument("--json", action="store_true")
+    profile.set_defaults(func=cmd_profile)
     example = sub.add_parser("example-model", help="write an example model as .pt2")
     example.add_argument("--workload", default="image_classification")
     example.add_argument("--input-size")

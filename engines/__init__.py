@@ -58,3 +58,12 @@ def engine_module(optimizer: Optimizer | str) -> ModuleType:
     from schemas.combos import Optimizer
 
     return importlib.import_module(f"engines.{Optimizer(optimizer).value}_engine")
+
+
+def timed_ms(run: Runner, inputs: dict[str, np.ndarray]) -> float:
+    """One inference's wall time in ms."""
+    import time
+
+    started = time.perf_counter()
+    run(inputs)
+    return (time.perf_counter() - started) * 1000

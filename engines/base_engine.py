@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engines import Conversion, ConversionJob
+from engines import Conversion, ConversionJob, timed_ms
 
 
 def import_runtime(path: Path) -> None:
@@ -89,3 +89,28 @@ def load(path: Path, threads: int):
         return [t.detach().numpy() for t in flat]
 
     return run
+
+
+def profile(path: Path, threads: int, inputs: dict[str, np.ndarray], runs: int, work: Path, settings: dict | None = None):
+    """`runs` inferences under `torch.profiler` (CPU): its Chrome trace and one `(op, op, ms)` per
+    operator call, timed by its self time (nested calls are not counted twice); and each
+    profiled inference's wall time (ms). An ONNX model's
+    `base` is ONNX Runtime unoptimized: profiled by ONNX Runtime's profiler."""
+    if path.suffix == ".onnx":
+        from engines.onnx_engine import profile as profile_onnx
+
+        return profile_onnx(path, threads, inputs, runs, work, optimize=False)
+    import json
+
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    run = load(path, threads)
+    run(inputs)
+    with torch_profile(activities=[ProfilerActivity.CPU]) as profiler:
+        run_ms = [timed_ms(run, inputs) for _ in range(runs)]
+    trace_file = work / "torch-trace.json"
+    profiler.export_chrome_trace(str(trace_file))
+    calls = [(event.name, event.name, event.self_cpu_time_total / 1000) for event in profiler.events()
+             if event.name.startswith("aten::") and event.self_cpu_time_total > 0]
+    return json.loads(trace_file.read_text()), calls, run_ms

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engines import Conversion, ConversionError, ConversionJob
+from engines import Conversion, ConversionError, ConversionJob, timed_ms
 from schemas.reasons import whole
 
 COMPILES_ON_LOAD = True  # the CPU-specific graph optimizations run when a session is made
@@ -85,7 +85,9 @@ def tuning_candidates(threads: int) -> list[dict]:
     return candidates
 
 
-def load_session(path: Path, threads: int, optimize: bool = True, settings: dict | None = None):
+def load_session(path: Path, threads: int, optimize: bool = True, settings: dict | None = None, profile_prefix: Path | None = None):
+    """A runner of the model in an ONNX Runtime session (with `profile_prefix`: the runner and
+    the session, profiling into files of that prefix)."""
     import onnxruntime as ort
 
     settings = settings or {**default_settings(threads), "graph_optimization": "all" if optimize else "disabled"}
@@ -98,7 +100,15 @@ def load_session(path: Path, threads: int, optimize: bool = True, settings: dict
     options.execution_mode = ort.ExecutionMode.ORT_PARALLEL if parallel else ort.ExecutionMode.ORT_SEQUENTIAL
     options.inter_op_num_threads = int(settings["intra_op_threads"]) if parallel else 1
     options.enable_cpu_mem_arena = bool(settings.get("memory_arena", True))
+    if profile_prefix is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = str(profile_prefix)
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    run = _session_runner(session)
+    return (run, session) if profile_prefix is not None else run
+
+
+def _session_runner(session):
     names = [i.name for i in session.get_inputs()]
 
     def run(inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -110,3 +120,18 @@ def load_session(path: Path, threads: int, optimize: bool = True, settings: dict
 
 def load(path: Path, threads: int, settings: dict | None = None):
     return load_session(path, threads, optimize=True, settings=settings)
+
+
+def profile(path: Path, threads: int, inputs: dict[str, np.ndarray], runs: int, work: Path, settings: dict | None = None, *,
+            optimize: bool = True):
+    """`runs` inferences under ONNX Runtime's profiler (`enable_profiling`), with the
+    combination's session settings: its Chrome trace and one `(node name, op type, ms)` per
+    node run; and each profiled inference's wall time (ms)."""
+    import json
+
+    run, session = load_session(path, threads, optimize=optimize, settings=settings, profile_prefix=work / "ort-profile")
+    run_ms = [timed_ms(run, inputs) for _ in range(runs)]
+    events = json.loads(Path(session.end_profiling()).read_text())
+    calls = [(event["name"].removesuffix("_kernel_time"), event["args"].get("op_name", "?"), event["dur"] / 1000)
+             for event in events if event.get("cat") == "Node" and event["name"].endswith("_kernel_time")]
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"profiler": "onnxruntime enable_profiling"}}, calls, run_ms

@@ -58,7 +58,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engines import Conversion, ConversionError, ConversionJob
+from engines import Conversion, ConversionError, ConversionJob, timed_ms
 
 ARTIFACT = "model.so"
 DEFAULT_ARM_CPU = "neoverse-n1"
@@ -588,8 +588,8 @@ def import_runtime(path: Path) -> None:
     _import_runtime()
 
 
-def load(path: Path, threads: int):
-    """A runner for `model.so`: named numpy inputs (in the workload's input order) -> outputs."""
+def _load_vm(path: Path, threads: int):
+    """TVM's runtime, the Relax VM of `model.so` and its device."""
     # Read when TVM's thread pool starts (the first parallel kernel of the process): a measuring
     # process loads one model, so this is its thread count. (runtime.config_threadpool could
     # resize a running pool, but it also pins threads to cores, which a confined child must not.)
@@ -597,7 +597,10 @@ def load(path: Path, threads: int):
     tvm = _import_runtime()
     executable = tvm.runtime.load_module(str(path))
     device = tvm.cpu()
-    vm = tvm.runtime.vm.VirtualMachine(executable, device)
+    return tvm, tvm.runtime.vm.VirtualMachine(executable, device), device
+
+
+def _runner(tvm, vm, device):
     main = vm["main"]
 
     def run(inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -605,6 +608,50 @@ def load(path: Path, threads: int):
         return _flatten(main(*args))
 
     return run
+
+
+def load(path: Path, threads: int):
+    """A runner for `model.so`: named numpy inputs (in the workload's input order) -> outputs."""
+    return _runner(*_load_vm(path, threads))
+
+
+def profile(path: Path, threads: int, inputs: dict[str, np.ndarray], runs: int, work: Path, settings: dict | None = None):
+    """`runs` inferences with the Relax VM's instrument hook timing every call it makes (fused
+    kernels and the VM's builtins: allocation, copies, shape checks): a Chrome trace and one
+    `(name, op_type, ms)` per call; and each profiled inference's wall time (ms). (TVM 0.2x's VM has no `profile()`; its instrument is how a
+    Relax VM is profiled now.) The hook is a Python call around every kernel: the bench measures
+    what that costs (`bench/bench_profile.py`)."""
+    import time
+
+    tvm, vm, device = _load_vm(path, threads)
+    run = _runner(tvm, vm, device)
+    run(inputs)  # the first call sets things up: not profiled
+    events: list[dict] = []
+    started: list[float] = []
+    origin = time.perf_counter()
+
+    def instrument(func, symbol, before_run, ret_value, *args):
+        now = time.perf_counter()
+        if before_run:
+            started.append(now)
+        elif started:
+            begin = started.pop()
+            events.append({"name": str(symbol), "cat": "tvm", "ph": "X", "pid": 0, "tid": 0,
+                           "ts": (begin - origin) * 1e6, "dur": (now - begin) * 1e6})
+        return 0  # VMInstrumentReturnKind.NO_OP: run the call as usual
+
+    vm.set_instrument(instrument)
+    run_ms = [timed_ms(run, inputs) for _ in range(runs)]
+    calls = [(event["name"], _kernel_type(event["name"]), event["dur"] / 1000) for event in events]
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"profiler": "tvm relax vm instrument"}}, calls, run_ms
+
+
+def _kernel_type(symbol: str) -> str:
+    """A fused kernel's operator type: its name without `fused_` and trailing numbers
+    (`fused_conv2d_add_relu1` -> `conv2d_add_relu`); a VM builtin keeps its name."""
+    import re
+
+    return re.sub(r"\d+$", "", symbol.removeprefix("fused_")) or symbol
 
 
 def _flatten(value) -> list[np.ndarray]:

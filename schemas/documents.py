@@ -12,6 +12,7 @@ additions survive a round trip through an older reader.
 - `ArtifactManifest` artifacts/{key}/manifest.json: a complete converted artifact
 - `MeasurementReport` what the measuring process reports (validated once, by the launcher)
 - `MeasuredResult`   results/{combo key}.json: one measured combination
+- `CombinationProfile` results/{combo key}/{run id}.profile.json: a profiled pass, naming its trace
 - `Outcome`          runs/{id}/outcomes/{combo key}.json: how a combination ended in a run
 - `PickChecks`       runs/{id}/checks.json: predicted picks measured before the run closes
 - `RunSummary`       runs/{id}/summary.json: the archived run
@@ -204,6 +205,37 @@ class MeasuredResult(Document):
             combo=self.combo, combo_key=self.combo_key, result_key=result_key,
             p50_ms=self.latency_ms.p50, p99_ms=self.latency_ms.p99, reused=reused,
         )
+
+
+class OperatorRow(Flexible):
+    """One operator of a profiled pass (`core/profiles.py operator_rows`), per inference."""
+
+    op_type: str
+    name: str
+    group: str
+    calls: float
+    total_ms: float
+    mean_ms: float
+    share: float
+
+
+class CombinationProfile(Document):
+    """A profiled pass of a measured combination (never its timing): the operator table, the
+    stored Chrome trace's key, and what profiling cost (profiled against unprofiled p50)."""
+
+    combo_key: str
+    run_id: str
+    label: str
+    optimizer: str
+    trace_key: str
+    trace_note: str | None = None  # the trace was cut to its bound: what was kept
+    runs: int
+    operators: list[OperatorRow]
+    unprofiled_p50_ms: float
+    profiled_p50_ms: float
+    confined: bool
+    confinement_reason: str | None = None
+    profiled_at: str
 
 
 class Outcome(Document):

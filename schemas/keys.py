@@ -15,6 +15,8 @@ artifacts/{artifact key}/lease.json          who converts it now, until when (on
 tuning/{sha256}/{target cpu}/b{batch}-{HxW}.tar.gz  TVM MetaSchedule records (one archive), reused by later conversions
 results/{combination key}.json               the latest measurement of a combination (what later runs reuse)
 results/{combination key}/{run id}.json      each measurement, written once: summaries name these
+results/{combination key}/{run id}.profile.json  its profiled pass (`ayci profile`, `--profile`): operator table, names the trace
+results/{combination key}/{run id}.trace.json    that pass's Chrome trace (Perfetto opens it), bounded
 runs/{run id}/run.json                       the run record: owner, request, time
 runs/{run id}/events/{seq}-{type}-{id}.json  the run's event log (replay reads it)
 runs/{run id}/plan.json                      the combinations the run waits for
@@ -79,6 +81,14 @@ def result(combo_key: str) -> str:
 
 def result_version(combo_key: str, run_id: str) -> str:
     return f"results/{combo_key}/{run_id}.json"
+
+
+def profile(combo_key: str, run_id: str) -> str:
+    return f"results/{combo_key}/{run_id}.profile.json"
+
+
+def profile_trace(combo_key: str, run_id: str) -> str:
+    return f"results/{combo_key}/{run_id}.trace.json"
 
 
 def run_prefix(run_id: str) -> str:

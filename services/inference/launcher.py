@@ -70,6 +70,7 @@ class MeasureSpec:
     threads_override: int | None = None  # for experiments only (bench/): threads other than the vCPUs'
     engine_settings: dict | None = None  # the engine's session settings; None: tuned first where the engine can be
     tune: bool = True  # try the engine's session settings under this confinement first (ONNX Runtime)
+    profile_runs: int = 20  # inferences of a profiled pass (`profile`)
     extra: dict = field(default_factory=dict)
 
     @property
@@ -115,6 +116,24 @@ def measure(spec: MeasureSpec, python_command: list[str] | None = None, env_extr
         environment={**host_environment(), **report.pop("runtime", {})},
     )
     return report
+
+
+def profile(spec: MeasureSpec, python_command: list[str] | None = None, env_extra: dict | None = None) -> dict:
+    """A profiled pass of a combination (`measure.py profile`), in the same confinement as its
+    measurement and under the machine's measurement lock, never used as its timing: the
+    engine's Chrome trace (`trace`), its operator calls, the unprofiled and profiled p50, and
+    whether it was confined."""
+    try:
+        with measurement_lock.exclusive(timeout_s=spec.timeout_s):
+            group, confined, reason = _confinement_for(spec)
+            try:
+                report = _run_child(spec, group, python_command, env_extra, mode="profile")
+            finally:
+                if group is not None:
+                    group.remove()
+    except measurement_lock.LockTimeout as exc:
+        raise MachineBusy(str(exc)) from exc
+    return {**report, "confined": confined, "confinement_reason": reason, "threads": spec.threads}
 
 
 def _tune(spec: MeasureSpec, python_command: list[str] | None, env_extra: dict | None) -> dict | None:
@@ -166,7 +185,8 @@ def _run_child(spec: MeasureSpec, group: MeasurementGroup | None, python_command
                     "optimizer": spec.optimizer, "workload": spec.workload,
                     "artifact_path": str(spec.artifact_path), "reference_path": str(spec.reference_path),
                     "threads": spec.threads, "time_cap_s": spec.time_cap_s, "min_iterations": spec.min_iterations,
-                    "mode": mode, "settings": spec.engine_settings,
+                    "mode": mode, "settings": spec.engine_settings, "profile_runs": spec.profile_runs,
+                    "trace_path": str(Path(tmp) / "trace.json"),
                 }
             )
         )
@@ -188,6 +208,8 @@ def _run_child(spec: MeasureSpec, group: MeasurementGroup | None, python_command
             out.seek(0)
             errors.seek(0)
             stdout, stderr = out.read(), errors.read()
+        trace_file = Path(tmp) / "trace.json"
+        trace = json.loads(trace_file.read_text()) if mode == "profile" and trace_file.exists() else None
     own_cpu_s = usage.ru_utime + usage.ru_stime
     returncode = os.waitstatus_to_exitcode(status)
     outcome = group.outcome() if group is not None else None
@@ -205,6 +227,8 @@ def _run_child(spec: MeasureSpec, group: MeasurementGroup | None, python_command
         raise MeasurementFailed(f"measuring process exited with {returncode}: {tail}")
     if mode == "tune":
         return json.loads(stdout.rsplit(RESULT_MARKER, 1)[1])
+    if mode == "profile":
+        return {**json.loads(stdout.rsplit(RESULT_MARKER, 1)[1]), "trace": trace}
     try:  # the one place the measuring process's report is checked
         report = MeasurementReport.model_validate_json(stdout.rsplit(RESULT_MARKER, 1)[1]).model_dump(mode="json", exclude_unset=True)
     except ValueError as exc:

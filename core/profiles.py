@@ -1,0 +1,99 @@
+"""Where the time goes: an engine's profiled operator calls made into an operator table, traces
+kept bounded, the optimizers side by side by operator group, and when TVM's tuning pays off.
+
+An engine's profiler (`engines.*_engine.profile`) yields one `(name, op_type, ms)` per operator
+call over `runs` inferences; `operator_rows` sums them per operator (type and name): calls,
+total and mean time per inference, share of the inference. `operator_group` files an operator
+type under one of `GROUPS` by its name (the same words for torch's `aten::`, ONNX's op types and
+TVM's fused kernels), so different engines' operators line up in one table.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+GROUPS = ("conv", "matmul", "attention", "layout", "copy", "elementwise", "other")
+# substrings of an operator type (lower case) -> its group; the first group that matches wins
+_GROUP_WORDS = (
+    ("attention", ("attention", "softmax", "sdpa", "scaled_dot_product")),
+    ("conv", ("conv",)),
+    ("matmul", ("matmul", "gemm", "linear", "dense", "addmm", "bmm", "mm", "einsum")),
+    ("layout", ("transpose", "permute", "reshape", "view", "layout", "flatten", "squeeze", "unsqueeze", "expand", "concat", "cat",
+                "split", "slice", "gather", "pad", "reorder", "as_strided", "contiguous")),
+    ("copy", ("copy", "clone", "to_copy", "alloc", "empty", "memcpy", "identity", "cast", "_to", "zeros", "ones", "full", "fill")),
+    ("elementwise", ("relu", "add", "mul", "sub", "div", "sigmoid", "tanh", "gelu", "erf", "exp", "sqrt", "pow", "batch_norm",
+                     "batchnormalization", "layer_norm", "layernormalization", "norm", "clip", "hardtanh", "max_pool", "maxpool",
+                     "avg_pool", "averagepool", "globalaveragepool", "mean", "where", "neg", "abs", "silu", "sum", "reduce", "clamp", "clip", "pool")),
+)
+MAX_TRACE_EVENTS = 50_000  # a stored trace keeps at most this many events (the rest is cut, with a note)
+
+
+def operator_group(op_type: str) -> str:
+    """The group of an operator type: conv, matmul, attention, layout, copy, elementwise or other."""
+    name = op_type.lower().removeprefix("aten::")
+    for group, words in _GROUP_WORDS:
+        if any(word in name for word in words):
+            return group
+    return "other"
+
+
+def operator_rows(calls: list[tuple[str, str, float]], runs: int) -> list[dict]:
+    """Per operator (type and name), heaviest first: calls per inference, total and mean ms per
+    inference, share of the profiled operators' time, and its group."""
+    total: dict[tuple[str, str], float] = defaultdict(float)
+    count: dict[tuple[str, str], int] = defaultdict(int)
+    for name, op_type, ms in calls:
+        total[(op_type, name)] += ms
+        count[(op_type, name)] += 1
+    everything = sum(total.values()) or 1.0
+    runs = max(1, runs)
+    rows = [{"op_type": op_type, "name": name, "group": operator_group(op_type), "calls": count[key] / runs,
+             "total_ms": total[key] / runs, "mean_ms": total[key] / count[key], "share": total[key] / everything}
+            for key in total for op_type, name in [key]]
+    return sorted(rows, key=lambda row: -row["total_ms"])
+
+
+def group_totals(rows: list[dict]) -> dict[str, dict]:
+    """ms per inference and share per operator group (every group, zero where none)."""
+    totals = {group: {"total_ms": 0.0, "share": 0.0, "top": None} for group in GROUPS}
+    for row in rows:  # rows come heaviest first: the first of a group is its top operator
+        entry = totals[row["group"]]
+        entry["total_ms"] += row["total_ms"]
+        entry["share"] += row["share"]
+        entry["top"] = entry["top"] or (row["op_type"] if row["name"] == row["op_type"] else f"{row['op_type']} {row['name']}")
+    return totals
+
+
+def side_by_side(profiles: dict[str, list[dict]]) -> list[dict]:
+    """One row per operator group, one column per profiled optimizer (its ms per inference,
+    share and heaviest operator of that group); groups no optimizer spends time in are left out."""
+    totals = {optimizer: group_totals(rows) for optimizer, rows in profiles.items()}
+    table = []
+    for group in GROUPS:
+        cells = {optimizer: groups[group] for optimizer, groups in totals.items()}
+        if any(cell["total_ms"] > 0 for cell in cells.values()):
+            table.append({"group": group, "optimizers": cells})
+    return table
+
+
+def bounded_trace(trace: dict, max_events: int = MAX_TRACE_EVENTS) -> tuple[dict, str | None]:
+    """The Chrome trace with at most `max_events` events (the first ones: whole inferences
+    first), and the note saying what was cut (None: nothing)."""
+    events = trace.get("traceEvents", [])
+    if len(events) <= max_events:
+        return trace, None
+    note = f"truncated: the first {max_events} of {len(events)} events kept"
+    other = {**trace.get("otherData", {}), "ayci_note": note}
+    return {**trace, "traceEvents": events[:max_events], "otherData": other}, note
+
+
+def break_even(*, tuning_s: float, tuned_ms: float, untuned_ms: float, untuned_engine: str) -> dict:
+    """When tuning pays off: the inferences after which its seconds (priced as the same compute
+    as inference: one second of tuning is one second of the function) are repaid by each
+    inference being `untuned_ms - tuned_ms` faster than the best engine without tuning.
+    `inferences` is None ("never") when the tuned engine is not faster."""
+    saved_ms = untuned_ms - tuned_ms
+    inferences = math.ceil(tuning_s * 1000 / saved_ms) if saved_ms > 0 else None
+    return {"tuning_s": tuning_s, "against": untuned_engine, "against_p50_ms": untuned_ms, "tuned_p50_ms": tuned_ms,
+            "saved_ms_per_inference": saved_ms, "inferences": inferences}

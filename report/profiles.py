@@ -1,0 +1,57 @@
+"""Profiles side by side: for each hardware, batch and memory size of a run, the optimizers'
+time per operator group (conv, matmul, attention, layout, copy, elementwise, other) in one
+table, each with its heaviest operator and where its trace is (`core/profiles.py`). The CLI
+prints these tables; the API serves them (`GET /runs/{id}/profiles`) and the page draws them."""
+
+from __future__ import annotations
+
+from core.profiles import side_by_side
+
+TOP_OPERATORS = 5  # operators listed per optimizer under the table
+
+
+def profile_tables(profiles: list[dict], trace_url=lambda profile: None) -> list[dict]:
+    """One table per (hardware, batch, memory) of the given stored profiles (`CombinationProfile`
+    documents): `title`, `optimizers` (each with its p50s, trace link and top operators) and
+    `rows` (`core.profiles.side_by_side`)."""
+    groups: dict[str, list[dict]] = {}
+    for profile in profiles:
+        hardware, _, batch, memory = profile["label"].split("/")
+        groups.setdefault(f"{hardware}/{batch}/{memory}", []).append(profile)
+    tables = []
+    for title, members in groups.items():
+        members = sorted(members, key=lambda p: p["optimizer"])
+        tables.append({
+            "title": title,
+            "optimizers": [{"optimizer": p["optimizer"], "combo_key": p["combo_key"], "run_id": p["run_id"],
+                            "unprofiled_p50_ms": p["unprofiled_p50_ms"], "profiled_p50_ms": p["profiled_p50_ms"],
+                            "trace": trace_url(p), "trace_note": p.get("trace_note"), "top": p["operators"][:TOP_OPERATORS]}
+                           for p in members],
+            "rows": side_by_side({p["optimizer"]: p["operators"] for p in members}),
+        })
+    return tables
+
+
+def print_profile_tables(tables: list[dict], console) -> None:
+    """The side-by-side tables on a rich console."""
+    from rich.table import Table
+
+    for entry in tables:
+        optimizers = [o["optimizer"] for o in entry["optimizers"]]
+        table = Table(title=f"{entry['title']}: where the time goes (ms per inference, share)")
+        table.add_column("group")
+        for optimizer in optimizers:
+            table.add_column(optimizer)
+        for row in entry["rows"]:
+            cells = []
+            for optimizer in optimizers:
+                cell = row["optimizers"][optimizer]
+                cells.append(f"{cell['total_ms']:.2f} ({cell['share']:.0%}) {cell['top'] or ''}".strip() if cell["total_ms"] else "-")
+            table.add_row(row["group"], *cells)
+        table.add_row("p50 unprofiled / profiled", *(f"{o['unprofiled_p50_ms']:.2f} / {o['profiled_p50_ms']:.2f} ms" for o in entry["optimizers"]))
+        console.print(table)
+        for o in entry["optimizers"]:
+            top = ", ".join(f"{r['op_type']}{'' if r['name'] == r['op_type'] else ' ' + r['name']} {r['total_ms']:.2f} ms x{r['calls']:g}"
+                            for r in o["top"])
+            console.print(f"  {o['optimizer']}: trace {o['trace']}{' (' + o['trace_note'] + ')' if o['trace_note'] else ''}; top: {top}",
+                          markup=False, soft_wrap=True)

@@ -1,0 +1,105 @@
+"""Where the time goes: a profiled pass of a finished run's measured combination, in the same
+confinement as its measurement (`launcher.profile`), never used as its timing.
+
+`profile_result(store, result)` fetches the combination's artifact and reference, runs the
+engine's profiler (torch.profiler for `base`, ONNX Runtime's for `onnx`, the Relax VM's
+instrument for `tvm`) in a confined child, and stores the Chrome trace (bounded:
+`core/profiles.py MAX_TRACE_EVENTS`) and the `CombinationProfile` naming it next to the result
+(`results/{combo key}/{run id}.profile.json`, `.trace.json`). `profiled(store, summary)` reads
+a run's stored profiles back.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+import structlog
+
+from core.ports import NotFound, ObjectStore
+from core.profiles import bounded_trace, operator_rows
+from schemas import keys
+from report.recommendation import label as combination_label
+from schemas.combos import ModelRef, reference_key
+from schemas.documents import ArtifactManifest, CombinationProfile
+from services.inference.launcher import MeasureSpec, profile
+
+log = structlog.get_logger()
+
+PROFILED_OPTIMIZERS = ("base", "onnx", "tvm")
+
+
+class NotProfilable(Exception):
+    """This combination cannot be profiled (failed, unknown, emulated, no profiler): the message says why."""
+
+
+def profilable(result: dict) -> str | None:
+    """Why a run's result cannot be profiled here, or None if it can."""
+    if result.get("predicted"):
+        return "it was predicted, not measured"
+    if result.get("emulated"):
+        return "it ran under emulation: a profile of emulated code says nothing about Lambda"
+    if result["combo"]["optimizer"] not in PROFILED_OPTIMIZERS:
+        return f"no profiler for {result['combo']['optimizer']}"
+    return None
+
+
+def chosen_results(summary: dict, combo_key: str | None) -> list[dict]:
+    """The run's results to profile: all profilable ones, or the one `combo_key` names
+    (NotProfilable naming why when it failed, is unknown to the run or cannot be profiled)."""
+    if combo_key is None:
+        chosen = [r for r in summary["results"] if profilable(r) is None]
+        if not chosen:
+            raise NotProfilable(f"run {summary['run_id']} has no natively measured combination to profile")
+        return chosen
+    for result in summary["results"]:
+        if result["combo_key"] == combo_key:
+            why = profilable(result)
+            if why:
+                raise NotProfilable(f"combination {combo_key} cannot be profiled: {why}")
+            return [result]
+    for failure in summary.get("failures", []):
+        if failure["combo_key"] == combo_key:
+            raise NotProfilable(f"combination {combo_key} failed ({failure['reason']}): there is nothing to profile")
+    raise NotProfilable(f"run {summary['run_id']} has no combination {combo_key}")
+
+
+def profile_result(store: ObjectStore, result: dict, *, runs: int = 20, time_cap_s: float = 4.0) -> CombinationProfile:
+    """Profile one measured combination confined as it was measured; store its trace and profile."""
+    combo, model, label = result["combo"], result["model"], combination_label(result)
+    bound = log.bind(run_id=result["run_id"], combo_key=result["combo_key"], combo=label)
+    with tempfile.TemporaryDirectory(prefix="ayci-profile-") as tmp:
+        work = Path(tmp)
+        manifest = ArtifactManifest.read(store.get_bytes(keys.manifest(result["artifact_key"])))
+        artifact = work / manifest.artifact_file
+        store.get_file(keys.artifact_file(result["artifact_key"], manifest.artifact_file), artifact)
+        reference = work / "reference.npz"
+        store.get_file(keys.reference(reference_key(ModelRef.model_validate(model), combo["batch_size"])), reference)
+        spec = MeasureSpec(optimizer=combo["optimizer"], workload=model["workload"], artifact_path=artifact, reference_path=reference,
+                           memory_mb=combo["memory_mb"], time_cap_s=time_cap_s, engine_settings=result.get("engine_settings"), tune=False,
+                           profile_runs=runs)
+        bound.info("profile_started", runs=runs)
+        report = profile(spec)
+    trace, note = bounded_trace(report["trace"] or {"traceEvents": []})
+    trace_key = keys.profile_trace(result["combo_key"], result["run_id"])
+    store.put_bytes(trace_key, json.dumps(trace).encode())
+    document = CombinationProfile(
+        combo_key=result["combo_key"], run_id=result["run_id"], label=label, optimizer=combo["optimizer"], trace_key=trace_key,
+        trace_note=note, runs=report["runs"], operators=operator_rows([tuple(call) for call in report["calls"]], report["runs"]),
+        unprofiled_p50_ms=report["unprofiled_p50_ms"], profiled_p50_ms=report["profiled_p50_ms"], confined=report["confined"],
+        confinement_reason=report["confinement_reason"], profiled_at=datetime.now(UTC).isoformat(),
+    )
+    store.put_bytes(keys.profile(result["combo_key"], result["run_id"]), document.to_bytes(indent=1))
+    bound.info("profile_done", operators=len(document.operators), trace_events=len(trace["traceEvents"]),
+               overhead=round(document.profiled_p50_ms / document.unprofiled_p50_ms, 2) if document.unprofiled_p50_ms else None)
+    return document
+
+
+def stored_profile(store: ObjectStore, result: dict) -> CombinationProfile | None:
+    """The stored profile of a run's result, or None."""
+    try:
+        return CombinationProfile.read(store.get_bytes(keys.profile(result["combo_key"], result["run_id"])))
+    except NotFound:
+        return None

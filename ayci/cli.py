@@ -492,7 +492,8 @@ def profile_run(store, settings: Settings, run_id: str, combo_key: str | None, *
     from core.ports import NotFound
     from report.profiles import print_profile_tables, profile_tables
     from services.inference.launcher import MeasurementFailed
-    from services.inference.profiling import NotProfilable, chosen_results, profile_result
+    from report.profiles import NotProfilable, chosen_results
+    from services.inference.profiling import profile_result
 
     try:
         summary = RunSummary.read(store.get_bytes(keys.summary(run_id))).to_dict()

@@ -61,7 +61,7 @@ def group_totals(rows: list[dict]) -> dict[str, dict]:
         entry = totals[row["group"]]
         entry["total_ms"] += row["total_ms"]
         entry["share"] += row["share"]
-        entry["top"] = entry["top"] or (row["op_type"] if row["name"] == row["op_type"] else f"{row['op_type']} {row['name']}")
+        entry["top"] = entry["top"] or row["op_type"]
     return totals
 
 
@@ -88,12 +88,13 @@ def bounded_trace(trace: dict, max_events: int = MAX_TRACE_EVENTS) -> tuple[dict
     return {**trace, "traceEvents": events[:max_events], "otherData": other}, note
 
 
-def break_even(*, tuning_s: float, tuned_ms: float, untuned_ms: float, untuned_engine: str) -> dict:
-    """When tuning pays off: the inferences after which its seconds (priced as the same compute
-    as inference: one second of tuning is one second of the function) are repaid by each
-    inference being `untuned_ms - tuned_ms` faster than the best engine without tuning.
-    `inferences` is None ("never") when the tuned engine is not faster."""
-    saved_ms = untuned_ms - tuned_ms
-    inferences = math.ceil(tuning_s * 1000 / saved_ms) if saved_ms > 0 else None
-    return {"tuning_s": tuning_s, "against": untuned_engine, "against_p50_ms": untuned_ms, "tuned_p50_ms": tuned_ms,
-            "saved_ms_per_inference": saved_ms, "inferences": inferences}
+def break_even(*, tuning_s: float, tuning_usd: float, tuned_ms: float, untuned_ms: float, saved_usd_per_inference: float,
+               untuned: str) -> dict:
+    """When tuning pays off: the inferences after which tuning's cost (`tuning_usd`: its seconds
+    priced as the build's compute) is repaid by each inference costing `saved_usd_per_inference`
+    less than on the best engine without tuning (`untuned`). `inferences` is None ("never")
+    when the tuned engine is not faster."""
+    faster = untuned_ms > tuned_ms and saved_usd_per_inference > 0
+    return {"tuning_s": tuning_s, "tuning_usd": tuning_usd, "against": untuned, "against_p50_ms": untuned_ms, "tuned_p50_ms": tuned_ms,
+            "saved_ms_per_inference": untuned_ms - tuned_ms, "saved_usd_per_inference": saved_usd_per_inference,
+            "inferences": math.ceil(tuning_usd / saved_usd_per_inference) if faster else None}

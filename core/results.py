@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import structlog
 
-from core.ports import ObjectStore
+from core.ports import NotFound, ObjectStore
 from schemas import keys
 from schemas.combos import MEASUREMENT_VERSION
-from schemas.documents import MeasuredResult
+from schemas.documents import CombinationProfile, MeasuredResult
 from schemas.events import InferenceDone
 
 log = structlog.get_logger()
@@ -42,3 +42,11 @@ def reused_result(store: ObjectStore, combo_key: str) -> InferenceDone | None:
         return None
     version = keys.result_version(combo_key, latest.run_id)
     return latest.inference_done(result_key=version if store.exists(version) else keys.result(combo_key), reused=True)
+
+
+def stored_profile(store: ObjectStore, result: dict) -> CombinationProfile | None:
+    """The stored profiled pass of a result (`results/{combo key}/{run id}.profile.json`), or None."""
+    try:
+        return CombinationProfile.read(store.get_bytes(keys.profile(result["combo_key"], result["run_id"])))
+    except NotFound:
+        return None

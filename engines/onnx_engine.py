@@ -135,3 +135,54 @@ def profile(path: Path, threads: int, inputs: dict[str, np.ndarray], runs: int, 
     calls = [(event["name"].removesuffix("_kernel_time"), event["args"].get("op_name", "?"), event["dur"] / 1000)
              for event in events if event.get("cat") == "Node" and event["name"].endswith("_kernel_time")]
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"profiler": "onnxruntime enable_profiling"}}, calls, run_ms
+
+
+DIVERGENCE_ATOL = 1e-4  # a node's output diverges past atol + rtol * its reference's largest magnitude
+DIVERGENCE_RTOL = 1e-3
+
+
+def with_every_output(path: Path, out_path: Path) -> tuple[list[tuple[str, str, str]], list[str]]:
+    """`path`'s graph with every node output whose type is known made a graph output, written to
+    `out_path`: (node name, op type, output name) in the graph's (topological) order, and the
+    names of the written graph's outputs in their order."""
+    import onnx
+
+    model = onnx.load(str(path))
+    inferred = onnx.shape_inference.infer_shapes(model)
+    typed = {info.name: info for info in [*inferred.graph.value_info, *inferred.graph.output]}
+    outputs = [output.name for output in model.graph.output]
+    order = []
+    for index, node in enumerate(model.graph.node):
+        for name in node.output:
+            if name in typed:
+                order.append((node.name or f"#{index}", node.op_type, name))
+                if name not in outputs:
+                    model.graph.output.append(typed[name])
+                    outputs.append(name)
+    onnx.save(model, str(out_path))
+    return order, outputs
+
+
+def first_divergent_node(candidate: Path, reference: Path, inputs: dict[str, np.ndarray], threads: int, work: Path,
+                         settings: dict | None = None) -> dict | None:
+    """The first node (in graph order) whose output from `candidate` (run with `settings`)
+    differs from `reference`'s (a graph of the same node names, run unoptimized) past the
+    tolerance: its name, op type, output and max abs diff; None if every intermediate output
+    agrees. Every intermediate is made an output, so both sessions keep each node's result."""
+    order, candidate_names = with_every_output(candidate, work / "candidate-all-outputs.onnx")
+    _, reference_names = with_every_output(reference, work / "reference-all-outputs.onnx")
+    got = dict(zip(candidate_names, load_session(work / "candidate-all-outputs.onnx", threads, settings=settings)(inputs), strict=True))
+    want = dict(zip(reference_names, load_session(work / "reference-all-outputs.onnx", threads, optimize=False)(inputs), strict=True))
+    for node, op_type, name in order:
+        if name not in want:
+            continue
+        a, b = np.asarray(got[name]), np.asarray(want[name])
+        if a.shape != b.shape:
+            return {"node": node, "op_type": op_type, "output": name, "max_abs_diff": None, "detail": f"shape {a.shape} against {b.shape}"}
+        if a.size == 0 or not np.issubdtype(b.dtype, np.number):
+            continue
+        diff = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+        tolerance = DIVERGENCE_ATOL + DIVERGENCE_RTOL * float(np.max(np.abs(b.astype(np.float64))))
+        if not diff <= tolerance:  # NaN diverges too
+            return {"node": node, "op_type": op_type, "output": name, "max_abs_diff": diff, "tolerance": tolerance}
+    return None

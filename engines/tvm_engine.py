@@ -647,11 +647,11 @@ def profile(path: Path, threads: int, inputs: dict[str, np.ndarray], runs: int, 
 
 
 def _kernel_type(symbol: str) -> str:
-    """A fused kernel's operator type: its name without `fused_` and trailing numbers
-    (`fused_conv2d_add_relu1` -> `conv2d_add_relu`); a VM builtin keeps its name."""
+    """A fused kernel's operator type: its name without `fused_` and the numbers TVM appends to
+    each part (`fused_conv2d1_add2_relu11` -> `conv2d_add_relu`); a VM builtin keeps its name."""
     import re
 
-    return re.sub(r"\d+$", "", symbol.removeprefix("fused_")) or symbol
+    return "_".join(re.sub(r"(?<=\D)\d+$", "", part) for part in symbol.removeprefix("fused_").split("_")) or symbol
 
 
 def _flatten(value) -> list[np.ndarray]:

@@ -8,6 +8,42 @@ from __future__ import annotations
 from core.profiles import side_by_side
 
 TOP_OPERATORS = 5  # operators listed per optimizer under the table
+PROFILED_OPTIMIZERS = ("base", "onnx", "tvm")
+
+
+class NotProfilable(Exception):
+    """This combination cannot be profiled (failed, unknown, emulated, no profiler): the message says why."""
+
+
+def profilable(result: dict) -> str | None:
+    """Why a run's result cannot be profiled here, or None if it can."""
+    if result.get("predicted"):
+        return "it was predicted, not measured"
+    if result.get("emulated"):
+        return "it ran under emulation: a profile of emulated code says nothing about Lambda"
+    if result["combo"]["optimizer"] not in PROFILED_OPTIMIZERS:
+        return f"no profiler for {result['combo']['optimizer']}"
+    return None
+
+
+def chosen_results(summary: dict, combo_key: str | None) -> list[dict]:
+    """The run's results to profile: all profilable ones, or the one `combo_key` names
+    (NotProfilable naming why when it failed, is unknown to the run or cannot be profiled)."""
+    if combo_key is None:
+        chosen = [r for r in summary["results"] if profilable(r) is None]
+        if not chosen:
+            raise NotProfilable(f"run {summary['run_id']} has no natively measured combination to profile")
+        return chosen
+    for result in summary["results"]:
+        if result["combo_key"] == combo_key:
+            why = profilable(result)
+            if why:
+                raise NotProfilable(f"combination {combo_key} cannot be profiled: {why}")
+            return [result]
+    for failure in summary.get("failures", []):
+        if failure["combo_key"] == combo_key:
+            raise NotProfilable(f"combination {combo_key} failed ({failure['reason']}): there is nothing to profile")
+    raise NotProfilable(f"run {summary['run_id']} has no combination {combo_key}")
 
 
 def profile_tables(profiles: list[dict], trace_url=lambda profile: None) -> list[dict]:

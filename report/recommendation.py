@@ -62,12 +62,25 @@ def exclusion(result: dict, *, slo_p99_ms: float | None, min_agreement: float) -
         return "no agreement with base was measured"
     if agreement < min_agreement:
         metric = result["agreement"].get("metric", "agreement")
-        return f"agrees with base only {agreement:.4f} ({metric}), below the threshold {min_agreement}"
+        return f"agrees with base only {agreement:.4f} ({metric}), below the threshold {min_agreement}{divergence_detail(result)}"
     if not (result.get("cost") or {}).get("per_million_inferences_usd"):
         return "no cost (no price for it)"
     if slo_p99_ms is not None and result["latency_ms"]["p99"] > slo_p99_ms:
         return f"p99 {result['latency_ms']['p99']:.1f} ms above the SLO of {slo_p99_ms:g} ms"
     return None
+
+
+def divergence_detail(result: dict) -> str:
+    """Where a result's outputs first diverge (`divergence`, found when it was measured), as the
+    end of its exclusion's reason; empty if it has none."""
+    divergence = result.get("divergence")
+    if not divergence:
+        return ""
+    if divergence.get("node"):
+        diff = divergence.get("max_abs_diff")
+        size = f"max abs diff {diff:.3g}" if diff is not None else divergence.get("detail", "")
+        return f"; first diverges at node {divergence['node']} ({divergence['op_type']}): {size}"
+    return f"; {divergence.get('detail') or divergence.get('error')}"
 
 
 def balance_scores(p99: dict[str, float], cost: dict[str, float], weight: float) -> dict[str, float]:
@@ -101,3 +114,40 @@ def pareto_front(p99: dict[str, float], cost: dict[str, float]) -> list[str]:
 def label(result: dict) -> str:
     c = result["combo"]
     return f"{c['hardware']}/{c['optimizer']}/b{c['batch_size']}/{c['memory_mb']}MB"
+
+
+def with_break_even(results: list[dict], region: str) -> list[dict]:
+    """The measured results, each tuned one (`tvm`) with `break_even`: after how many inferences
+    its tuning time, priced as the build's compute, is repaid by its faster inference against
+    the fastest engine without tuning at the same hardware, batch and memory size (by p50);
+    `inferences` None: never (not faster). Without an untuned engine to compare, none."""
+    from core.profiles import break_even
+    from schemas.cost import UnknownPriceRegion, build_cost_usd, inference_cost_usd
+
+    untuned: dict[tuple, dict] = {}
+    for result in results:
+        c = result["combo"]
+        where = (c["hardware"], c["batch_size"], c["memory_mb"])
+        if c["optimizer"] not in TUNED_OPTIMIZERS and not result.get("predicted"):
+            if where not in untuned or result["latency_ms"]["p50"] < untuned[where]["latency_ms"]["p50"]:
+                untuned[where] = result
+    out = []
+    for result in results:
+        c = result["combo"]
+        best = untuned.get((c["hardware"], c["batch_size"], c["memory_mb"]))
+        if c["optimizer"] not in TUNED_OPTIMIZERS or best is None or result.get("predicted"):
+            out.append(result)
+            continue
+        tuned_ms, untuned_ms = result["latency_ms"]["p50"], best["latency_ms"]["p50"]
+        try:
+            tuning_usd = build_cost_usd(result.get("tuning_s") or 0.0, region)
+            saved = inference_cost_usd(untuned_ms - tuned_ms, c["memory_mb"], c["hardware"], c["batch_size"], region)
+        except UnknownPriceRegion:
+            out.append(result)
+            continue
+        out.append({**result, "break_even": break_even(tuning_s=result.get("tuning_s") or 0.0, tuning_usd=tuning_usd, tuned_ms=tuned_ms,
+                                                       untuned_ms=untuned_ms, saved_usd_per_inference=saved, untuned=label(best))})
+    return out
+
+
+TUNED_OPTIMIZERS = ("tvm",)  # optimizers whose conversion tunes (MetaSchedule): their tuning's break-even is reported

@@ -69,6 +69,10 @@ def _notes(result: dict) -> list[str]:
         notes.append("tuned session: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in changed.items()))
     if tuning.get("failed"):
         notes.append(f"session not tuned: {tuning['failed']}")
+    payoff = result.get("break_even")
+    if payoff:
+        notes.append(f"tuned {payoff['tuning_s']:.0f} s: " + (f"pays off after {payoff['inferences']:,} inferences against {payoff['against']}"
+                                                            if payoff["inferences"] is not None else f"never pays off (not faster than {payoff['against']})"))
     if result.get("reused"):
         notes.append("reused")
     if result.get("emulated"):

@@ -113,3 +113,19 @@ def cost_block(
         "price_region": region,
         "price_date": table.date,
     }
+
+
+BUILD_MEMORY_MB = 3008  # the converter function's size (infra/template.yaml): tuning runs there, on x86_64
+
+
+def build_cost_usd(seconds: float, region: str, table: PriceTable | None = None) -> float:
+    """`seconds` of the build's compute (the converter function: x86_64, `BUILD_MEMORY_MB`)."""
+    prices = (table or load_prices()).region(region)
+    return seconds * (BUILD_MEMORY_MB / 1024) * prices.per_gb_second(Hardware.intel)
+
+
+def inference_cost_usd(ms: float, memory_mb: int, hardware: Hardware, batch_size: int, region: str, table: PriceTable | None = None) -> float:
+    """The compute of one inference taking `ms` per request of `batch_size` at `memory_mb`
+    (unrounded, no request price: what a difference in latency is worth)."""
+    prices = (table or load_prices()).region(region)
+    return ms / 1000 * (memory_mb / 1024) * prices.per_gb_second(hardware) / batch_size

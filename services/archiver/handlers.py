@@ -45,7 +45,7 @@ from schemas import keys
 from schemas.combos import Hardware, Optimizer, artifact_key, combo_key
 from schemas.documents import FailedCombination, MeasuredResult, Outcome, PickChecks, RunSummary
 from report import RECOMMENDATION_KINDS, recommend
-from report.recommendation import label as combination_label
+from report.recommendation import label as combination_label, with_break_even
 
 log = structlog.get_logger()
 ARCHIVE_READERS = 16  # concurrent reads when a run closes
@@ -161,6 +161,7 @@ def _archive(event: Envelope, deps: ArchiverDeps, *, at_deadline: bool, missing:
         if checks is not None:
             predicted_rows, results, check_report = _with_checks(checks, checked, predicted_rows, results, request.price_region)
     status = RunStatus.failed if not results else RunStatus.partial if failures else RunStatus.complete
+    results = with_break_even(results, request.price_region)
     recommendation = recommend(results + predicted_rows, slo_p99_ms=request.slo_p99_ms, min_agreement=request.min_agreement,
                                balance_weight=request.balance_weight)
     if plan.predicted:

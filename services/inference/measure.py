@@ -255,6 +255,10 @@ def main(spec_path: str, spawned_at: float) -> dict:
     agreement = workload_module(spec["workload"]).agreement(ref_outputs, [np.asarray(o) for o in outputs])
     warmup_iterations = warm_up(run, inputs, cap_s=float(spec["time_cap_s"]) / 4)
     latency = measure_warm(run, inputs, int(spec["min_iterations"]), float(spec["time_cap_s"]))
+    peak_mb = peak_rss_mb()  # before looking for where outputs diverge: that is not serving
+    divergence = None
+    if agreement.score < DIVERGENCE_BELOW and hasattr(engine, "first_divergent_node"):
+        divergence = where_outputs_diverge(engine, artifact, inputs, int(spec["threads"]), settings)
     return {
         "cold_start_ms": {
             "process_start": (_MAIN_STARTED - spawned_at) * 1000,
@@ -270,9 +274,31 @@ def main(spec_path: str, spawned_at: float) -> dict:
         "latency_ms": latency,
         "warmup_iterations": warmup_iterations,
         "agreement": agreement.as_dict(),
-        "peak_rss_mb": peak_rss_mb(),
+        "peak_rss_mb": peak_mb,
         **({"engine_settings": settings} if settings else {}),
+        **({"divergence": divergence} if divergence else {}),
     }
+
+
+DIVERGENCE_BELOW = 0.9999  # an agreement score below this looks for the first node whose output diverges
+
+
+def where_outputs_diverge(engine, artifact, inputs: dict, threads: int, settings: dict | None) -> dict:
+    """Where the combination's outputs start to differ from base's: the first node of its graph
+    whose output, run as measured, differs from the same graph run unoptimized
+    (`first_divergent_node` of the engine); or, when none does, that the export itself differs."""
+    import tempfile
+    from pathlib import Path
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="divergence-") as tmp:
+            node = engine.first_divergent_node(artifact, artifact, inputs, threads, Path(tmp), settings=settings)
+    except Exception as exc:  # the explanation of a failure must not fail the measurement
+        return {"error": f"{type(exc).__name__}: {exc}"[:500]}
+    if node is None:
+        return {"compared_with": "the same ONNX graph unoptimized", "node": None,
+                "detail": "no node diverges from the unoptimized graph: the ONNX export itself differs from base"}
+    return {"compared_with": "the same ONNX graph unoptimized", **node}
 
 
 if __name__ == "__main__":

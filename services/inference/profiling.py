@@ -5,8 +5,8 @@ confinement as its measurement (`launcher.profile`), never used as its timing.
 engine's profiler (torch.profiler for `base`, ONNX Runtime's for `onnx`, the Relax VM's
 instrument for `tvm`) in a confined child, and stores the Chrome trace (bounded:
 `core/profiles.py MAX_TRACE_EVENTS`) and the `CombinationProfile` naming it next to the result
-(`results/{combo key}/{run id}.profile.json`, `.trace.json`). `profiled(store, summary)` reads
-a run's stored profiles back.
+(`results/{combo key}/{run id}.profile.json`, `.trace.json`). `core.results.stored_profile` reads
+one back.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import structlog
 
-from core.ports import NotFound, ObjectStore
+from core.ports import ObjectStore
 from core.profiles import bounded_trace, operator_rows
 from schemas import keys
 from report.recommendation import label as combination_label
@@ -27,44 +27,6 @@ from schemas.documents import ArtifactManifest, CombinationProfile
 from services.inference.launcher import MeasureSpec, profile
 
 log = structlog.get_logger()
-
-PROFILED_OPTIMIZERS = ("base", "onnx", "tvm")
-
-
-class NotProfilable(Exception):
-    """This combination cannot be profiled (failed, unknown, emulated, no profiler): the message says why."""
-
-
-def profilable(result: dict) -> str | None:
-    """Why a run's result cannot be profiled here, or None if it can."""
-    if result.get("predicted"):
-        return "it was predicted, not measured"
-    if result.get("emulated"):
-        return "it ran under emulation: a profile of emulated code says nothing about Lambda"
-    if result["combo"]["optimizer"] not in PROFILED_OPTIMIZERS:
-        return f"no profiler for {result['combo']['optimizer']}"
-    return None
-
-
-def chosen_results(summary: dict, combo_key: str | None) -> list[dict]:
-    """The run's results to profile: all profilable ones, or the one `combo_key` names
-    (NotProfilable naming why when it failed, is unknown to the run or cannot be profiled)."""
-    if combo_key is None:
-        chosen = [r for r in summary["results"] if profilable(r) is None]
-        if not chosen:
-            raise NotProfilable(f"run {summary['run_id']} has no natively measured combination to profile")
-        return chosen
-    for result in summary["results"]:
-        if result["combo_key"] == combo_key:
-            why = profilable(result)
-            if why:
-                raise NotProfilable(f"combination {combo_key} cannot be profiled: {why}")
-            return [result]
-    for failure in summary.get("failures", []):
-        if failure["combo_key"] == combo_key:
-            raise NotProfilable(f"combination {combo_key} failed ({failure['reason']}): there is nothing to profile")
-    raise NotProfilable(f"run {summary['run_id']} has no combination {combo_key}")
-
 
 def profile_result(store: ObjectStore, result: dict, *, runs: int = 20, time_cap_s: float = 4.0) -> CombinationProfile:
     """Profile one measured combination confined as it was measured; store its trace and profile."""
@@ -95,11 +57,3 @@ def profile_result(store: ObjectStore, result: dict, *, runs: int = 20, time_cap
     bound.info("profile_done", operators=len(document.operators), trace_events=len(trace["traceEvents"]),
                overhead=round(document.profiled_p50_ms / document.unprofiled_p50_ms, 2) if document.unprofiled_p50_ms else None)
     return document
-
-
-def stored_profile(store: ObjectStore, result: dict) -> CombinationProfile | None:
-    """The stored profile of a run's result, or None."""
-    try:
-        return CombinationProfile.read(store.get_bytes(keys.profile(result["combo_key"], result["run_id"])))
-    except NotFound:
-        return None

@@ -12,6 +12,8 @@ from fastapi import APIRouter, Body, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 
 from report import results_csv, results_document
+from core.results import stored_profile
+from report.profiles import NotProfilable, chosen_results, profilable, profile_tables
 from schemas.events import Envelope
 from schemas.reasons import whole
 from services.request.auth import Owner
@@ -146,3 +148,38 @@ def get_results(run_id: RunId, owner: Owner, request: Request, deps: Deps) -> Re
     if "text/csv" in request.headers.get("accept", ""):
         return Response(results_csv(summary), media_type="text/csv", headers={"Content-Disposition": f'attachment; filename="ayci-{run_id}.csv"'})
     return JSONResponse(results_document(summary, f"{deps.limits.results_url}/runs/{run_id}/results"))
+
+
+def _profiled(deps: RequestDeps, run_id: str, owner: str) -> dict:
+    """The archived run (404 if none: unknown, another owner's, or still running)."""
+    owned_run(deps, run_id, owner)
+    summary = load_summary(deps.store, run_id)
+    if summary is None:
+        raise HTTPException(404, f"run {run_id} is still running: nothing of it is profiled yet")
+    return summary
+
+
+@router.get("/runs/{run_id}/combinations/{combo_key}/profile", responses={**ERRORS, 200: {"content": {"application/json": {}}}})
+def get_profile_trace(run_id: RunId, combo_key: str, owner: Owner, deps: Deps) -> Response:
+    """The Chrome trace of a combination's profiled pass (open it in Perfetto or
+    chrome://tracing). 404 with the reason: no such run or combination, the combination failed
+    or cannot be profiled, or it has not been profiled (`ayci profile`, `--profile`)."""
+    summary = _profiled(deps, run_id, owner)
+    try:
+        (result,) = chosen_results(summary, combo_key)
+    except NotProfilable as exc:
+        raise HTTPException(404, str(exc)) from None
+    profile = stored_profile(deps.store, result)
+    if profile is None:
+        raise HTTPException(404, f"combination {combo_key} has not been profiled (ayci profile {run_id} --combination {combo_key}, or run with profile)")
+    return Response(deps.store.get_bytes(profile.trace_key), media_type="application/json",
+                    headers={"Content-Disposition": f'attachment; filename="ayci-{combo_key}-trace.json"'})
+
+
+@router.get("/runs/{run_id}/profiles", responses=ERRORS)
+def get_profiles(run_id: RunId, owner: Owner, deps: Deps) -> dict:
+    """The run's profiled combinations side by side: per hardware, batch and memory size, each
+    optimizer's time per operator group, its top operators and the link to its trace."""
+    summary = _profiled(deps, run_id, owner)
+    profiles = [p.to_dict() for p in (stored_profile(deps.store, r) for r in summary["results"] if profilable(r) is None) if p]
+    return {"run_id": run_id, "tables": profile_tables(profiles, trace_url=lambda p: f"runs/{run_id}/combinations/{p['combo_key']}/profile")}

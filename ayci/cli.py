@@ -431,10 +431,10 @@ def cmd_coldstart(args: argparse.Namespace) -> int:
 
     from adapters.local_store import LocalFolderStore
     from core.ports import NotFound
-    from schemas.combos import ModelRef, reference_key
-    from schemas.documents import ArtifactManifest
+    from schemas.combos import ModelRef
     from report.recommendation import label as combination_label
     from services.inference.levers import base_variants, measure_levers, onnx_variants
+    from services.inference.profiling import fetch_measured
 
     settings = Settings(data_dir=args.data_dir) if args.data_dir else Settings()
     store = LocalFolderStore(settings.data_dir)
@@ -453,11 +453,7 @@ def cmd_coldstart(args: argparse.Namespace) -> int:
         err.print(f"{label}: preparing the variants ...")
         with tempfile.TemporaryDirectory(prefix="ayci-levers-") as tmp:
             work = Path(tmp)
-            manifest = ArtifactManifest.read(store.get_bytes(keys.manifest(result["artifact_key"])))
-            artifact = work / manifest.artifact_file
-            store.get_file(keys.artifact_file(result["artifact_key"], manifest.artifact_file), artifact)
-            reference = work / "reference.npz"
-            store.get_file(keys.reference(reference_key(model, combo["batch_size"])), reference)
+            artifact, reference = fetch_measured(store, result, work)
             threads = result.get("threads") or 1
             variants = onnx_variants(artifact, threads, work) if combo["optimizer"] == "onnx" else base_variants(artifact, work)
             err.print(f"{label}: measuring {len(variants)} variants x {args.repeat} cold starts ...")

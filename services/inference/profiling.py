@@ -28,17 +28,23 @@ from services.inference.launcher import MeasureSpec, profile
 
 log = structlog.get_logger()
 
+def fetch_measured(store: ObjectStore, result: dict, work: Path) -> tuple[Path, Path]:
+    """A measured result's artifact and reference (the bound inputs and base's outputs), fetched
+    into `work`."""
+    manifest = ArtifactManifest.read(store.get_bytes(keys.manifest(result["artifact_key"])))
+    artifact = work / manifest.artifact_file
+    store.get_file(keys.artifact_file(result["artifact_key"], manifest.artifact_file), artifact)
+    reference = work / "reference.npz"
+    store.get_file(keys.reference(reference_key(ModelRef.model_validate(result["model"]), result["combo"]["batch_size"])), reference)
+    return artifact, reference
+
+
 def profile_result(store: ObjectStore, result: dict, *, runs: int = 20, time_cap_s: float = 4.0) -> CombinationProfile:
     """Profile one measured combination confined as it was measured; store its trace and profile."""
     combo, model, label = result["combo"], result["model"], combination_label(result)
     bound = log.bind(run_id=result["run_id"], combo_key=result["combo_key"], combo=label)
     with tempfile.TemporaryDirectory(prefix="ayci-profile-") as tmp:
-        work = Path(tmp)
-        manifest = ArtifactManifest.read(store.get_bytes(keys.manifest(result["artifact_key"])))
-        artifact = work / manifest.artifact_file
-        store.get_file(keys.artifact_file(result["artifact_key"], manifest.artifact_file), artifact)
-        reference = work / "reference.npz"
-        store.get_file(keys.reference(reference_key(ModelRef.model_validate(model), combo["batch_size"])), reference)
+        artifact, reference = fetch_measured(store, result, Path(tmp))
         spec = MeasureSpec(optimizer=combo["optimizer"], workload=model["workload"], artifact_path=artifact, reference_path=reference,
                            memory_mb=combo["memory_mb"], time_cap_s=time_cap_s, engine_settings=result.get("engine_settings"), tune=False,
                            profile_runs=runs)

@@ -308,3 +308,33 @@ def test_cold_start_levers_of_a_finished_run(tmp_path, tiny_image_model, capsys)
         assert "cold_start_saved_ms" in row and row["peak_mb"] > 0
     assert onnx[0]["cold_start_saved_ms"] == 0 and base[1]["prepare_s"] > 0
     assert cli_main(["coldstart", "00000000-0000-0000-0000-000000000000", "--data-dir", str(data)]) == 2
+
+
+def test_profile_of_a_finished_run_side_by_side(tmp_path, tiny_image_model, capsys):
+    """`ayci profile`: base (torch.profiler) and onnx (ONNX Runtime's profiler), each a confined
+    pass of its own: a Chrome trace stored next to the result, named by the profile, an operator
+    table, the optimizers side by side; a failed or unknown combination is an error saying why."""
+    data = tmp_path / "data"
+    app = embedded(Settings(data_dir=data, measure_time_cap_s=1.0, measure_min_iterations=5))
+    summary, run_id = run(app, request_for(app, tiny_image_model, ["base", "onnx"], memory=(128, 1769)))
+    assert cli_main(["profile", run_id, "--runs", "3", "--json", "--data-dir", str(data)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    profiles = {p["optimizer"]: p for p in report["profiles"]}
+    assert set(profiles) == {"base", "onnx"}
+    for optimizer, profile in profiles.items():
+        trace = json.loads(app.store.get_bytes(profile["trace_key"]))
+        assert profile["trace_key"] == keys.profile_trace(profile["combo_key"], run_id)
+        assert trace["traceEvents"] and profile["trace_note"] is None
+        heaviest = profile["operators"][0]
+        assert heaviest["group"] == "conv", (optimizer, heaviest)  # ResNet's time is in its convolutions
+        assert sum(op["share"] for op in profile["operators"]) == pytest.approx(1.0)
+        assert profile["unprofiled_p50_ms"] > 0 and profile["profiled_p50_ms"] > 0
+    assert profiles["onnx"]["operators"][0]["op_type"] == "Conv" and any(op["calls"] == 1 for op in profiles["onnx"]["operators"])
+    (table,) = report["tables"]
+    assert table["title"] == "intel/b1/1769MB" and table["rows"][0]["group"] == "conv"
+    assert set(table["rows"][0]["optimizers"]) == {"base", "onnx"}
+    failed = summary["failures"][0]["combo_key"]  # out of memory at 128 MB
+    assert cli_main(["profile", run_id, "--combination", failed, "--data-dir", str(data)]) == 2
+    said = " ".join(capsys.readouterr().err.split())
+    assert "out of memory" in said and "nothing to profile" in said
+    assert cli_main(["profile", run_id, "--combination", "nope", "--data-dir", str(data)]) == 2

@@ -418,3 +418,37 @@ def test_an_onnx_model_with_external_data_is_uploaded_as_one_bundle(client, deps
     assert stored.json()["size_bytes"] == bundle.stat().st_size
     sha = stored.json()["sha256"]
     assert deps.store.get_bytes(f"models/{sha}")[:4] != b"PK\x03\x04"  # kept as the one ONNX file made of it
+
+
+def test_a_combination_s_profile_trace_is_served_and_404_says_why(client, deps, stored_model):
+    from core.profiles import operator_rows
+    from schemas import keys
+    from schemas.documents import CombinationProfile
+
+    run_id = client.post("/runs", headers=ALICE, json=run_body(*stored_model)).json()["run_id"]
+    assert client.get(f"/runs/{run_id}/combinations/k/profile", headers=ALICE).status_code == 404  # still running
+    summary = fake_summary(run_id)
+    for i, result in enumerate(summary["results"]):
+        result["combo_key"] = f"c{i}"  # a combination key is one path segment (a hash)
+    deps.store.put_bytes(f"runs/{run_id}/summary.json", json.dumps(summary).encode())
+    onnx = summary["results"][0]
+    not_yet = client.get(f"/runs/{run_id}/combinations/{onnx['combo_key']}/profile", headers=ALICE)
+    assert not_yet.status_code == 404 and "has not been profiled" in not_yet.json()["detail"]
+    failed = client.get(f"/runs/{run_id}/combinations/k0/profile", headers=ALICE)
+    assert failed.status_code == 404 and "TVM could not build" in failed.json()["detail"]
+    unknown = client.get(f"/runs/{run_id}/combinations/nope/profile", headers=ALICE)
+    assert unknown.status_code == 404 and "no combination nope" in unknown.json()["detail"]
+
+    trace_key = keys.profile_trace(onnx["combo_key"], onnx["run_id"])
+    deps.store.put_bytes(trace_key, json.dumps({"traceEvents": [{"name": "Conv", "ph": "X", "ts": 0, "dur": 5}]}).encode())
+    deps.store.put_bytes(keys.profile(onnx["combo_key"], onnx["run_id"]), CombinationProfile(
+        combo_key=onnx["combo_key"], run_id=onnx["run_id"], label="intel/onnx/b1/1769MB", optimizer="onnx", trace_key=trace_key, runs=1,
+        operators=operator_rows([("c", "Conv", 0.005)], 1), unprofiled_p50_ms=1.0, profiled_p50_ms=1.2, confined=True,
+        profiled_at="2026-01-01T00:00:00+00:00").to_bytes())
+    served = client.get(f"/runs/{run_id}/combinations/{onnx['combo_key']}/profile", headers=ALICE)
+    assert served.status_code == 200 and served.json()["traceEvents"][0]["name"] == "Conv"
+    assert "attachment" in served.headers["content-disposition"]
+    tables = client.get(f"/runs/{run_id}/profiles", headers=ALICE).json()["tables"]
+    assert tables[0]["title"] == "intel/b1/1769MB" and tables[0]["rows"][0]["group"] == "conv"
+    assert tables[0]["optimizers"][0]["trace"] == f"runs/{run_id}/combinations/{onnx['combo_key']}/profile"
+    assert client.get(f"/runs/{run_id}/combinations/{onnx['combo_key']}/profile", headers=BOB).status_code == 404

@@ -30,6 +30,7 @@ from schemas import keys
 from schemas.documents import RunSummary
 
 from report import print_report
+from services.inference.profiling import PROFILE_RUNS
 
 err = Console(stderr=True)
 
@@ -81,7 +82,7 @@ def build_request(args: argparse.Namespace, model) -> RequestSubmitted:
         model=model, matrix=matrix, slo_p99_ms=args.slo, min_agreement=args.min_agreement,
         tuning_trials=args.trials, email=args.email, force=args.force, predict=getattr(args, "predict", False),
         traffic={"rps": args.traffic_rps, "pattern": args.traffic_pattern} if getattr(args, "traffic_rps", None) else None,
-        balance_weight=getattr(args, "balance_weight", 0.5),
+        balance_weight=getattr(args, "balance_weight", 0.5), profile=getattr(args, "profile", False),
         **({"price_region": args.price_region} if getattr(args, "price_region", None) else {}),
     )
 
@@ -176,8 +177,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     say_impossible(_plan_of(request, model_path, inputs_path, app.store))
     envelope = new_run(request)
     status = follow_embedded(app, [envelope], len(measured_combos(request)), settings, f"{model_path.name} (sha256 {model.sha256[:12]})")
-    if args.profile:
-        profile_run(app.store, settings, envelope.run_id, None, runs=args.profile_runs)
+    if args.profile:  # measured combinations were profiled after their measurement; reused ones are now
+        profile_run(app.store, settings, envelope.run_id, None, runs=PROFILE_RUNS, only_missing=True)
     return status
 
 
@@ -480,12 +481,15 @@ def cmd_coldstart(args: argparse.Namespace) -> int:
     return 0
 
 
-def profile_run(store, settings: Settings, run_id: str, combo_key: str | None, *, runs: int, as_json: bool = False) -> None:
-    """Profile a finished run's combinations (all, or `combo_key`), each confined as it was
-    measured (`services/inference/profiling.py`), and print them side by side."""
+def profile_run(store, settings: Settings, run_id: str, combo_key: str | None, *, runs: int, as_json: bool = False,
+                only_missing: bool = False) -> None:
+    """Profile a finished run's combinations (all, or `combo_key`; with `only_missing`, those
+    not profiled yet), each confined as it was measured (`services/inference/profiling.py`),
+    and print them side by side."""
     import json
 
     from core.ports import NotFound
+    from core.results import stored_profile
     from report.profiles import print_profile_tables, profile_tables
     from services.inference.launcher import MeasurementFailed
     from report.profiles import NotProfilable, chosen_results
@@ -501,6 +505,10 @@ def profile_run(store, settings: Settings, run_id: str, combo_key: str | None, *
     warn_if_unconfined()
     profiles = []
     for result in chosen:
+        stored = stored_profile(store, result) if only_missing else None
+        if stored is not None:
+            profiles.append(stored.to_dict())
+            continue
         err.print(f"profiling {result['combo_key']} ({runs} inferences) ...")
         try:
             profiles.append(profile_result(store, result, runs=runs).to_dict())
@@ -608,7 +616,6 @@ def parser() -> argparse.ArgumentParser:
         command.add_argument("--traffic-rps", type=float, help="price the results under this many requests/s in the email (see `ayci traffic`)")
         command.add_argument("--traffic-pattern", default="steady", choices=["steady", "spiky"])
     run.add_argument("--profile", action="store_true", help="after measuring, profile each combination (see `ayci profile`)")
-    run.add_argument("--profile-runs", type=int, default=20, help="profiled inferences per combination (with --profile)")
     run.set_defaults(func=cmd_run)
     replay = sub.add_parser("replay", parents=[executing], help="re-run a stored run from one stage, as a new run linked to it")
     replay.add_argument("run_id")
@@ -638,7 +645,7 @@ def parser() -> argparse.ArgumentParser:
     profile = sub.add_parser("profile", help="where the time goes: a finished run's combinations profiled (traces, operators side by side)")
     profile.add_argument("run_id")
     profile.add_argument("--combination", help="the key of one combination (default: every measured one)")
-    profile.add_argument("--runs", type=int, default=20, help="profiled inferences per combination")
+    profile.add_argument("--runs", type=int, default=PROFILE_RUNS, help="profiled inferences per combination")
     profile.add_argument("--data-dir", help="the local object store (default .ayci/data)")
     profile.add_argument("--json", action="store_true")
     profile.set_defaults(func=cmd_profile)

@@ -18,6 +18,7 @@ from schemas.events import (
     InferenceDone,
     ModelConverted,
     Payload,
+    ProfileRequested,
     RequestSubmitted,
     RunArchived,
     RunDeadlineReached,
@@ -48,7 +49,7 @@ class ServiceSpec:
 SERVICES: tuple[ServiceSpec, ...] = (
     ServiceSpec("dedup", (RequestSubmitted,)),
     ServiceSpec("converter", (ComboPending,), batch_size=1),
-    ServiceSpec("inference", (ModelConverted,), per_hardware=True, batch_size=1),
+    ServiceSpec("inference", (ModelConverted, ProfileRequested), per_hardware=True, batch_size=1),
     ServiceSpec("archiver", (RunPlanned, InferenceDone, CombosReused, ComboFailed, RunDeadlineReached)),
     ServiceSpec("notifier", (RunArchived,)),
 )

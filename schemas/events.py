@@ -44,10 +44,11 @@ class TrafficProfile(BaseModel):
 class RequestSubmitted(Payload):
     """A user asked to measure `matrix` on `model`. Version 2 carries the matrix per hardware;
     version 3 can ask to measure a few memory sizes and predict the rest (`predict`); version 4
-    can name the traffic to price the results under (`traffic`)."""
+    can name the traffic to price the results under (`traffic`); version 5 can ask for each
+    measured combination to be profiled after its measurement (`profile`)."""
 
     TYPE = "RequestSubmitted"
-    VERSION = 4
+    VERSION = 5
     model: ModelRef
     matrix: Matrix
     slo_p99_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
@@ -64,6 +65,7 @@ class RequestSubmitted(Payload):
     # measure at most 3 memory sizes per (hardware, optimizer, batch), predict the others (core/prediction.py)
     predict: bool = False
     traffic: TrafficProfile | None = None
+    profile: bool = False  # profile each measured combination after its measurement (services/inference/profiling.py)
 
     @model_validator(mode="after")
     def _enough_sizes_to_predict(self) -> RequestSubmitted:
@@ -115,6 +117,17 @@ class ModelConverted(Payload):
     conversion_s: float
     tuning_s: float = 0.0
     artifact_reused: bool = False
+
+
+class ProfileRequested(Payload):
+    """Profile a finished run's measured combination (the page's "profile this", `POST
+    /runs/{id}/combinations/{key}/profile`): the inference worker of its hardware runs a
+    profiled pass confined as it was measured and stores the trace next to `result_key`."""
+
+    TYPE = "ProfileRequested"
+    combo: Combo
+    combo_key: str
+    result_key: str
 
 
 class InferenceDone(Payload):
@@ -195,6 +208,7 @@ PAYLOAD_TYPES: dict[str, type[Payload]] = {
         RunPlanned,
         ComboPending,
         ModelConverted,
+        ProfileRequested,
         InferenceDone,
         CombosReused,
         ComboFailed,
@@ -223,7 +237,7 @@ def _deadline_v1_to_v2(old: dict[str, Any]) -> dict[str, Any]:
 
 def _added_defaults(old: dict[str, Any]) -> dict[str, Any]:
     """The next version only added fields with defaults (RequestSubmitted v3: `predict`, v4:
-    `traffic`; RunPlanned v2: `predicted`)."""
+    `traffic`, v5: `profile`; RunPlanned v2: `predicted`)."""
     return dict(old)
 
 
@@ -232,6 +246,7 @@ UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("RequestSubmitted", 1): _request_submitted_v1_to_v2,
     ("RequestSubmitted", 2): _added_defaults,
     ("RequestSubmitted", 3): _added_defaults,
+    ("RequestSubmitted", 4): _added_defaults,
     ("RunPlanned", 1): _added_defaults,
     ("RunDeadlineReached", 1): _deadline_v1_to_v2,
 }

@@ -1,6 +1,8 @@
 """Inference: measures one converted combination under its memory size and stores the result
 (`results/{combo key}/{run id}.json`, `core/results.py`). A measurement that fails (out of memory, crash, timeout) is
-that combination's failure; the run goes on."""
+that combination's failure; the run goes on. When the run's request asks (`profile`), or on
+`ProfileRequested`, a profiled pass of the measured combination follows, confined alike
+(`profiling.py`); a profile that fails is logged, never the combination's failure."""
 
 from __future__ import annotations
 
@@ -20,11 +22,13 @@ from engines.targets import native_hardware
 from schemas.combos import MEASUREMENT_VERSION, Hardware, reference_key
 from schemas.cost import cost_block
 from schemas.cost import default_region as default_price_region
-from schemas.events import ComboFailed, Envelope, FailureStage, ModelConverted, Payload
+from schemas.events import ComboFailed, Envelope, FailureStage, ModelConverted, Payload, ProfileRequested, RunPlanned
 from core.results import keep_result
 from schemas import keys
+from core.ports import NotFound
 from schemas.documents import MeasuredResult
 from services.inference.launcher import MachineBusy, MeasureSpec, MeasurementFailed, measure
+from services.inference.profiling import profile_result
 
 log = structlog.get_logger()
 
@@ -36,6 +40,7 @@ class InferenceDeps:
     min_iterations: int = 10
     busy_retry_s: float = 60.0  # when the machine's measurement lock stays busy, try again after this
     measure: Callable[..., dict] = measure
+    profile: Callable[..., object] = profile_result  # a profiled pass of a stored result (`profiling.profile_result`)
     work_dir: Path | None = None
     # how this worker runs code of a hardware: (python command, emulated) or None if it cannot
     runtime_for: Callable[[Hardware], tuple[list[str], bool] | None] = lambda hardware: native_runtime(hardware)
@@ -123,7 +128,38 @@ def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload | D
     key = keep_result(deps.store, result)
     lat = result.latency_ms
     bound.info("measurement_done", p50_ms=round(lat.p50, 2), p99_ms=round(lat.p99, 2), iterations=lat.iterations)
+    if not emulated and _asks_profile(deps.store, event.run_id):
+        _profile(deps, result.to_dict(), bound)
     return [result.inference_done(result_key=key, reused=False)]
+
+
+def _asks_profile(store: ObjectStore, run_id: str) -> bool:
+    """Whether the run's request asks for profiles (read from its stored plan; a plan not yet
+    stored reads as no)."""
+    try:
+        return RunPlanned.model_validate_json(store.get_bytes(keys.plan(run_id))).request.profile
+    except NotFound:
+        return False
+
+
+def _profile(deps: InferenceDeps, result: dict, bound) -> None:
+    try:
+        deps.profile(deps.store, result)
+    except MeasurementFailed as exc:  # the profile is an explanation: its failure fails nothing
+        bound.warning("profile_failed", reason=exc.reason)
+
+
+def on_profile_requested(event: Envelope, deps: InferenceDeps) -> list[Payload]:
+    """A profiled pass of a finished run's measured combination (the page's "profile this")."""
+    requested: ProfileRequested = event.payload
+    bound = log.bind(run_id=event.run_id, combo_key=requested.combo_key, combo=requested.combo.label)
+    try:
+        result = MeasuredResult.read(deps.store.get_bytes(requested.result_key)).to_dict()
+    except NotFound:
+        bound.warning("profile_failed", reason=f"no stored result {requested.result_key}")
+        return []
+    _profile(deps, result, bound)
+    return []
 
 
 def result_cost(report: dict, combo, region: str) -> dict:
@@ -134,4 +170,4 @@ def result_cost(report: dict, combo, region: str) -> dict:
     )
 
 
-HANDLERS = {ModelConverted: on_model_converted}
+HANDLERS = {ModelConverted: on_model_converted, ProfileRequested: on_profile_requested}

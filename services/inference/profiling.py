@@ -28,6 +28,8 @@ from services.inference.launcher import MeasureSpec, profile
 
 log = structlog.get_logger()
 
+PROFILE_RUNS = 20  # profiled inferences per pass (and as many unprofiled, for the overhead)
+
 def fetch_measured(store: ObjectStore, result: dict, work: Path) -> tuple[Path, Path]:
     """A measured result's artifact and reference (the bound inputs and base's outputs), fetched
     into `work`."""
@@ -39,7 +41,7 @@ def fetch_measured(store: ObjectStore, result: dict, work: Path) -> tuple[Path, 
     return artifact, reference
 
 
-def profile_result(store: ObjectStore, result: dict, *, runs: int = 20, time_cap_s: float = 4.0) -> CombinationProfile:
+def profile_result(store: ObjectStore, result: dict, *, runs: int = PROFILE_RUNS, time_cap_s: float = 4.0) -> CombinationProfile:
     """Profile one measured combination confined as it was measured; store its trace and profile."""
     combo, model, label = result["combo"], result["model"], combination_label(result)
     bound = log.bind(run_id=result["run_id"], combo_key=result["combo_key"], combo=label)

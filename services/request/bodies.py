@@ -48,6 +48,8 @@ class RunRequest(Strict):
     predict: bool = Field(default=False, description="measure at most 3 memory sizes per hardware, optimizer and batch, "
                           "predict the others with an interval (needs at least 4 memory sizes)")
     traffic: TrafficProfile | None = Field(default=None, description="the traffic to price the results under in the email")
+    profile: bool = Field(default=False, description="profile each measured combination after its measurement (a separate pass: "
+                          "Chrome trace and operator table, `GET /runs/{id}/profiles`)")
     inputs_sha256: Annotated[str, Field(pattern=SHA256_PATTERN.pattern)] | None = Field(
         default=None, description="your own example inputs, stored by `PUT /inputs` (required by the custom workload)")
 
@@ -66,6 +68,7 @@ class RunRequest(Strict):
             lambda: RequestSubmitted(
                 model=model, matrix=matrix, slo_p99_ms=self.slo_p99_ms, min_agreement=self.min_agreement,
                 tuning_trials=self.tuning_trials, email=self.email, owner=owner, force=self.force, predict=self.predict, traffic=self.traffic,
+                profile=self.profile,
             ),
             {"": "memory_sizes_mb"},  # the request's own check: enough memory sizes to predict
         )

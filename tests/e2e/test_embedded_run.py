@@ -9,6 +9,7 @@ from ayci.cli import main as cli_main
 from ayci.settings import Settings
 from schemas.combos import Matrix
 from schemas.events import RequestSubmitted
+from core.results import stored_profile
 from schemas import keys
 
 from services.request.submission import new_run, store_model
@@ -316,10 +317,9 @@ def test_profile_of_a_finished_run_side_by_side(tmp_path, tiny_image_model, caps
     table, the optimizers side by side; a failed or unknown combination is an error saying why."""
     data = tmp_path / "data"
     app = embedded(Settings(data_dir=data, measure_time_cap_s=1.0, measure_min_iterations=5))
-    summary, run_id = run(app, request_for(app, tiny_image_model, ["base", "onnx"], memory=(128, 1769)))
-    assert cli_main(["profile", run_id, "--runs", "3", "--json", "--data-dir", str(data)]) == 0
-    report = json.loads(capsys.readouterr().out)
-    profiles = {p["optimizer"]: p for p in report["profiles"]}
+    summary, run_id = run(app, request_for(app, tiny_image_model, ["base", "onnx"], memory=(128, 1769), profile=True))
+    # the request asked: each measured combination was profiled after its measurement
+    profiles = {r["combo"]["optimizer"]: stored_profile(app.store, r).to_dict() for r in summary["results"]}
     assert set(profiles) == {"base", "onnx"}
     for optimizer, profile in profiles.items():
         trace = json.loads(app.store.get_bytes(profile["trace_key"]))
@@ -330,7 +330,10 @@ def test_profile_of_a_finished_run_side_by_side(tmp_path, tiny_image_model, caps
         assert sum(op["share"] for op in profile["operators"]) == pytest.approx(1.0)
         assert profile["unprofiled_p50_ms"] > 0 and profile["profiled_p50_ms"] > 0
     assert profiles["onnx"]["operators"][0]["op_type"] == "Conv" and any(op["calls"] == 1 for op in profiles["onnx"]["operators"])
-    (table,) = report["tables"]
+    assert cli_main(["profile", run_id, "--combination", profiles["onnx"]["combo_key"], "--runs", "3", "--json", "--data-dir", str(data)]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["profiles"][0]["runs"] == 3 and again["profiles"][0]["operators"][0]["op_type"] == "Conv"
+    table = side_by_side_of(app.store, summary)
     assert table["title"] == "intel/b1/1769MB" and table["rows"][0]["group"] == "conv"
     assert set(table["rows"][0]["optimizers"]) == {"base", "onnx"}
     failed = summary["failures"][0]["combo_key"]  # out of memory at 128 MB
@@ -338,3 +341,10 @@ def test_profile_of_a_finished_run_side_by_side(tmp_path, tiny_image_model, caps
     said = " ".join(capsys.readouterr().err.split())
     assert "out of memory" in said and "nothing to profile" in said
     assert cli_main(["profile", run_id, "--combination", "nope", "--data-dir", str(data)]) == 2
+
+
+def side_by_side_of(store, summary) -> dict:
+    from report.profiles import profile_tables
+
+    (table,) = profile_tables([stored_profile(store, r).to_dict() for r in summary["results"]])
+    return table

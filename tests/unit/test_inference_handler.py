@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 from adapters.memory_store import MemoryStore
@@ -41,3 +42,25 @@ def test_a_measurement_that_fails_fails_its_combination():
     store = MemoryStore()
     (out,) = on_model_converted(converted_event(store), deps_raising(store, MeasurementFailed("out of memory at 1769 MB (peak 2100 MB)")))
     assert isinstance(out, ComboFailed) and out.reason.startswith("out of memory")
+
+
+def test_a_requested_profile_runs_on_the_stored_result_and_its_failure_fails_nothing():
+    from schemas.events import ProfileRequested
+    from services.inference.handlers import on_profile_requested
+    from tests.conftest import measured_result
+
+    store = MemoryStore()
+    result = measured_result("intel/onnx/b1/1769MB", p99=5.0, cost=0.4)
+    store.put_bytes(keys.result_version(result["combo_key"], "r0"), json.dumps(result).encode())
+    profiled = []
+
+    def profile(store_, stored):
+        profiled.append(stored["combo_key"])
+        raise MeasurementFailed("out of memory at 1769 MB (peak 1800 MB)")
+
+    deps = InferenceDeps(store=store, profile=profile)
+    asked = ProfileRequested(combo=COMBO, combo_key=result["combo_key"], result_key=keys.result_version(result["combo_key"], "r0"))
+    assert on_profile_requested(Envelope.wrap(asked, run_id="r0", producer="request"), deps) == []
+    assert profiled == [result["combo_key"]]
+    gone = ProfileRequested(combo=COMBO, combo_key="k", result_key=keys.result_version("k", "r9"))
+    assert on_profile_requested(Envelope.wrap(gone, run_id="r9", producer="request"), deps) == [] and profiled == [result["combo_key"]]

@@ -452,3 +452,10 @@ def test_a_combination_s_profile_trace_is_served_and_404_says_why(client, deps, 
     assert tables[0]["title"] == "intel/b1/1769MB" and tables[0]["rows"][0]["group"] == "conv"
     assert tables[0]["optimizers"][0]["trace"] == f"runs/{run_id}/combinations/{onnx['combo_key']}/profile"
     assert client.get(f"/runs/{run_id}/combinations/{onnx['combo_key']}/profile", headers=BOB).status_code == 404
+    # "profile this": the combination's inference worker is asked, by an event
+    asked = client.post(f"/runs/{run_id}/combinations/{onnx['combo_key']}/profile", headers=ALICE)
+    assert asked.status_code == 202 and asked.json()["trace_url"] == f"runs/{run_id}/combinations/{onnx['combo_key']}/profile"
+    event = deps.publisher.published[-1]
+    assert event.type == "ProfileRequested" and event.payload.result_key == keys.result_version(onnx["combo_key"], onnx["run_id"])
+    refused = client.post(f"/runs/{run_id}/combinations/k0/profile", headers=ALICE)
+    assert refused.status_code == 404 and "TVM could not build" in refused.json()["detail"]

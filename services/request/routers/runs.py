@@ -21,7 +21,8 @@ from core.prediction import measured_combos
 from core.traffic import Traffic, TrafficError, traffic_report
 from core.planning import Plan, plan_run, refuse_unbindable, request_shapes
 from schemas import keys
-from schemas.events import RequestSubmitted
+from schemas.combos import Combo
+from schemas.events import ProfileRequested, RequestSubmitted
 from schemas.signature import ModelSignature
 from services.request.bodies import ERRORS, PlanAnswer, RunCreated, RunId, RunProgress, RunRequest, TrafficRequest, invalid
 from workloads.binding import BindingError
@@ -174,6 +175,24 @@ def get_profile_trace(run_id: RunId, combo_key: str, owner: Owner, deps: Deps) -
         raise HTTPException(404, f"combination {combo_key} has not been profiled (ayci profile {run_id} --combination {combo_key}, or run with profile)")
     return Response(deps.store.get_bytes(profile.trace_key), media_type="application/json",
                     headers={"Content-Disposition": f'attachment; filename="ayci-{combo_key}-trace.json"'})
+
+
+@router.post("/runs/{run_id}/combinations/{combo_key}/profile", status_code=202, responses=ERRORS)
+def request_profile(run_id: RunId, combo_key: str, owner: Owner, deps: Deps) -> dict:
+    """Profile this combination: the inference worker of its hardware runs a profiled pass,
+    confined as it was measured; its trace is then served by `GET` on this path. 404 with the
+    reason if the run is unknown or still running, or the combination is unknown, failed or
+    cannot be profiled."""
+    summary = _profiled(deps, run_id, owner)
+    try:
+        (result,) = chosen_results(summary, combo_key)
+    except NotProfilable as exc:
+        raise HTTPException(404, str(exc)) from None
+    combo = Combo.model_validate(result["combo"])
+    deps.publisher.publish([Envelope.wrap(ProfileRequested(combo=combo, combo_key=combo_key, result_key=keys.result_version(combo_key, result["run_id"])),
+                                          run_id=run_id, producer="request")])
+    log.info("profile_requested", run_id=run_id, combo_key=combo_key, owner=owner)
+    return {"run_id": run_id, "combo_key": combo_key, "trace_url": f"runs/{run_id}/combinations/{combo_key}/profile"}
 
 
 @router.get("/runs/{run_id}/profiles", responses=ERRORS)

@@ -61,7 +61,7 @@ def profile_tables(profiles: list[dict], trace_url=lambda profile: None) -> list
             "title": title,
             "optimizers": [{"optimizer": p["optimizer"], "combo_key": p["combo_key"], "run_id": p["run_id"],
                             "unprofiled_p50_ms": p["unprofiled_p50_ms"], "profiled_p50_ms": p["profiled_p50_ms"],
-                            "trace": trace_url(p), "trace_note": p.get("trace_note"), "top": p["operators"][:TOP_OPERATORS]}
+                            "trace": trace_url(p), "trace_note": p.get("trace_note"), "profiled_at": p.get("profiled_at"), "top": p["operators"][:TOP_OPERATORS]}
                            for p in members],
             "rows": side_by_side({p["optimizer"]: p["operators"] for p in members}),
         })

@@ -35,7 +35,7 @@ def summary_rows(summary: dict) -> list[dict]:
         interval = r.get("interval") or {}
         rows.append(
             {
-                "combination": _label(r["combo"]), "status": "predicted" if r.get("predicted") else "measured",
+                "combination": _label(r["combo"]), "combo_key": r.get("combo_key"), "status": "predicted" if r.get("predicted") else "measured",
                 "predicted": bool(r.get("predicted")),
                 "interval": _interval_cell(interval) if interval else None,
                 "p50_interval": interval.get("p50"), "p99_interval": interval.get("p99"),
@@ -47,7 +47,7 @@ def summary_rows(summary: dict) -> list[dict]:
             }
         )
     for f in summary["failures"]:
-        rows.append({"combination": f["label"], "status": "failed", "note": f"{f['stage']}: {decisive(f['reason'])}"})
+        rows.append({"combination": f["label"], "combo_key": f.get("combo_key"), "status": "failed", "note": f"{f['stage']}: {decisive(f['reason'])}"})
     return rows
 
 

@@ -216,3 +216,25 @@ def test_predict_on_the_page_draws_predicted_points_apart(page, tiny_image_model
     assert page.locator("#traffic-table tbody tr[data-option='on demand']").count() == len(statuses)
     assert page.locator("#traffic-table tbody tr[data-option^='provisioned']").count() >= len(statuses)
     assert page.text_content("#traffic-pick").startswith("cheapest that meets the SLO: intel/onnx/b1/")
+
+
+def test_profile_switch_and_profile_this_on_the_page(page, tiny_image_model):
+    """The profile switch profiles the run's measured combination after its measurement; the
+    side-by-side table shows it with its trace to download; "profile" on a row asks again."""
+    choose_model(page, tiny_image_model)
+    page.fill("#input-size", ",".join(map(str, TINY_IMAGE_SIZE)))
+    page.uncheck("input[name=opt-intel][value=base]")
+    page.check("input[name=opt-intel][value=onnx]")
+    page.fill("#memory-free", "2048")  # a size no other test measured: measured here, so profiled after its measurement
+    page.click("#memory-add-free")
+    page.check("#profile")
+    page.click("#submit")
+    page.wait_for_selector("#results:not([hidden])", timeout=600_000)
+    page.wait_for_selector("#profiles-tables table[data-title='intel/b1/2048MB']", timeout=60_000)
+    conv = page.locator("#profiles-tables table[data-title='intel/b1/2048MB'] tr[data-group=conv]")
+    assert "ms" in conv.text_content() and "Conv" in conv.text_content()
+    with page.expect_download() as trace_download:
+        page.click("#profiles-tables table[data-title='intel/b1/2048MB'] button:text('download trace')")
+    assert '"traceEvents"' in Path(trace_download.value.path()).read_text()
+    page.click("#results-table tbody tr[data-combo='intel/onnx/b1/2048MB'] button:text('profile')")
+    page.wait_for_function("document.getElementById('profiles-status').textContent.endsWith('profiled')", timeout=120_000)

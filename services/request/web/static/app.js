@@ -200,6 +200,7 @@ function runRequest() {
     memory_sizes_mb: [...state.memory].sort((a, b) => a - b),
   };
   if ($("predict").checked) body.predict = true;
+  if ($("profile").checked) body.profile = true;
   if ($("email").value.trim()) body.email = $("email").value.trim();
   if ($("slo").value) body.slo_p99_ms = Number($("slo").value);
   return body;
@@ -298,9 +299,11 @@ function renderResults(results) {
     th.addEventListener("click", () => sortBy(column.key));
     head.append(th);
   }
+  head.append(document.createElement("th"));  // the "profile this" buttons
   $("results-table").tHead.replaceChildren(head);
   renderRows();
   drawChart(results);
+  loadProfiles();
 }
 
 function renderRecommendation(results) {
@@ -343,6 +346,14 @@ function renderRows() {
   $("results-table").tBodies[0].replaceChildren(...sorted.map((r) => {
     const tr = row(columns.map((c) => [fmt(c.key, r[c.key]), TEXT_COLUMNS.has(c.key) ? `text ${c.key}${c.key === "status" ? ` status-${r.status}` : ""}` : ""]), { "data-combo": r.combination });
     if (picked.has(r.combination)) tr.classList.add("recommended");
+    const action = document.createElement("td");
+    if (r.status === "measured" && r.combo_key) {
+      const button = document.createElement("button");
+      button.type = "button"; button.textContent = "profile"; button.title = "a profiled pass of this combination, confined as it was measured";
+      button.addEventListener("click", () => requestProfile(r));
+      action.append(button);
+    }
+    tr.append(action);
     return tr;
   }));
 }
@@ -467,15 +478,89 @@ async function simulateTraffic() {
   }
 }
 
+// ---------------------------------------------------------------- profiles
+function profiledAt(tables, comboKey) {
+  const found = tables.flatMap((t) => t.optimizers).find((o) => o.combo_key === comboKey);
+  return found ? found.profiled_at : null;
+}
+
+async function requestProfile(r) {
+  try {
+    const before = profiledAt(await loadProfiles(), r.combo_key);
+    await api(`runs/${state.runId}/combinations/${r.combo_key}/profile`, { method: "POST" });
+    $("profiles-status").textContent = `profiling ${r.combination}…`;
+    for (let i = 0; i < 40; i++) {  // the worker profiles it in a confined pass: a few seconds to a minute
+      await new Promise((resolve) => setTimeout(resolve, 3000));
+      const after = profiledAt(await loadProfiles(), r.combo_key);
+      if (after && after !== before) {
+        $("profiles-status").textContent = `${r.combination} profiled`; return;
+      }
+    }
+    $("profiles-status").textContent = `${r.combination}: no profile yet; refresh later`;
+  } catch (e) {
+    $("profiles-status").textContent = e.message;
+  }
+}
+
+async function loadProfiles() {
+  const runId = state.runId;
+  let answer;
+  try {
+    answer = await (await api(`runs/${runId}/profiles`)).json();
+  } catch (e) {
+    $("profiles-status").textContent = e.message; return [];
+  }
+  if (state.runId !== runId) return [];
+  $("profiles-tables").replaceChildren(...answer.tables.map(profileTable));
+  if (!answer.tables.length) $("profiles-status").textContent = "nothing profiled yet";
+  return answer.tables;
+}
+
+function profileTable(entry) {
+  const table = document.createElement("table");
+  table.className = "grid profile";
+  table.dataset.title = entry.title;
+  const caption = table.createCaption(); caption.textContent = entry.title;
+  const head = document.createElement("tr");
+  for (const title of ["group", ...entry.optimizers.map((o) => o.optimizer)]) {
+    const th = document.createElement("th"); th.textContent = title; th.className = "text"; head.append(th);
+  }
+  table.createTHead().append(head);
+  const body = table.createTBody();
+  for (const r of entry.rows) {
+    body.append(row([[r.group, "text"], ...entry.optimizers.map((o) => {
+      const cell = r.optimizers[o.optimizer];
+      return [cell.total_ms ? `${fmt("p50_ms", cell.total_ms)} ms (${Math.round(100 * cell.share)} %) ${cell.top || ""}` : "–", "text"];
+    })], { "data-group": r.group }));
+  }
+  body.append(row([["p50 unprofiled / profiled", "text"], ...entry.optimizers.map((o) => [`${fmt("p50_ms", o.unprofiled_p50_ms)} / ${fmt("p50_ms", o.profiled_p50_ms)} ms`, "text"])]));
+  const links = document.createElement("tr");
+  links.append(Object.assign(document.createElement("td"), { textContent: "trace", className: "text" }));
+  for (const o of entry.optimizers) {
+    const td = document.createElement("td");
+    const button = document.createElement("button");
+    button.type = "button"; button.textContent = "download trace"; button.title = o.trace_note || "Chrome trace JSON: open it in Perfetto (ui.perfetto.dev)";
+    button.addEventListener("click", () => downloadBlob(o.trace, `ayci-${o.combo_key}-trace.json`).catch((e) => { $("profiles-status").textContent = e.message; }));
+    td.append(button);
+    links.append(td);
+  }
+  body.append(links);
+  return table;
+}
+
+async function downloadBlob(path, name, options = {}) {
+  const blob = await (await api(path, options)).blob();
+  const link = document.createElement("a");
+  link.href = URL.createObjectURL(blob);
+  link.download = name;
+  document.body.append(link); link.click(); link.remove();
+  setTimeout(() => URL.revokeObjectURL(link.href), 10000);
+}
+
 // ---------------------------------------------------------------- downloads
 async function download(kind) {
   const accept = kind === "csv" ? "text/csv" : "application/json";
-  const blob = await (await api(`runs/${state.runId}/results`, { headers: { Accept: accept } })).blob();
-  const link = document.createElement("a");
-  link.href = URL.createObjectURL(blob);
-  link.download = `ayci-${state.runId}.${kind}`;
-  document.body.append(link); link.click(); link.remove();
-  setTimeout(() => URL.revokeObjectURL(link.href), 10000);
+  await downloadBlob(`runs/${state.runId}/results`, `ayci-${state.runId}.${kind}`, { headers: { Accept: accept } });
 }
 
 // ---------------------------------------------------------------- start
@@ -491,6 +576,7 @@ function start() {
   $("model-file").addEventListener("change", () => onModelChosen().catch((e) => status(e.message, true)));
   $("memory-add-common").addEventListener("click", () => addMemory($("memory-common").value));
   $("traffic-button").addEventListener("click", () => simulateTraffic());
+  $("profiles-refresh").addEventListener("click", () => loadProfiles());
   $("memory-add-all").addEventListener("click", () => [...$("memory-common").options].forEach((o) => addMemory(o.value)));
   $("memory-add-free").addEventListener("click", () => { addMemory($("memory-free").value); $("memory-free").value = ""; });
   $("memory-free").addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); $("memory-add-free").click(); } });

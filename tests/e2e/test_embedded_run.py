@@ -336,6 +336,15 @@ def test_profile_of_a_finished_run_side_by_side(tmp_path, tiny_image_model, caps
     table = side_by_side_of(app.store, summary)
     assert table["title"] == "intel/b1/1769MB" and table["rows"][0]["group"] == "conv"
     assert set(table["rows"][0]["optimizers"]) == {"base", "onnx"}
+    # where outputs would first diverge, on the real exported graph (every node output exposed): nowhere
+    import engines.onnx_engine
+    from services.inference.measure import read_reference, where_outputs_diverge
+    from services.inference.profiling import fetch_measured
+
+    onnx_result = next(r for r in summary["results"] if r["combo"]["optimizer"] == "onnx")
+    artifact, reference = fetch_measured(app.store, onnx_result, tmp_path)
+    divergence = where_outputs_diverge(engines.onnx_engine, artifact, read_reference(str(reference))[0], 1, onnx_result.get("engine_settings"))
+    assert divergence["node"] is None and "export itself" in divergence["detail"], divergence
     failed = summary["failures"][0]["combo_key"]  # out of memory at 128 MB
     assert cli_main(["profile", run_id, "--combination", failed, "--data-dir", str(data)]) == 2
     said = " ".join(capsys.readouterr().err.split())

@@ -189,3 +189,21 @@ def test_an_onnx_export_with_a_dynamic_batch_imports_at_a_larger_batch(tmp_path)
         feeds = {"input_ids": np.zeros((size, 8), np.int64), "attention_mask": np.ones((size, 8), np.int64)}
         module = tvm_engine._import_onnx(path, feeds)
         assert "main" in [gv.name_hint for gv in module.get_global_vars()]
+
+
+def test_profile_times_every_kernel_the_relax_vm_calls(tiny_image_model, tmp_path):
+    """`tvm_engine.profile`: the VM's instrument hook times each call of `runs` inferences; the
+    kernels carry their operator type (`fused_conv2d1_add2_relu3` -> `conv2d_add_relu`), the
+    convolutions are where ResNet's time goes, and the trace is a Chrome trace."""
+    from core.profiles import operator_rows
+
+    model = _model_ref(tiny_image_model, "image_classification", [32, 32])
+    tvm_engine.convert(_job(model, tiny_image_model, tmp_path / "out"))
+    inputs = {"pixels": np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)}
+    trace, calls, run_ms = tvm_engine.profile(tmp_path / "out" / "model.so", 1, inputs, 3, tmp_path)
+    assert len(run_ms) == 3 and all(ms > 0 for ms in run_ms)
+    assert trace["traceEvents"] and all(e["ph"] == "X" and e["dur"] >= 0 for e in trace["traceEvents"])
+    rows = operator_rows(calls, 3)
+    assert rows[0]["group"] == "conv" and not rows[0]["op_type"].startswith("fused_")
+    assert not any(ch.isdigit() for ch in rows[0]["op_type"].replace("conv2d", ""))
+    assert sum(ms for _, _, ms in calls) / 3 <= max(run_ms)  # the kernels' time fits in an inference

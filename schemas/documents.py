@@ -198,6 +198,7 @@ class MeasuredResult(Document):
     vcpus_available: int | None = None
     environment: dict[str, Any] | None = None
     cost: dict[str, Any] | None = None
+    profile_key: str | None = None  # its profiled pass (`CombinationProfile`), when the run asked for one
 
     def inference_done(self, *, result_key: str, reused: bool) -> InferenceDone:
         """The `InferenceDone` this result stands for: the one place it is built from a result."""

@@ -125,11 +125,11 @@ def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload | D
         bound.info("measurement_host_limited", vcpus_needed=round(result.vcpus or 0, 2), vcpus_available=result.vcpus_available)
     if (result.load or {}).get("disturbed"):
         bound.info("measurement_disturbed", other_busy_cores=round(result.load["other_busy_cores"], 2))
-    key = keep_result(deps.store, result)
     lat = result.latency_ms
     bound.info("measurement_done", p50_ms=round(lat.p50, 2), p99_ms=round(lat.p99, 2), iterations=lat.iterations)
-    if not emulated and _asks_profile(deps.store, event.run_id):
-        _profile(deps, result.to_dict(), bound)
+    if not emulated and _asks_profile(deps.store, event.run_id) and _profile(deps, result.to_dict(), bound):
+        result.profile_key = keys.profile(result.combo_key, result.run_id)  # the result names its profile (which names its trace)
+    key = keep_result(deps.store, result)
     return [result.inference_done(result_key=key, reused=False)]
 
 
@@ -142,11 +142,14 @@ def _asks_profile(store: ObjectStore, run_id: str) -> bool:
         return False
 
 
-def _profile(deps: InferenceDeps, result: dict, bound) -> None:
+def _profile(deps: InferenceDeps, result: dict, bound) -> bool:
+    """Profile a measured result (stored or about to be); whether it was profiled."""
     try:
         deps.profile(deps.store, result)
+        return True
     except MeasurementFailed as exc:  # the profile is an explanation: its failure fails nothing
         bound.warning("profile_failed", reason=exc.reason)
+        return False
 
 
 def on_profile_requested(event: Envelope, deps: InferenceDeps) -> list[Payload]:

@@ -321,6 +321,7 @@ def test_profile_of_a_finished_run_side_by_side(tmp_path, tiny_image_model, caps
     # the request asked: each measured combination was profiled after its measurement
     profiles = {r["combo"]["optimizer"]: stored_profile(app.store, r).to_dict() for r in summary["results"]}
     assert set(profiles) == {"base", "onnx"}
+    assert all(r["profile_key"] == keys.profile(r["combo_key"], run_id) for r in summary["results"])  # each result names its profile
     for optimizer, profile in profiles.items():
         trace = json.loads(app.store.get_bytes(profile["trace_key"]))
         assert profile["trace_key"] == keys.profile_trace(profile["combo_key"], run_id)

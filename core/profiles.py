@@ -10,6 +10,7 @@ TVM's fused kernels), so different engines' operators line up in one table.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 
@@ -27,6 +28,7 @@ _GROUP_WORDS = (
                      "avg_pool", "averagepool", "globalaveragepool", "mean", "where", "neg", "abs", "silu", "sum", "reduce", "clamp", "clip", "pool")),
 )
 MAX_TRACE_EVENTS = 50_000  # a stored trace keeps at most this many events (the rest is cut, with a note)
+MAX_TRACE_BYTES = 20_000_000  # and at most about this much JSON
 
 
 def operator_group(op_type: str) -> str:
@@ -77,15 +79,21 @@ def side_by_side(profiles: dict[str, list[dict]]) -> list[dict]:
     return table
 
 
-def bounded_trace(trace: dict, max_events: int = MAX_TRACE_EVENTS) -> tuple[dict, str | None]:
-    """The Chrome trace with at most `max_events` events (the first ones: whole inferences
-    first), and the note saying what was cut (None: nothing)."""
+def bounded_trace(trace: dict, max_events: int = MAX_TRACE_EVENTS, max_bytes: int = MAX_TRACE_BYTES) -> tuple[dict, str | None]:
+    """The Chrome trace with at most `max_events` events and about `max_bytes` of JSON (the
+    first events: whole inferences first), and the note saying what was cut (None: nothing)."""
     events = trace.get("traceEvents", [])
-    if len(events) <= max_events:
+    kept, size = 0, 0
+    for event in events[:max_events]:
+        size += len(json.dumps(event))
+        if size > max_bytes:
+            break
+        kept += 1
+    if kept == len(events):
         return trace, None
-    note = f"truncated: the first {max_events} of {len(events)} events kept"
+    note = f"truncated: the first {kept} of {len(events)} events kept (at most {max_events} events, {max_bytes // 1_000_000} MB)"
     other = {**trace.get("otherData", {}), "ayci_note": note}
-    return {**trace, "traceEvents": events[:max_events], "otherData": other}, note
+    return {**trace, "traceEvents": events[:kept], "otherData": other}, note
 
 
 def break_even(*, tuning_s: float, tuning_usd: float, tuned_ms: float, untuned_ms: float, saved_usd_per_inference: float,

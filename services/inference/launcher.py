@@ -71,6 +71,7 @@ class MeasureSpec:
     engine_settings: dict | None = None  # the engine's session settings; None: tuned first where the engine can be
     tune: bool = True  # try the engine's session settings under this confinement first (ONNX Runtime)
     profile_runs: int = 20  # inferences of a profiled pass (`profile`)
+    trace_max_events: int | None = None  # its trace's bound (None: `core.profiles.MAX_TRACE_EVENTS`)
     extra: dict = field(default_factory=dict)
 
     @property
@@ -185,7 +186,7 @@ def _run_child(spec: MeasureSpec, group: MeasurementGroup | None, python_command
                     "optimizer": spec.optimizer, "workload": spec.workload,
                     "artifact_path": str(spec.artifact_path), "reference_path": str(spec.reference_path),
                     "threads": spec.threads, "time_cap_s": spec.time_cap_s, "min_iterations": spec.min_iterations,
-                    "mode": mode, "settings": spec.engine_settings, "profile_runs": spec.profile_runs,
+                    "mode": mode, "settings": spec.engine_settings, "profile_runs": spec.profile_runs, "trace_max_events": spec.trace_max_events,
                     "trace_path": str(Path(tmp) / "trace.json"),
                 }
             )

@@ -210,7 +210,8 @@ def profile(spec: dict) -> dict:
     """A profiled pass (never the combination's timing): the unprofiled p50 over `profile_runs`
     inferences after a warm-up, then the engine's profiler over as many (`profile` of the engine
     module: a Chrome trace and its operator calls), each profiled inference timed too, so the
-    profiler's overhead is known. The trace is written to `trace_path`, the rest reported."""
+    profiler's overhead is known. The trace, bounded (`core.profiles.bounded_trace`: a note in its
+`otherData` says what was cut), is written to `trace_path`, the rest reported."""
     from pathlib import Path
 
     engine = importlib.import_module(f"engines.{spec['optimizer']}_engine")
@@ -223,7 +224,10 @@ def profile(spec: dict) -> dict:
     del run
     work = Path(spec["trace_path"]).parent
     trace, calls, run_ms = engine.profile(artifact, threads, inputs, runs, work, settings=settings)
-    Path(spec["trace_path"]).write_text(json.dumps(trace))
+    from core.profiles import MAX_TRACE_EVENTS, bounded_trace
+
+    bounded, _ = bounded_trace(trace, max_events=spec.get("trace_max_events") or MAX_TRACE_EVENTS)
+    Path(spec["trace_path"]).write_text(json.dumps(bounded))  # never an unbounded object, here or stored
     return {"calls": calls, "runs": runs, "unprofiled_p50_ms": unprofiled[len(unprofiled) // 2],
             "profiled_p50_ms": sorted(run_ms)[len(run_ms) // 2], "peak_rss_mb": peak_rss_mb()}
 

@@ -4,7 +4,7 @@ confinement as its measurement (`launcher.profile`), never used as its timing.
 `profile_result(store, result)` fetches the combination's artifact and reference, runs the
 engine's profiler (torch.profiler for `base`, ONNX Runtime's for `onnx`, the Relax VM's
 instrument for `tvm`) in a confined child, and stores the Chrome trace (bounded:
-`core/profiles.py MAX_TRACE_EVENTS`) and the `CombinationProfile` naming it next to the result
+`core/profiles.py bounded_trace`) and the `CombinationProfile` naming it next to the result
 (`results/{combo key}/{run id}.profile.json`, `.trace.json`). `core.results.stored_profile` reads
 one back.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 import structlog
 
 from core.ports import ObjectStore
-from core.profiles import bounded_trace, operator_rows
+from core.profiles import operator_rows
 from schemas import keys
 from report.recommendation import label as combination_label
 from schemas.combos import ModelRef, reference_key
@@ -41,7 +41,8 @@ def fetch_measured(store: ObjectStore, result: dict, work: Path) -> tuple[Path, 
     return artifact, reference
 
 
-def profile_result(store: ObjectStore, result: dict, *, runs: int = PROFILE_RUNS, time_cap_s: float = 4.0) -> CombinationProfile:
+def profile_result(store: ObjectStore, result: dict, *, runs: int = PROFILE_RUNS, time_cap_s: float = 4.0,
+                   trace_max_events: int | None = None) -> CombinationProfile:
     """Profile one measured combination confined as it was measured; store its trace and profile."""
     combo, model, label = result["combo"], result["model"], combination_label(result)
     bound = log.bind(run_id=result["run_id"], combo_key=result["combo_key"], combo=label)
@@ -49,10 +50,11 @@ def profile_result(store: ObjectStore, result: dict, *, runs: int = PROFILE_RUNS
         artifact, reference = fetch_measured(store, result, Path(tmp))
         spec = MeasureSpec(optimizer=combo["optimizer"], workload=model["workload"], artifact_path=artifact, reference_path=reference,
                            memory_mb=combo["memory_mb"], time_cap_s=time_cap_s, engine_settings=result.get("engine_settings"), tune=False,
-                           profile_runs=runs)
+                           profile_runs=runs, trace_max_events=trace_max_events)
         bound.info("profile_started", runs=runs)
         report = profile(spec)
-    trace, note = bounded_trace(report["trace"] or {"traceEvents": []})
+    trace = report["trace"] or {"traceEvents": []}  # bounded by the profiling process
+    note = trace.get("otherData", {}).get("ayci_note")
     trace_key = keys.profile_trace(result["combo_key"], result["run_id"])
     store.put_bytes(trace_key, json.dumps(trace).encode())
     document = CombinationProfile(

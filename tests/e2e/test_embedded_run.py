@@ -337,6 +337,11 @@ def test_profile_of_a_finished_run_side_by_side(tmp_path, tiny_image_model, caps
     table = side_by_side_of(app.store, summary)
     assert table["title"] == "intel/b1/1769MB" and table["rows"][0]["group"] == "conv"
     assert set(table["rows"][0]["optimizers"]) == {"base", "onnx"}
+    # a trace past its bound is cut, and the profile says so
+    from services.inference.profiling import profile_result
+
+    cut = profile_result(app.store, next(r for r in summary["results"] if r["combo"]["optimizer"] == "base"), runs=2, trace_max_events=50)
+    assert len(json.loads(app.store.get_bytes(cut.trace_key))["traceEvents"]) == 50 and cut.trace_note.startswith("truncated: the first 50 of")
     # where outputs would first diverge, on the real exported graph (every node output exposed): nowhere
     import engines.onnx_engine
     from services.inference.measure import read_reference, where_outputs_diverge

@@ -46,6 +46,8 @@ def test_a_trace_is_cut_to_its_bound_with_a_note():
     kept, note = bounded_trace(trace, max_events=4)
     assert len(kept["traceEvents"]) == 4 and "4 of 10" in note and kept["otherData"]["ayci_note"] == note
     assert bounded_trace(trace, max_events=10) == (trace, None)
+    by_size, note = bounded_trace({"traceEvents": [{"name": "x" * 100}] * 10}, max_bytes=350)  # ~115 bytes an event
+    assert len(by_size["traceEvents"]) == 3 and "3 of 10" in note
 
 
 def test_only_measured_combinations_are_profiled_and_the_refusal_says_why():

@@ -27,6 +27,8 @@ owners/{owner}/days/{YYYY-MM-DD}/{run id}    a run an owner submitted that day (
 processed/{service}/{event id}               idempotency markers (a handled event)
 failures/{service}/{event id}.json           the last error of a failing event (for the DLQ report)
 dead-letters/{queue}/{message id}.json       what reached a dead-letter queue, with its reason
+lambda-sizes/{function}/lock.json            who reconfigures a measuring Lambda function now, until when (AWS only)
+lambda-sizes/{function}/aliases/{alias}.json when a memory-size alias of it was last used (idle ones are deleted)
 ```
 
 Everything is found by key (GET/HEAD), except two listings: replay lists a run's event log,
@@ -155,3 +157,11 @@ def failure(service: str, event_id: str) -> str:
 
 def dead_letter(queue: str, message_id: str) -> str:
     return f"dead-letters/{queue}/{message_id}.json"
+
+
+def lambda_sizes_lock(function: str) -> str:
+    return f"lambda-sizes/{function}/lock.json"
+
+
+def lambda_size_use(function: str, alias: str) -> str:
+    return f"lambda-sizes/{function}/aliases/{alias}.json"

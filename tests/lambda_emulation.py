@@ -1,0 +1,119 @@
+"""Lambda for tests, without Docker: moto's control plane (functions, configuration updates,
+versions, aliases), two of its gaps filled as AWS behaves, and `Invoke` answered in-process by
+our own handler with a real Lambda event and context.
+
+- moto 5.2 ignores `EphemeralStorage` in `UpdateFunctionConfiguration`, and accepts any memory
+  size: `fill_moto_gaps` applies the storage, and refuses sizes above `max_memory_mb` with
+  Lambda's `InvalidParameterValueException` (an account limited to 3,008 MB gets it so).
+- moto runs `Invoke` in Docker: `run_invocations_in_process` answers a client's `Invoke`
+  before moto sees it (botocore's `before-send`), calling `handler(event, context)` in this
+  process with the invoked version's memory size in the context and in
+  `AWS_LAMBDA_FUNCTION_MEMORY_SIZE`, as the Lambda runtime sets them. The request still goes
+  through botocore (serialized, signed, recorded by `adapters/aws_calls.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from contextlib import contextmanager
+
+from botocore.awsrequest import AWSResponse
+
+
+class LambdaContext:
+    """The attributes of the Python runtime's context object (`awslambdaric`'s LambdaContext)."""
+
+    def __init__(self, function_name: str, version: str, memory_mb: int, arn: str, timeout_s: int = 900) -> None:
+        import time
+
+        self.function_name = function_name
+        self.function_version = version
+        self.invoked_function_arn = arn
+        self.memory_limit_in_mb = str(memory_mb)  # the runtime reads it from the environment: a string
+        self.aws_request_id = str(uuid.uuid4())
+        self.log_group_name = f"/aws/lambda/{function_name}"
+        self.log_stream_name = f"2026/12/04/[{version}]{uuid.uuid4().hex}"
+        self.identity = None
+        self.client_context = None
+        self._deadline = time.monotonic() + timeout_s
+
+    def get_remaining_time_in_millis(self) -> int:
+        import time
+
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+def fill_moto_gaps(monkeypatch, max_memory_mb: int = 10240) -> None:
+    from moto.awslambda.exceptions import InvalidParameterValueException
+    from moto.awslambda.models import LambdaFunction
+
+    original = LambdaFunction.update_configuration
+
+    def update_configuration(self, config_updates):
+        memory = config_updates.get("MemorySize")
+        if memory is not None and memory > max_memory_mb:
+            raise InvalidParameterValueException(
+                f"'MemorySize' value failed to satisfy constraint: Member must have value less than or equal to {max_memory_mb}"
+            )
+        if "EphemeralStorage" in config_updates:
+            self.ephemeral_storage = config_updates["EphemeralStorage"]["Size"]
+        return original(self, config_updates)
+
+    monkeypatch.setattr(LambdaFunction, "update_configuration", update_configuration)
+
+
+@contextmanager
+def run_invocations_in_process(lambda_client, handler, control_client=None):
+    """While open, `lambda_client.invoke(FunctionName, Qualifier, Payload)` runs `handler`
+    here. The invoked version's configuration is read from moto through `control_client`."""
+    control = control_client or lambda_client
+
+    def answer(request, **_):
+        # botocore's request: POST /2015-03-31/functions/{name}/invocations?Qualifier=...
+        from urllib.parse import parse_qs, unquote, urlsplit
+
+        url = urlsplit(request.url)
+        name = unquote(url.path.split("/functions/", 1)[1].split("/", 1)[0])
+        qualifier = parse_qs(url.query).get("Qualifier", ["$LATEST"])[0]
+        config = control.get_function_configuration(FunctionName=name, Qualifier=qualifier)
+        event = json.loads(request.body or b"{}")
+        context = LambdaContext(name, config["Version"], config["MemorySize"], f"{config['FunctionArn']}:{qualifier}", config.get("Timeout", 900))
+        saved = {key: os.environ.get(key) for key in ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "AWS_LAMBDA_FUNCTION_NAME", "AWS_LAMBDA_FUNCTION_VERSION")}
+        os.environ.update(AWS_LAMBDA_FUNCTION_MEMORY_SIZE=str(config["MemorySize"]), AWS_LAMBDA_FUNCTION_NAME=name, AWS_LAMBDA_FUNCTION_VERSION=config["Version"])
+        headers = {"Content-Type": "application/json", "X-Amz-Executed-Version": config["Version"]}
+        try:
+            body = json.dumps(handler(event, context)).encode()
+        except Exception as exc:  # an unhandled error: Lambda answers 200 with X-Amz-Function-Error
+            body = json.dumps({"errorMessage": str(exc), "errorType": type(exc).__name__}).encode()
+            headers["X-Amz-Function-Error"] = "Unhandled"
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+        headers["Content-Length"] = str(len(body))
+        return AWSResponse(request.url, 200, headers, _Raw(body))
+
+    lambda_client.meta.events.register_first("before-send.lambda.Invoke", answer)
+    try:
+        yield
+    finally:
+        lambda_client.meta.events.unregister("before-send.lambda.Invoke", answer)
+
+
+class _Raw:
+    """The raw body botocore reads a streaming response from."""
+
+    def __init__(self, body: bytes) -> None:
+        import io
+
+        self._stream = io.BytesIO(body)
+
+    def stream(self, **_):
+        yield self._stream.read()
+
+    def read(self, *args, **kwargs):
+        return self._stream.read(*args)

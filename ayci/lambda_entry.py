@@ -62,7 +62,7 @@ def make_measuring_handler():
     """`handler(event, context)` of the measuring functions (`MeasureIntelFunction`,
     `MeasureArmFunction`): the event is a `MeasureRequest`, invoked synchronously through a
     memory-size alias by the inference service; the answer is a `MeasureAnswer`."""
-    settings, store = Settings(), None
+    store = None
 
     def handler(event: dict, context) -> dict:
         nonlocal store
@@ -75,7 +75,7 @@ def make_measuring_handler():
             from adapters.aws import S3Store
 
             configure_logging("json")
-            store = S3Store(settings.bucket)
+            store = S3Store(Settings().bucket)
         try:
             request = MeasureRequest.model_validate(event)
         except ValidationError as exc:

@@ -6,20 +6,23 @@ our own handler with a real Lambda event and context.
   size: `fill_moto_gaps` applies the storage, and refuses sizes above `max_memory_mb` with
   Lambda's `InvalidParameterValueException` (an account limited to 3,008 MB gets it so).
 - moto runs `Invoke` in Docker: `run_invocations_in_process` answers a client's `Invoke`
-  before moto sees it (botocore's `before-send`), calling `handler(event, context)` in this
+  before it is sent (botocore's `before-call`, which can stand in for the response), calling `handler(event, context)` in this
   process with the invoked version's memory size in the context and in
   `AWS_LAMBDA_FUNCTION_MEMORY_SIZE`, as the Lambda runtime sets them. The request still goes
-  through botocore (serialized, signed, recorded by `adapters/aws_calls.py`).
+  through botocore's parameter validation and serialization, and is recorded by
+  `adapters/aws_calls.py`.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import uuid
 from contextlib import contextmanager
 
 from botocore.awsrequest import AWSResponse
+from botocore.response import StreamingBody
 
 
 class LambdaContext:
@@ -65,55 +68,49 @@ def fill_moto_gaps(monkeypatch, max_memory_mb: int = 10240) -> None:
 
 
 @contextmanager
-def run_invocations_in_process(lambda_client, handler, control_client=None):
+def run_invocations_in_process(lambda_client, handler, control_client=None, extra_env: dict | None = None):
     """While open, `lambda_client.invoke(FunctionName, Qualifier, Payload)` runs `handler`
-    here. The invoked version's configuration is read from moto through `control_client`."""
+    here, in the invoked version's environment (its variables, its memory size, plus
+    `extra_env`). The version's configuration is read from moto through `control_client`."""
     control = control_client or lambda_client
 
-    def answer(request, **_):
-        # botocore's request: POST /2015-03-31/functions/{name}/invocations?Qualifier=...
-        from urllib.parse import parse_qs, unquote, urlsplit
+    def answer(model, params, **_):
+        if model.name != "Invoke":
+            return None
+        # botocore's serialized request: POST /2015-03-31/functions/{name}/invocations?Qualifier=...
+        from urllib.parse import unquote
 
-        url = urlsplit(request.url)
-        name = unquote(url.path.split("/functions/", 1)[1].split("/", 1)[0])
-        qualifier = parse_qs(url.query).get("Qualifier", ["$LATEST"])[0]
+        name = unquote(params["url_path"].split("/functions/", 1)[1].split("/", 1)[0])
+        qualifier = (params.get("query_string") or {}).get("Qualifier", "$LATEST")
         config = control.get_function_configuration(FunctionName=name, Qualifier=qualifier)
-        event = json.loads(request.body or b"{}")
+        event = json.loads(params.get("body") or b"{}")
         context = LambdaContext(name, config["Version"], config["MemorySize"], f"{config['FunctionArn']}:{qualifier}", config.get("Timeout", 900))
-        saved = {key: os.environ.get(key) for key in ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "AWS_LAMBDA_FUNCTION_NAME", "AWS_LAMBDA_FUNCTION_VERSION")}
-        os.environ.update(AWS_LAMBDA_FUNCTION_MEMORY_SIZE=str(config["MemorySize"]), AWS_LAMBDA_FUNCTION_NAME=name, AWS_LAMBDA_FUNCTION_VERSION=config["Version"])
-        headers = {"Content-Type": "application/json", "X-Amz-Executed-Version": config["Version"]}
+        env = {
+            **((config.get("Environment") or {}).get("Variables") or {}), **(extra_env or {}),
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(config["MemorySize"]), "AWS_LAMBDA_FUNCTION_NAME": name,
+            "AWS_LAMBDA_FUNCTION_VERSION": config["Version"],
+        }
+        saved = {key: os.environ.get(key) for key in env}
+        os.environ.update(env)
+        parsed = {"StatusCode": 200, "ExecutedVersion": config["Version"]}
         try:
             body = json.dumps(handler(event, context)).encode()
         except Exception as exc:  # an unhandled error: Lambda answers 200 with X-Amz-Function-Error
             body = json.dumps({"errorMessage": str(exc), "errorType": type(exc).__name__}).encode()
-            headers["X-Amz-Function-Error"] = "Unhandled"
+            parsed["FunctionError"] = "Unhandled"
         finally:
             for key, value in saved.items():
                 if value is None:
                     os.environ.pop(key, None)
                 else:
                     os.environ[key] = value
-        headers["Content-Length"] = str(len(body))
-        return AWSResponse(request.url, 200, headers, _Raw(body))
+        parsed["Payload"] = StreamingBody(io.BytesIO(body), len(body))
+        return AWSResponse(params.get("url_path", ""), 200, {}, None), parsed
 
-    lambda_client.meta.events.register_first("before-send.lambda.Invoke", answer)
+    # as general as the call recorder (adapters/aws_calls.py) and registered after it, so the
+    # call is recorded first (botocore calls more specific event names first)
+    lambda_client.meta.events.register("before-call", answer)
     try:
         yield
     finally:
-        lambda_client.meta.events.unregister("before-send.lambda.Invoke", answer)
-
-
-class _Raw:
-    """The raw body botocore reads a streaming response from."""
-
-    def __init__(self, body: bytes) -> None:
-        import io
-
-        self._stream = io.BytesIO(body)
-
-    def stream(self, **_):
-        yield self._stream.read()
-
-    def read(self, *args, **kwargs):
-        return self._stream.read(*args)
+        lambda_client.meta.events.unregister("before-call", answer)

@@ -222,6 +222,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     console.print(f"to measure {totals['to_measure']}, reused {totals['reused']}, impossible {totals['impossible']}; "
                   f"estimated wall time {totals['estimated_wall_s'] / 60:.1f} min; "
                   f"measuring as Lambda invocations ≈ ${totals['estimated_benchmark_cost_usd']:.4f}")
+    console.print(f"on the AWS deployment (python -m ayci.infra deploy), this run ≈ ${plan.aws_run_cost_usd:.4f} "
+                  "(measuring functions, the inference functions waiting for them, conversions)")
     return 0
 
 

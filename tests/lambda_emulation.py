@@ -114,3 +114,11 @@ def run_invocations_in_process(lambda_client, handler, control_client=None, extr
         yield
     finally:
         lambda_client.meta.events.unregister("before-call", answer)
+
+
+def fill_moto_cloudformation_gaps(monkeypatch) -> None:
+    """moto 5.2's CloudFormation resolves `!Ref` of an `AWS::Events::EventBus` to the object,
+    not its name as AWS does (its rules then fail to attach): give the bus its name as Ref."""
+    from moto.events.models import EventBus
+
+    monkeypatch.setattr(EventBus, "physical_resource_id", property(lambda self: self.name), raising=False)

@@ -35,6 +35,7 @@ DOCKERFILE = ROOT / "infra" / "lambda.Dockerfile"
 IMAGE_INPUTS = ("infra/lambda.Dockerfile", "requirements.txt", "adapters", "ayci", "core", "data", "engines", "report", "schemas", "services", "workloads")
 PLATFORMS = {"x86_64": "linux/amd64", "arm64": "linux/arm64"}
 STACK_TAG = "ayci:stack"
+TEMPLATE_DESCRIPTION = "AYCI event routing"  # how infra/template.yaml's Description starts
 STACK_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,29}$")  # the template's Prefix: resource and bucket names derive from it
 ECR_URI = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?/[a-z0-9._/-]+(:[\w.-]+|@sha256:[0-9a-f]{64})$")
 S3_STANDARD_USD_PER_GB_MONTH = 0.023
@@ -51,7 +52,7 @@ class DeployOptions:
     stack: str
     region: str | None = None
     yes: bool = False
-    sender_email: str = "ayci@example.com"
+    sender_email: str | None = None  # kept as it is on an update when not given
     email_allowed: str | None = None
     api_keys: str | None = None
     image_x86_64: str | None = None  # images built elsewhere (then no Docker is needed here)
@@ -112,7 +113,8 @@ def existing_stack(cfn, name: str) -> dict | None:
     if stack["StackStatus"] == "DELETE_COMPLETE":
         return None
     tags = {t["Key"]: t["Value"] for t in stack.get("Tags", [])}
-    if tags.get(STACK_TAG) != name:
+    # tagged by this deploy, or made from the template by the older `deploy_stack` (untagged)
+    if tags.get(STACK_TAG) != name and not stack.get("Description", "").startswith(TEMPLATE_DESCRIPTION):
         raise DeployError(f"--stack {name}: a CloudFormation stack of that name already exists and is not an AYCI stack "
                           f"(no {STACK_TAG} tag; status {stack['StackStatus']}): choose another --stack")
     if stack["StackStatus"].endswith("_IN_PROGRESS") and stack["StackStatus"] != "REVIEW_IN_PROGRESS":
@@ -192,15 +194,13 @@ def plan_images(acct: Account, options: DeployOptions, docker: Callable[[list[st
 
 def parameters(options: DeployOptions, images: Images, stack: dict | None) -> list[dict]:
     """The template's parameters; on an update, those not given keep their values."""
-    values = {"Prefix": options.stack, "Platform": "aws", "DeployLambdas": "true", "SenderEmail": options.sender_email,
+    values = {"Prefix": options.stack, "Platform": "aws", "DeployLambdas": "true",
               "ImageUri": images.uris["x86_64"], "ImageUriArm64": images.uris["arm64"]}
-    if options.email_allowed is not None:
-        values["EmailAllowed"] = options.email_allowed
-    if options.api_keys is not None:
-        values["ApiKeys"] = options.api_keys
+    chosen = {"SenderEmail": options.sender_email, "EmailAllowed": options.email_allowed, "ApiKeys": options.api_keys}
+    values.update({k: v for k, v in chosen.items() if v is not None})
     previous = {p["ParameterKey"] for p in (stack or {}).get("Parameters", [])} if stack and stack["StackStatus"] != "REVIEW_IN_PROGRESS" else set()
     result = [{"ParameterKey": k, "ParameterValue": v} for k, v in values.items()]
-    result += [{"ParameterKey": k, "UsePreviousValue": True} for k in ("EmailAllowed", "ApiKeys") if k not in values and k in previous]
+    result += [{"ParameterKey": k, "UsePreviousValue": True} for k in chosen if k not in values and k in previous]
     return result
 
 

@@ -190,7 +190,7 @@ def main(argv: list[str]) -> None:
     deploy.add_argument("--stack", help="the stack's name; its resources and bucket are named after it (lower case, at most 30)")
     deploy.add_argument("--region", help="AWS region (default: the configured one)")
     deploy.add_argument("--yes", action="store_true", help="apply the change set without asking")
-    deploy.add_argument("--sender-email", default=DEFAULT_SENDER, help="the address run emails are sent from (SES verifies it)")
+    deploy.add_argument("--sender-email", help=f"the address run emails are sent from; SES mails it a link to verify (default {DEFAULT_SENDER}; kept on an update)")
     deploy.add_argument("--email-allowed", help='where run emails may go: addresses, "@domain", or "*" (default: none)')
     deploy.add_argument("--api-keys", help="KEY:OWNER,... of the HTTP API (kept as they are on an update when not given)")
     deploy.add_argument("--image-x86-64", help="an x86_64 image built elsewhere from infra/lambda.Dockerfile (ECR URI); then no Docker is needed")
@@ -212,7 +212,7 @@ def main(argv: list[str]) -> None:
         if not on_localstack:
             parser.error("deploy on AWS: pass --stack NAME (python -m ayci.infra deploy --stack NAME [--region R])")
         stack = args.stack or args.stack_positional or "ayci"
-        print(json.dumps(asdict(deploy_stack(stack, args.prefix or stack)), indent=2))
+        print(json.dumps(asdict(deploy_stack(stack, args.prefix or stack, sender_email=args.sender_email or DEFAULT_SENDER)), indent=2))
         return
     from ayci import aws_deploy
 

@@ -132,3 +132,14 @@ def test_a_failed_deploy_says_it_was_rolled_back_and_why():
     assert message.startswith("the deploy failed and CloudFormation rolled it back (stack demo: UPDATE_ROLLBACK_COMPLETE)")
     assert "MeasureArmFunction: Resource handler returned message: \"Architecture arm64 is not supported in this region\"" in message
     assert "DedupFunction" not in message  # cancelled because another failed: not a reason
+
+
+def test_an_update_keeps_the_sender_keys_and_allowed_addresses_it_is_not_given():
+    images = aws_deploy.Images(repository="demo-images", uris={"x86_64": IMAGE.format("t2-x86_64"), "arm64": IMAGE.format("t2-arm64")})
+    stack = {"StackStatus": "UPDATE_COMPLETE", "Parameters": [{"ParameterKey": k} for k in ("SenderEmail", "ApiKeys", "EmailAllowed", "Prefix")]}
+    given = {p["ParameterKey"]: p for p in aws_deploy.parameters(options(api_keys="K:me"), images, stack)}
+    assert given["SenderEmail"] == {"ParameterKey": "SenderEmail", "UsePreviousValue": True}
+    assert given["EmailAllowed"] == {"ParameterKey": "EmailAllowed", "UsePreviousValue": True}
+    assert given["ApiKeys"]["ParameterValue"] == "K:me" and given["ImageUri"]["ParameterValue"] == IMAGE.format("t2-x86_64")
+    created = {p["ParameterKey"] for p in aws_deploy.parameters(options(), images, None)}
+    assert "SenderEmail" not in created and {"Prefix", "DeployLambdas", "ImageUri", "ImageUriArm64"} <= created

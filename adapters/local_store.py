@@ -14,12 +14,13 @@ class LocalFolderStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
+        self._root = os.path.realpath(self.root)
 
     def _path(self, key: str) -> Path:
-        path = (self.root / key).resolve()
-        if self.root.resolve() not in path.parents:
+        path = os.path.normpath(os.path.join(self._root, key))  # the store writes no links: normalising is enough
+        if not path.startswith(self._root + os.sep):
             raise ValueError(f"key {key!r} leaves the store")
-        return path
+        return Path(path)
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
@@ -65,5 +66,10 @@ class LocalFolderStore:
         folder = base if base.is_dir() else base.parent
         if not folder.exists():
             return []
-        keys = (str(p.relative_to(self.root)) for p in folder.rglob("*") if p.is_file() and not p.name.startswith(".tmp-"))
+        root = str(self.root)
+        keys = []
+        for directory, _, files in os.walk(folder):
+            relative = os.path.relpath(directory, root)
+            base = "" if relative == "." else relative.replace(os.sep, "/") + "/"
+            keys += [base + name for name in files if not name.startswith(".tmp-")]
         return sorted(k for k in keys if k.startswith(prefix))

@@ -80,6 +80,7 @@ def build_request(args: argparse.Namespace, model) -> RequestSubmitted:
     return RequestSubmitted(
         model=model, matrix=matrix, slo_p99_ms=args.slo, min_agreement=args.min_agreement,
         tuning_trials=args.trials, email=args.email, force=args.force, predict=getattr(args, "predict", False),
+        traffic={"rps": args.traffic_rps, "pattern": args.traffic_pattern} if getattr(args, "traffic_rps", None) else None,
         balance_weight=getattr(args, "balance_weight", 0.5),
         **({"price_region": args.price_region} if getattr(args, "price_region", None) else {}),
     )
@@ -219,7 +220,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     console = Console(width=max(Console().width, 150))
     console.print(table)
     totals = plan.as_dict()["totals"]
-    console.print(f"to measure {totals['to_measure']}, reused {totals['reused']}, impossible {totals['impossible']}; "
+    predicted = f", predicted {totals['predicted']} (a predicted pick is measured too)" if totals["predicted"] else ""
+    console.print(f"to measure {totals['to_measure']}, reused {totals['reused']}, impossible {totals['impossible']}{predicted}; "
                   f"estimated wall time {totals['estimated_wall_s'] / 60:.1f} min; "
                   f"measuring as Lambda invocations ≈ ${totals['estimated_benchmark_cost_usd']:.4f}")
     console.print(f"on the AWS deployment (python -m ayci.infra deploy), this run ≈ ${plan.aws_run_cost_usd:.4f} "
@@ -273,8 +275,10 @@ def follow_embedded(app, envelopes: list, total: int, settings: Settings, what: 
                 progress.update(task, description=f"converting {combo.label}")
             elif event.type == "ModelConverted":
                 progress.update(task, description=f"measuring {combo.label}")
-            elif event.type in ("InferenceDone", "ComboFailed") and queue == "archiver":
-                progress.advance(task)
+            elif event.type in ("InferenceDone", "ComboFailed", "CombosReused") and queue == "archiver":
+                count = len(event.payload.results) if event.type == "CombosReused" else 1
+                done = progress.tasks[0].completed + count
+                progress.update(task, advance=count, total=max(progress.tasks[0].total, done))  # a predicted pick being checked adds one
 
         app.bus.observers.append(observe)
         app.publisher.publish(envelopes)
@@ -376,6 +380,109 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return follow_embedded(app, envelopes, len(combo_keys), settings, f"a replay of run {args.run_id} from {args.from_type}")
 
 
+def cmd_traffic(args: argparse.Namespace) -> int:
+    """A finished run's combinations under a traffic profile (`core/traffic.py`): cold-start
+    share, p50/p99/p99.9 with cold starts, peak instances, the bill; and the cheapest meeting
+    the SLO."""
+    import json
+
+    from rich.table import Table
+
+    from core.ports import NotFound
+    from core.traffic import Traffic, TrafficError, parse_duration, traffic_report
+    from adapters.local_store import LocalFolderStore
+
+    settings = Settings(data_dir=args.data_dir) if args.data_dir else Settings()
+    try:
+        traffic = Traffic(rps=args.rps, pattern=args.pattern, idle_timeout_s=parse_duration(args.idle_timeout, "idle-timeout"),
+                          duration_s=parse_duration(args.duration, "duration"))
+        summary = RunSummary.read(LocalFolderStore(settings.data_dir).get_bytes(keys.summary(args.run_id))).to_dict()
+        report = traffic_report(summary, traffic, args.slo)
+    except NotFound:
+        raise UsageError(f"no archived run {args.run_id} under {settings.data_dir}") from None
+    except TrafficError as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return 0
+    days = traffic.duration_s / 86400
+    table = Table(title=f"run {args.run_id} under {traffic.rps:g} req/s ({traffic.pattern}), idle timeout {traffic.idle_timeout_s:g} s, {days:g} days")
+    for title in ("combination", "served", "cold share", "p50 ms", "p99 ms", "p99.9 ms", "peak instances", f"bill ({days:g} d) $", "note"):
+        table.add_column(title)
+    for row in report["rows"]:
+        for i, option in enumerate(row["options"]):
+            note = ", ".join((["predicted"] if row["predicted"] else []) + (row["notes"] if i == 0 else []) + ([option["assumption"]] if "assumption" in option else []))
+            table.add_row(row["combination"] if i == 0 else "", option["option"], f"{option['cold_share']:.2%}", f"{option['p50_ms']:.1f}",
+                          f"{option['p99_ms']:.1f}", f"{option['p999_ms']:.1f}", str(option["peak_instances"]), f"{option['bill_usd']:.2f}", note)
+    Console(width=max(Console().width, 150)).print(table)
+    slo = f"p99 with cold starts within {args.slo:g} ms" if args.slo else "no SLO given"
+    print(f"cheapest ({slo}): {report['recommended'] or 'none meets it'}")
+    return 0
+
+
+def cmd_coldstart(args: argparse.Namespace) -> int:
+    """Cold-start levers for a finished run's measured `onnx` and `base` combinations, each
+    variant measured confined to the combination's memory size (`services/inference/levers.py`)."""
+    import json
+    import tempfile
+
+    from rich.table import Table
+
+    from adapters.local_store import LocalFolderStore
+    from core.ports import NotFound
+    from schemas.combos import ModelRef, reference_key
+    from schemas.documents import ArtifactManifest
+    from report.recommendation import label as combination_label
+    from services.inference.levers import base_variants, measure_levers, onnx_variants
+
+    settings = Settings(data_dir=args.data_dir) if args.data_dir else Settings()
+    store = LocalFolderStore(settings.data_dir)
+    try:
+        summary = RunSummary.read(store.get_bytes(keys.summary(args.run_id))).to_dict()
+    except NotFound:
+        raise UsageError(f"no archived run {args.run_id} under {settings.data_dir}") from None
+    chosen = [r for r in summary["results"] if not r.get("predicted") and not r.get("emulated") and r["combo"]["optimizer"] in ("onnx", "base")
+              and not (r["combo"]["optimizer"] == "base" and r["model"]["format"] == "onnx")]
+    if not chosen:
+        raise UsageError(f"run {args.run_id} has no natively measured onnx or base (.pt2) combination to try levers on")
+    warn_if_unconfined()
+    report = {}
+    for result in chosen:
+        combo, model, label = result["combo"], ModelRef.model_validate(result["model"]), combination_label(result)
+        err.print(f"{label}: preparing the variants ...")
+        with tempfile.TemporaryDirectory(prefix="ayci-levers-") as tmp:
+            work = Path(tmp)
+            manifest = ArtifactManifest.read(store.get_bytes(keys.manifest(result["artifact_key"])))
+            artifact = work / manifest.artifact_file
+            store.get_file(keys.artifact_file(result["artifact_key"], manifest.artifact_file), artifact)
+            reference = work / "reference.npz"
+            store.get_file(keys.reference(reference_key(model, combo["batch_size"])), reference)
+            threads = result.get("threads") or 1
+            variants = onnx_variants(artifact, threads, work) if combo["optimizer"] == "onnx" else base_variants(artifact, work)
+            err.print(f"{label}: measuring {len(variants)} variants x {args.repeat} cold starts ...")
+            report[label] = measure_levers(variants, workload=model.workload.value, reference=reference, memory_mb=combo["memory_mb"],
+                                           repeat=args.repeat)
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return 0
+    console = Console(width=max(Console().width, 150))
+    for label, rows in report.items():
+        table = Table(title=f"{label}: cold-start levers (medians of {args.repeat})")
+        for title in ("variant", "cold start ms", "saved ms", "process", "imports", "model load", "first inference", "peak MB", "p50 ms", "note"):
+            table.add_column(title)
+        for row in rows:
+            if "failed" in row:
+                table.add_row(row["variant"], "-", "-", "-", "-", "-", "-", "-", "-", f"failed: {row['failed']}")
+                continue
+            cold = row["cold_start_ms"]
+            note = f"made in {row['prepare_s']:.1f} s at conversion" if row["prepare_s"] else ""
+            table.add_row(row["variant"], f"{cold['total']:.0f}", f"{row['cold_start_saved_ms']:+.0f}", f"{cold['process_start']:.0f}",
+                          f"{cold['imports']:.0f}", f"{cold['model_load']:.0f}", f"{cold['first_inference']:.0f}", f"{row['peak_mb']:.0f}",
+                          f"{row['p50_ms']:.2f}", note)
+        console.print(table)
+    return 0
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
     """Cancel a run on the real path (a deployed stack: AYCI_BUCKET, AYCI_BUS_NAME, or
     --stack on LocalStack); `ayci serve`'s runs are cancelled from its page or API."""
@@ -458,6 +565,8 @@ def parser() -> argparse.ArgumentParser:
         command.add_argument("--balance-weight", type=float, default=0.5, help="weight of cost against p99 in the balanced pick, 0..1")
         command.add_argument("--price-region", help="Lambda price region (default: the price table's, us-east-1)")
         command.add_argument("--email")
+        command.add_argument("--traffic-rps", type=float, help="price the results under this many requests/s in the email (see `ayci traffic`)")
+        command.add_argument("--traffic-pattern", default="steady", choices=["steady", "spiky"])
     run.set_defaults(func=cmd_run)
     replay = sub.add_parser("replay", parents=[executing], help="re-run a stored run from one stage, as a new run linked to it")
     replay.add_argument("run_id")
@@ -468,6 +577,22 @@ def parser() -> argparse.ArgumentParser:
     cancel.add_argument("--localstack", action="store_true", help="the stack on LocalStack")
     cancel.add_argument("--stack", default="ayci", help="stack name and resource prefix (with --localstack)")
     cancel.set_defaults(func=cmd_cancel)
+    traffic = sub.add_parser("traffic", help="a finished run's combinations under a traffic profile: cold starts, tail latency, the bill")
+    traffic.add_argument("run_id")
+    traffic.add_argument("--rps", type=float, required=True, help="requests per second (the base rate for spiky)")
+    traffic.add_argument("--pattern", default="steady", help="steady | spiky (10x bursts of 30 s every 10 min) | a CSV of arrival times or minute,count")
+    traffic.add_argument("--idle-timeout", default="10m", help="how long an idle instance is kept, e.g. 5m")
+    traffic.add_argument("--duration", default="30d", help="the period billed, e.g. 30d")
+    traffic.add_argument("--slo", type=float, help="p99 in ms, cold starts included")
+    traffic.add_argument("--data-dir", help="the local object store (default .ayci/data)")
+    traffic.add_argument("--json", action="store_true")
+    traffic.set_defaults(func=cmd_traffic)
+    coldstart = sub.add_parser("coldstart", help="cold-start levers (pre-optimized ONNX, ORT format, arena, AOTInductor) of a finished run, measured")
+    coldstart.add_argument("run_id")
+    coldstart.add_argument("--repeat", type=int, default=3, help="cold starts per variant (the median is shown)")
+    coldstart.add_argument("--data-dir", help="the local object store (default .ayci/data)")
+    coldstart.add_argument("--json", action="store_true")
+    coldstart.set_defaults(func=cmd_coldstart)
     example = sub.add_parser("example-model", help="write an example model as .pt2")
     example.add_argument("--workload", default="image_classification")
     example.add_argument("--input-size")

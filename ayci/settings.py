@@ -17,7 +17,7 @@ class Settings(BaseSettings):
     intel_cpu: str | None = None  # LLVM CPU name TVM compiles `intel` for; None = this machine's
     arm_cpu: str = "neoverse-n1"  # Graviton2
     arm_sysroot: Path = Path(".arm-sysroot")
-    measure_time_cap_s: float = 20.0  # per combination, warm iterations
+    measure_time_cap_s: float = 12.0  # per combination, warm iterations (plus at most a quarter of it warming up)
     measure_min_iterations: int = 10
     reference_timeout_s: float = 300.0  # the base model on the example inputs, in a child process
     reference_memory_mb: int = 10240  # its address-space cap

@@ -43,6 +43,7 @@ def main() -> None:
         spec = MeasureSpec(
             optimizer="onnx", workload="image_classification", artifact_path=artifact.onnx_path,
             reference_path=artifact.reference_path, memory_mb=memory, time_cap_s=args.time_cap, threads_override=threads,
+            tune=False,  # the threads under test, not the tuned ones
         )
         report = measure(spec)
         lat = report["latency_ms"]

@@ -160,7 +160,8 @@ def main() -> None:
                 for round_ in range(args.rounds):
                     for attempt in range(args.attempts):
                         spec = MeasureSpec(optimizer=optimizer, workload=built["workload"], artifact_path=built[optimizer],
-                                           reference_path=built["reference"], memory_mb=memory, time_cap_s=args.time_cap)
+                                           reference_path=built["reference"], memory_mb=memory, time_cap_s=args.time_cap,
+                                           tune=False)  # the plain loop runs the default session: so does the measurement
                         reported = measure(spec)
                         stats = reported["latency_ms"]
                         p50, p99, loop_load = plain_loop(optimizer, built[optimizer], built["reference"], memory, spec.threads, stats["iterations"])
@@ -187,7 +188,7 @@ def main() -> None:
         p50s = []
         for _ in range(args.repeat):
             spec = MeasureSpec(optimizer="onnx", workload="image_classification", artifact_path=built["onnx"],
-                               reference_path=built["reference"], memory_mb=1769, time_cap_s=args.time_cap)
+                               reference_path=built["reference"], memory_mb=1769, time_cap_s=args.time_cap, tune=False)
             p50s.append(measure(spec)["latency_ms"]["p50"])
         cv = statistics.stdev(p50s) / statistics.mean(p50s)
         print(f"repeatability: resnet18 onnx 1769 MB p50 over {args.repeat} measurements {[round(p, 2) for p in p50s]}: "

@@ -1,7 +1,8 @@
-"""torch vs ONNX Runtime vs TVM (tuned), side by side in one run on this machine.
+"""torch vs ONNX Runtime (untuned and tuned) vs TVM (tuned), side by side in one run on this machine.
 
-Models: the example ResNet-18 at batch 1 (224x224) and the example BERT-style encoder at batch 1
-(sequence 128). For each: convert with `onnx` and `tvm` (MetaSchedule, `--trials` per model,
+Models: the example ResNet-18 at batch 1 (224x224), the example BERT-style encoder at batch 1
+(sequence 128) and the example detector (320x320). ONNX Runtime runs twice: with the default
+session and with the settings AYCI's tuning pass picks (`services/inference/measure.tune`). For each: convert with `onnx` and `tvm` (MetaSchedule, `--trials` per model,
 records stored under the work dir), convert `tvm` a second time from the stored records, then
 measure p50 latency of base (torch), onnx and tvm at the same thread count, each engine in its
 own child process (so one engine's idle spinning thread pool never slows another), in
@@ -32,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 MODELS = {
     "resnet18": ("image_classification", [224, 224]),
     "bert": ("nlp", [128]),
+    "detector": ("object_detection", [320, 320]),
 }
 
 CHILD = r"""
@@ -39,8 +41,11 @@ import json, sys, time
 import numpy as np
 sys.path.insert(0, sys.argv[1])
 engine, artifact, inputs_path, threads, iterations = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6])
+settings = json.loads(sys.argv[7]) if len(sys.argv) > 7 else None
 import importlib
-runner = importlib.import_module(f"engines.{engine}_engine").load(__import__("pathlib").Path(artifact), threads)
+module = importlib.import_module(f"engines.{engine}_engine")
+path = __import__("pathlib").Path(artifact)
+runner = module.load(path, threads, settings=settings) if settings else module.load(path, threads)
 saved = np.load(inputs_path)
 inputs = {name: saved[name] for name in json.loads(saved["__names__"].tobytes().decode())}
 for _ in range(10):
@@ -126,22 +131,41 @@ def measure(name: str, converted: dict, workdir: Path, threads: int, iterations:
 
     artifacts = {"base": converted["pt2"], "onnx": converted["onnx"]["artifact"], "tvm": converted["tvm"]["artifact"]}
     reference = base_engine.load(Path(artifacts["base"]), threads)(inputs)
+    tuned = tuned_settings(converted, inputs, reference, threads, workdir / name)
     agreement = {
         "onnx": module.agreement(reference, onnx_engine.load(Path(artifacts["onnx"]), threads)(inputs)).as_dict(),
         "tvm": module.agreement(reference, tvm_engine.load(Path(artifacts["tvm"]), threads)(inputs)).as_dict(),
     }
-    samples: dict[str, list[float]] = {engine: [] for engine in artifacts}
+    runs = {**{engine: (engine, artifact, []) for engine, artifact in artifacts.items()},
+            "onnx_tuned": ("onnx", artifacts["onnx"], [json.dumps(tuned["settings"])])}
+    samples: dict[str, list[float]] = {name: [] for name in runs}
     loads = []
     for _ in range(rounds):
-        for engine, artifact in artifacts.items():
+        for name, (engine, artifact, extra) in runs.items():
             loads.append(_load_average())
             out = subprocess.run(
-                [sys.executable, "-c", CHILD, str(ROOT), engine, artifact, str(inputs_path), str(threads), str(iterations)],
+                [sys.executable, "-c", CHILD, str(ROOT), engine, artifact, str(inputs_path), str(threads), str(iterations), *extra],
                 capture_output=True, text=True, check=True, env={**os.environ, "OMP_NUM_THREADS": str(threads)},
             )
-            samples[engine].extend(json.loads(out.stdout.strip().splitlines()[-1]))
+            samples[name].extend(json.loads(out.stdout.strip().splitlines()[-1]))
     p50 = {engine: float(np.percentile(values, 50)) for engine, values in samples.items()}
-    return {"p50_ms": p50, "agreement": agreement, "load_average": {"min": min(loads), "max": max(loads)}}
+    return {"p50_ms": p50, "agreement": agreement, "onnx_tuned_settings": tuned["settings"],
+            "load_average": {"min": min(loads), "max": max(loads)}}
+
+
+def tuned_settings(converted: dict, inputs: dict, reference: list, threads: int, folder: Path) -> dict:
+    """The session settings AYCI's tuning pass picks for this model (`services/inference/measure.tune`),
+    run in a process of its own as a measurement would."""
+    import numpy as np
+
+    reference_path = folder / "reference.npz"
+    np.savez(reference_path, **{f"input:{k}": v for k, v in inputs.items()}, **{f"output:{i}": np.asarray(o) for i, o in enumerate(reference)})
+    spec_path = folder / "tune.json"
+    spec_path.write_text(json.dumps({"optimizer": "onnx", "workload": converted["workload"], "artifact_path": converted["onnx"]["artifact"],
+                                     "reference_path": str(reference_path), "threads": threads, "time_cap_s": 16, "mode": "tune"}))
+    out = subprocess.run([sys.executable, "-m", "services.inference.measure", str(spec_path), repr(time.time())], cwd=ROOT,
+                         capture_output=True, text=True, check=True, env={**os.environ, "OMP_NUM_THREADS": str(threads)})
+    return json.loads(out.stdout.rsplit("@@RESULT@@", 1)[1])
 
 
 def main() -> int:
@@ -164,15 +188,17 @@ def main() -> int:
         (args.workdir / "results.json").write_text(json.dumps(results, indent=2, default=str))
 
     print(f"\ntrials per model {args.trials}, threads {args.threads}, {os.cpu_count()} CPUs")
-    header = f"{'model':10} {'torch ms':>9} {'ort ms':>8} {'tvm ms':>8} {'tvm/ort':>8} {'tvm/torch':>9} {'ort/torch':>9} {'ort conv s':>10} {'tvm conv s':>10} {'tvm tune s':>10} {'2nd conv s':>10} {'load':>9}"
+    header = (f"{'model':10} {'torch ms':>9} {'ort ms':>8} {'tuned ms':>8} {'tvm ms':>8} {'tuned/ort':>9} {'tvm/tuned':>9} {'torch/tuned':>11} "
+              f"{'ort conv s':>10} {'tvm conv s':>10} {'tvm tune s':>10} {'2nd conv s':>10} {'load':>9}")
     print(header)
     for name, r in results["models"].items():
         p = r["p50_ms"]
         print(
-            f"{name:10} {p['base']:9.2f} {p['onnx']:8.2f} {p['tvm']:8.2f} {p['tvm'] / p['onnx']:8.2f} {p['tvm'] / p['base']:9.2f} "
-            f"{p['onnx'] / p['base']:9.2f} {r['onnx']['conversion_s']:10.1f} {r['tvm']['conversion_s']:10.1f} {r['tvm']['tuning_s']:10.1f} "
-            f"{r['tvm_second']['wall_s']:10.1f} {r['load_average']['min']:4.1f}-{r['load_average']['max']:.1f}"
+            f"{name:10} {p['base']:9.2f} {p['onnx']:8.2f} {p['onnx_tuned']:8.2f} {p['tvm']:8.2f} {p['onnx_tuned'] / p['onnx']:9.2f} "
+            f"{p['tvm'] / p['onnx_tuned']:9.2f} {p['base'] / p['onnx_tuned']:11.2f} {r['onnx']['conversion_s']:10.1f} {r['tvm']['conversion_s']:10.1f} "
+            f"{r['tvm']['tuning_s']:10.1f} {r['tvm_second']['wall_s']:10.1f} {r['load_average']['min']:4.1f}-{r['load_average']['max']:.1f}"
         )
+        print(f"{'':10} tuned ORT settings {r['onnx_tuned_settings']}")
         print(f"{'':10} agreement onnx {r['agreement']['onnx']}, tvm {r['agreement']['tvm']}; tvm tasks tuned {r['tvm']['details'].get('tasks')}")
     return 0
 

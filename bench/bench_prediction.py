@@ -126,7 +126,7 @@ def main() -> int:
             for row in rows:
                 row["model"] = name
                 if "refused" in row:
-                    print(f"{name:>13} {row['label']:<26} no prediction: {row['refused']} (measured: {row['measured_failed'] or 'ran'})")
+                    print(f"{name:>13} {row['label']:<26} {row['refused']} (measured: {row['measured_failed'] or 'ran'})")
                     continue
                 print(f"{name:>13} {row['label']:<26} {row['regime']:<16} p50 {row['p50_predicted']:8.2f} vs {row['p50_measured']:8.2f} "
                       f"({row['p50_error']:5.1%}{'' if row['p50_inside'] else ' OUT'})  p99 {row['p99_predicted']:8.2f} vs "

@@ -46,13 +46,16 @@ MAX_CHECKS = 3  # a predicted pick is measured before the run closes: at most on
 MIN_REQUESTED_SIZES = MAX_ANCHORS + 1  # fewer: measuring them all costs no more
 FIT_MARGIN = 1.10  # a size fits if it holds the measured peak plus 10 %
 NOISE = 0.05  # differences below 5 % (or the anchors' CIs) are noise, not a contradiction
-# the model's own relative error per regime (one side of an about-95 % interval), from
-# bench/bench_prediction.py on this host; the anchors' CIs are added to it
+# the model's own relative error per regime (one side of an about-95 % interval): the 95th
+# percentile of the p50 errors of bench/bench_prediction.py on this host (two runs, 58
+# predictions of 7 models; sizes in the same regime differed from each other by up to 13 % in
+# one run: much of it is the measurements' own noise); the anchors' CIs are added to it
 MODEL_ERROR = {
     "anchor": 0.0,
-    "same_threads": 0.04,
-    "throttled": 0.08,
+    "same_threads": 0.10,
+    "throttled": 0.12,
     "throttled_below": 0.15,
+    "throttled_uncalibrated": 0.15,
     "threads": 0.08,
     "threads_beyond": 0.12,  # per thread beyond the measured two: 0.12 at 3, 0.24 at 4...
 }
@@ -72,9 +75,9 @@ def lambda_threads(memory_mb: int) -> int:
 
 def estimated_peak_mb(request: RequestSubmitted, combo: Combo) -> float:
     """A rough guess of a process's peak before anything is measured: the runtime, the weights
-    loaded and a working copy, and some activations."""
+    and half again (the zoo's peaks were 1.2-1.8x the weights above the runtime), activations."""
     weights_mb = request.model.size_bytes / (1 << 20)
-    return runtime_floor_mb(combo.optimizer, request.model.format) + 2.5 * weights_mb + 32
+    return runtime_floor_mb(combo.optimizer, request.model.format) + 1.5 * weights_mb + 32
 
 
 def anchor_sizes(request: RequestSubmitted, combo: Combo) -> list[int]:
@@ -141,10 +144,16 @@ class Anchor:
         return not r.get("emulated") and not r.get("host_limited") and r.get("confined") is not False
 
 
-def _quantile_sampler(latency: dict, rng: np.random.Generator, n: int) -> np.ndarray:
-    """`n` draws from the distribution whose quantiles the stats give (piecewise linear)."""
-    points = [(0.0, latency["min"]), (0.5, latency["p50"]), (0.9, latency["p90"]), (0.99, latency["p99"]), (1.0, latency["max"])]
-    qs, values = zip(*points, strict=True)
+def latency_quantiles(latency: dict) -> list[tuple[float, float]]:
+    """(quantile, ms) points of a result's latency stats (a predicted row has no min or max:
+    its p50 and p99 stand in)."""
+    return [(0.0, latency.get("min", latency["p50"])), (0.5, latency["p50"]), (0.9, latency.get("p90", latency["p50"])),
+            (0.99, latency["p99"]), (1.0, latency.get("max", latency["p99"]))]
+
+
+def draw_latencies(quantiles: list[tuple[float, float]], rng: np.random.Generator, n: int) -> np.ndarray:
+    """`n` draws from the distribution through those quantile points (piecewise linear)."""
+    qs, values = zip(*quantiles, strict=True)
     values = np.maximum.accumulate(np.asarray(values, dtype=float))
     return np.interp(rng.uniform(0, 1, n), qs, values)
 
@@ -174,10 +183,13 @@ def simulate_quota(work_ms: np.ndarray, vcpus: float, period_ms: float = CPU_PER
 
 def _throttled(latency: dict, vcpus: float, work_factor: float, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
-    work = _quantile_sampler(latency, rng, SIMULATED_INFERENCES) * work_factor
+    work = draw_latencies(latency_quantiles(latency), rng, SIMULATED_INFERENCES) * work_factor
     lat = simulate_quota(work, vcpus)[SIMULATED_INFERENCES // 20:]
-    return {"p50": float(np.percentile(lat, 50)), "p90": float(np.percentile(lat, 90)), "p99": float(np.percentile(lat, 99)),
-            "mean": float(lat.mean())}
+    q = {p: float(np.percentile(lat, p)) for p in (25, 50, 75, 90, 97, 99, 99.9)}
+    return {"p50": q[50], "p90": q[90], "p99": q[99], "mean": float(lat.mean()),
+            # where a percentile sits between the unstalled and the stalled inferences it can
+            # land on either side: the spread around it is the honest uncertainty
+            "p50_spread": (q[25], q[75]), "p99_spread": (q[97], q[99.9])}
 
 
 def _calibrate_work_factor(one: dict, vcpus: float, measured_mean: float) -> float:
@@ -289,22 +301,28 @@ class FamilyModel:
         vcpus, threads = lambda_vcpus(memory_mb), lambda_threads(memory_mb)
         one = self.one
         anchors = [one]
+        spreads = {}
         if vcpus < 1:
-            if self.small is None:
-                raise NoPrediction("no size below 1 vCPU was measured")
             if self.throttled_problem:
                 raise NoPrediction(self.throttled_problem)
-            below = memory_mb < self.small.memory_mb
-            regime = "throttled_below" if below else "throttled"
-            factor = self._interp_log(vcpus, self.work_factor)
+            calibrated = self.small is not None and self.small.usable
+            if calibrated:
+                regime = "throttled_below" if memory_mb < self.small.memory_mb else "throttled"
+                factor = self._interp_log(vcpus, self.work_factor)
+                r50, r99 = self._interp_log(vcpus, self.p50_ratio_small), self._interp_log(vcpus, self.p99_ratio_small)
+                anchors.append(self.small)
+                basis = (f"1 thread throttled to {vcpus:.2f} vCPU: the {ONE_VCPU_MB} MB distribution run through the CPU quota, "
+                         f"calibrated at {self.small.memory_mb} MB")
+            else:  # no size below 1 vCPU ran (out of memory, or not measured): the quota alone
+                regime, factor, r50, r99 = "throttled_uncalibrated", 1.0, 1.0, 1.0
+                basis = f"1 thread throttled to {vcpus:.2f} vCPU: the {ONE_VCPU_MB} MB distribution run through the CPU quota, uncalibrated"
             simulated = _throttled(one.latency, vcpus, factor)
-            p50 = simulated["p50"] * self._interp_log(vcpus, self.p50_ratio_small)
-            p99 = max(p50, simulated["p99"] * self._interp_log(vcpus, self.p99_ratio_small))
+            p50 = simulated["p50"] * r50
+            p99 = max(p50, simulated["p99"] * r99)
             latency = {"p50": p50, "p90": min(p99, max(p50, simulated["p90"])), "p99": p99, "mean": max(p50, simulated["mean"])}
-            cold = one.result["cold_start_ms"]["total"] * (1 / vcpus) ** self.cold_alpha
-            anchors.append(self.small)
-            basis = (f"1 thread throttled to {vcpus:.2f} vCPU: the {ONE_VCPU_MB} MB distribution run through the CPU quota, "
-                     f"calibrated at {self.small.memory_mb} MB")
+            spreads = {"p50": [v * r50 for v in simulated["p50_spread"]], "p99": [v * r99 for v in simulated["p99_spread"]]}
+            alpha = self.cold_alpha if calibrated else 1.0
+            cold = one.result["cold_start_ms"]["total"] * (1 / vcpus) ** alpha
         elif threads == 1:
             regime = "same_threads"
             latency = {k: one.latency[k] for k in ("p50", "p90", "p99", "mean")}
@@ -324,22 +342,21 @@ class FamilyModel:
         model_error = MODEL_ERROR[regime] * (threads - 2 if regime == "threads_beyond" else 1)
         e50 = math.hypot(model_error, max(a.rel_ci("p50") for a in anchors))
         e99 = math.hypot(P99_ERROR_FACTOR * model_error, max(a.rel_ci("p99") for a in anchors))
+        interval = {
+            "p50": [latency["p50"] * (1 - e50), latency["p50"] * (1 + e50)],
+            "p99": [latency["p99"] * (1 - min(0.9, e99)), latency["p99"] * (1 + e99)],
+        }
+        for stat, (low, high) in spreads.items():  # a percentile on the edge between stalled and not: either side
+            interval[stat] = [min(interval[stat][0], low), max(interval[stat][1], high)]
         return {
             "latency": latency, "cold_start_ms": cold, "threads": threads, "vcpus": vcpus, "regime": regime,
-            "beyond_measured_range": regime in ("throttled_below", "threads_beyond"), "basis": basis,
+            "beyond_measured_range": regime in ("throttled_below", "throttled_uncalibrated", "threads_beyond"), "basis": basis,
             "anchors": [a.memory_mb for a in anchors],
             "interval": {
-                "level": "about 95 %",
-                "p50": [latency["p50"] * (1 - e50), latency["p50"] * (1 + e50)],
-                "p99": [latency["p99"] * (1 - min(0.9, e99)), latency["p99"] * (1 + e99)],
+                "level": "about 95 %", **interval,
                 "cold_start_ms": [cold * (1 - COLD_START_ERROR), cold * (1 + COLD_START_ERROR)],
             },
         }
-
-
-def _label(combo: dict | Combo) -> str:
-    c = combo if isinstance(combo, dict) else combo.model_dump(mode="json")
-    return f"{c['hardware']}/{c['optimizer']}/b{c['batch_size']}/{c['memory_mb']}MB"
 
 
 def _family(combo: dict | Combo) -> tuple:
@@ -371,7 +388,7 @@ def predict_run(request: RequestSubmitted, predicted: list[Combo], results: list
                 models[family] = str(exc)
         model = models[family]
         key = combo_key(request.model, combo)
-        base = {"combo_key": key, "combo": combo.model_dump(mode="json"), "label": _label(combo)}
+        base = {"combo_key": key, "combo": combo.model_dump(mode="json"), "label": combo.label}
         if isinstance(model, str):
             refused.append({**base, "reason": f"no prediction: {model}"})
             continue

@@ -115,7 +115,7 @@ def dead_letter_failure(envelope: Envelope, reason: str) -> Envelope | None:
         failed = ComboFailed(combo=combo, combo_key=key, stage=FailureStage.dead_letter, reason=why)
         return envelope.caused(failed, producer="dead-letter", index=0)
     request = {"RequestSubmitted": payload, "RunPlanned": getattr(payload, "request", None)}.get(envelope.type)
-    if envelope.type in ("RequestSubmitted", "RunPlanned") or (envelope.type == "RunDeadlineReached" and payload.reason is None):
+    if envelope.type in ("RequestSubmitted", "RunPlanned", "CombosReused") or (envelope.type == "RunDeadlineReached" and payload.reason is None):
         if envelope.type == "RunDeadlineReached":
             request = payload.request
         closing = RunDeadlineReached(deadline=envelope.time, reason=f"{envelope.type} {why}", stage=FailureStage.dead_letter, request=request)

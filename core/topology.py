@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from schemas.events import (
     ComboFailed,
     ComboPending,
+    CombosReused,
     InferenceDone,
     ModelConverted,
     Payload,
@@ -48,7 +49,7 @@ SERVICES: tuple[ServiceSpec, ...] = (
     ServiceSpec("dedup", (RequestSubmitted,)),
     ServiceSpec("converter", (ComboPending,), batch_size=1),
     ServiceSpec("inference", (ModelConverted,), per_hardware=True, batch_size=1),
-    ServiceSpec("archiver", (RunPlanned, InferenceDone, ComboFailed, RunDeadlineReached)),
+    ServiceSpec("archiver", (RunPlanned, InferenceDone, CombosReused, ComboFailed, RunDeadlineReached)),
     ServiceSpec("notifier", (RunArchived,)),
 )
 BY_NAME = {spec.name: spec for spec in SERVICES}

@@ -37,6 +37,25 @@ def convert(job: ConversionJob) -> Conversion:
     return Conversion(artifact_file=name, conversion_s=time.perf_counter() - started)
 
 
+AOTI_SUFFIX = ".aoti.pt2"  # an AOTInductor package (a cold-start lever, `services/inference/levers.py`)
+
+
+def compile_aoti(pt2_path: Path, out_path: Path) -> Path:
+    """`pt2_path`'s program compiled ahead of time for this CPU (AOTInductor, the system C++
+    compiler); its call convention (how many inputs are positional) kept beside it."""
+    import json
+
+    import torch
+
+    from engines.model_files import load_exported_program
+
+    program = load_exported_program(pt2_path, checked=True)
+    args_spec, _ = program.call_spec.in_spec.children_specs
+    torch._inductor.aoti_compile_and_package(program, package_path=str(out_path))
+    out_path.with_suffix(".json").write_text(json.dumps({"positional": args_spec.num_children}))
+    return out_path
+
+
 def load(path: Path, threads: int):
     if path.suffix == ".onnx":
         from engines.onnx_engine import load_session
@@ -44,14 +63,20 @@ def load(path: Path, threads: int):
         return load_session(path, threads, optimize=False)
     import torch
 
-    from engines.model_files import load_exported_program
-
     torch.set_num_threads(threads)
     torch.set_num_interop_threads(1) if torch.get_num_interop_threads() != 1 else None
-    program = load_exported_program(path, checked=True)
-    args_spec, kwargs_spec = program.call_spec.in_spec.children_specs
-    positional = args_spec.num_children  # the inputs come in the signature's order: positional first
-    module = program.module()
+    if path.name.endswith(AOTI_SUFFIX):
+        import json
+
+        module = torch._inductor.aoti_load_package(str(path))
+        positional = json.loads(path.with_suffix(".json").read_text())["positional"]
+    else:
+        from engines.model_files import load_exported_program
+
+        program = load_exported_program(path, checked=True)
+        args_spec, kwargs_spec = program.call_spec.in_spec.children_specs
+        positional = args_spec.num_children  # the inputs come in the signature's order: positional first
+        module = program.module()
 
     def run(inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
         # called as it was exported: positional inputs by position, keyword inputs by name

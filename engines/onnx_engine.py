@@ -1,9 +1,11 @@
-"""`onnx`: ONNX Runtime with full graph optimization.
+"""`onnx`: ONNX Runtime, its session tuned per combination.
 
 The converter exports the program to ONNX (torch's dynamo exporter) and applies the
 portable optimizations offline (EXTENDED). The hardware-specific ones (ORT_ENABLE_ALL: layout
 transforms for this CPU) happen when the measuring worker loads the model, because a model
-saved with them only runs on the CPU that saved it.
+saved with them only runs on the CPU that saved it. Before measuring, a tuning pass under the
+combination's confinement tries the session settings of `tuning_candidates` and the
+measurement uses the fastest whose agreement holds (the result names it: `engine_settings`).
 """
 
 from __future__ import annotations
@@ -60,16 +62,42 @@ def export_to_onnx(pt2_path: Path, onnx_path: Path) -> None:
         raise ConversionError(f"torch.onnx.export failed: {whole(exc)}") from exc
 
 
-def load_session(path: Path, threads: int, optimize: bool = True):
+def default_settings(threads: int) -> dict:
+    """The session settings a measurement starts from (and keeps unless tuning finds faster)."""
+    return {"graph_optimization": "all", "intra_op_threads": threads, "memory_arena": True, "execution_mode": "sequential"}
+
+
+def tuning_candidates(threads: int) -> list[dict]:
+    """The session settings tried per combination, under its confinement, the default first
+    (`services/inference/measure.py tune`): the graph optimization level (`disabled` keeps only
+    what conversion applied offline: never slower than doing nothing), the memory arena, fewer
+    intra-op threads, the parallel execution mode."""
+    default = default_settings(threads)
+    candidates = [
+        default,
+        {**default, "graph_optimization": "disabled"},
+        {**default, "graph_optimization": "basic"},
+        {**default, "memory_arena": False},
+    ]
+    if threads > 1:
+        candidates.append({**default, "intra_op_threads": 1})
+        candidates.append({**default, "execution_mode": "parallel"})
+    return candidates
+
+
+def load_session(path: Path, threads: int, optimize: bool = True, settings: dict | None = None):
     import onnxruntime as ort
 
+    settings = settings or {**default_settings(threads), "graph_optimization": "all" if optimize else "disabled"}
+    levels = {"all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL, "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+              "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC, "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL}
     options = ort.SessionOptions()
-    options.graph_optimization_level = (
-        ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    )
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = levels[settings["graph_optimization"]]
+    options.intra_op_num_threads = int(settings["intra_op_threads"])
+    parallel = settings.get("execution_mode") == "parallel"
+    options.execution_mode = ort.ExecutionMode.ORT_PARALLEL if parallel else ort.ExecutionMode.ORT_SEQUENTIAL
+    options.inter_op_num_threads = int(settings["intra_op_threads"]) if parallel else 1
+    options.enable_cpu_mem_arena = bool(settings.get("memory_arena", True))
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
 
@@ -80,5 +108,5 @@ def load_session(path: Path, threads: int, optimize: bool = True):
     return run
 
 
-def load(path: Path, threads: int):
-    return load_session(path, threads, optimize=True)
+def load(path: Path, threads: int, settings: dict | None = None):
+    return load_session(path, threads, optimize=True, settings=settings)

@@ -268,7 +268,36 @@ def _import_onnx(path: Path, examples: dict[str, np.ndarray]):
     try:
         return from_onnx(model, shape_dict=shapes, dtype_dict=dtypes, keep_params_in_input=False)
     except Exception as exc:
-        raise ConversionError(f"TVM cannot import the ONNX model: {_unsupported_ops(exc)}") from exc
+        first = exc
+    # A graph exported with dynamic dims computes some shapes at run time (Shape -> Gather ->
+    # Concat -> Reshape), which TVM's importer cannot follow. At the static shapes this
+    # conversion is for, ONNX Runtime's basic optimizations fold them into constants.
+    try:
+        return from_onnx(_folded_at(model, shapes), shape_dict=shapes, dtype_dict=dtypes, keep_params_in_input=False)
+    except Exception:  # noqa: BLE001 - the first failure is the one that names the model's problem
+        raise ConversionError(f"TVM cannot import the ONNX model: {_unsupported_ops(first)}") from first
+
+
+def _folded_at(model, shapes: dict[str, list[int]]):
+    """`model` with its inputs fixed to `shapes` and what they decide folded into constants
+    (ONNX Runtime's basic, standard-operator graph optimizations)."""
+    import onnx
+    import onnxruntime as ort
+
+    static = onnx.ModelProto()
+    static.CopyFrom(model)
+    for graph_input in static.graph.input:
+        if graph_input.name in shapes:
+            for dim, size in zip(graph_input.type.tensor_type.shape.dim, shapes[graph_input.name], strict=True):
+                dim.Clear()
+                dim.dim_value = int(size)
+    del static.graph.value_info[:]  # inferred for the dynamic dims: stale now
+    with tempfile.TemporaryDirectory(prefix="ayci-onnx-fold-") as tmp:
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        options.optimized_model_filepath = str(Path(tmp) / "folded.onnx")
+        ort.InferenceSession(static.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        return onnx.load(options.optimized_model_filepath)
 
 
 def _prepare(mod, spec: dict):

@@ -84,15 +84,18 @@ def balance_scores(p99: dict[str, float], cost: dict[str, float], weight: float)
 
 def pareto_front(p99: dict[str, float], cost: dict[str, float]) -> list[str]:
     """The keys no other key beats on both p99 and cost (at least as good on both, better on
-    one), by increasing p99."""
-    front = []
-    for k in p99:
-        dominated = any(
-            p99[o] <= p99[k] and cost[o] <= cost[k] and (p99[o] < p99[k] or cost[o] < cost[k]) for o in p99 if o != k
-        )
-        if not dominated:
+    one), by increasing p99. One sweep by (p99, cost): a key is on the front if it costs
+    less than every key before it (equal pairs all stay)."""
+    front: list[str] = []
+    best_cost, best_pair = float("inf"), None
+    for k in sorted(p99, key=lambda k: (p99[k], cost[k])):
+        pair = (p99[k], cost[k])
+        if cost[k] < best_cost:
             front.append(k)
-    return sorted(front, key=lambda k: (p99[k], cost[k]))
+            best_cost, best_pair = cost[k], pair
+        elif pair == best_pair:  # the same figures as a key on the front: neither beats the other
+            front.append(k)
+    return front
 
 
 def label(result: dict) -> str:

@@ -9,6 +9,7 @@ import csv
 import html
 import io
 
+from report.recommendation import label as combination_label
 from report.table import COLUMNS, RECOMMENDATION_KINDS, format_cell, summary_rows
 
 
@@ -32,6 +33,34 @@ def print_report(summary: dict, console) -> None:
         console.print(line)
     for label, why in (rec.get("excluded") or {}).items():
         console.print(f"  not recommended {label}: {why}")
+
+
+TRAFFIC_ROWS = 5  # the email prices the Pareto front (at most this many) under the request's traffic
+
+
+def traffic_lines(summary: dict) -> list[str]:
+    """The run's Pareto front under the traffic the request named (`core/traffic.py`): each
+    combination's cheapest way of serving it, and the cheapest that meets the SLO."""
+    from core.traffic import Traffic, TrafficError, traffic_report
+
+    profile = (summary.get("request") or {}).get("traffic")
+    if not profile:
+        return []
+    front = set((summary.get("recommendation") or {}).get("pareto") or [])
+    results = [r for r in summary.get("results", []) if combination_label(r) in front][:TRAFFIC_ROWS]
+    slo = (summary.get("request") or {}).get("slo_p99_ms")
+    try:
+        report = traffic_report({"results": results}, Traffic(**profile), slo)
+    except TrafficError as exc:
+        return [f"Under your traffic: {exc}"]
+    lines = [f"Under your traffic ({profile['rps']:g} req/s, {profile['pattern']}, idle timeout {profile['idle_timeout_s']:g} s, "
+             f"{profile['duration_s'] / 86400:g} days; simulated):"]
+    for row in report["rows"]:
+        for option in row["options"]:
+            lines.append(f"  {row['combination']} {option['option']}: cold starts {option['cold_share']:.2%}, p99 {option['p99_ms']:.1f} ms "
+                         f"with them, ${option['bill_usd']:.2f}")
+    lines.append(f"  cheapest{' meeting the SLO' if slo else ''}: {report['recommended'] or 'none'}")
+    return lines
 
 
 def check_lines(recommendation: dict) -> list[str]:
@@ -74,6 +103,8 @@ def email_message(summary: dict, results_url: str) -> dict[str, str]:
     text += [f"  {kind}: {label or 'none qualifies'}" for kind, label in picks] or ["  none"]
     text += [f"  {line}" for line in check_lines(recommendation)]
     text += [f"  not recommended {label}: {why}" for label, why in (recommendation.get("excluded") or {}).items()]
+    under_traffic = traffic_lines(summary)
+    text += ["", *under_traffic] if under_traffic else []
     text += ["", *text_table, ""]
     if failures:
         text.append("Failed combinations:")
@@ -94,10 +125,12 @@ def email_message(summary: dict, results_url: str) -> dict[str, str]:
         "<h3>Failed combinations</h3><ul>" + "".join(f"<li><b>{e(label)}</b>: {e(reason)}</li>" for label, reason in failures) + "</ul>"
         if failures else ""
     )
+    traffic_html = "<h3>Under your traffic</h3><pre>" + e("\n".join(under_traffic)) + "</pre>" if under_traffic else ""
     body = (
         f'<html><body style="font-family:sans-serif">'
         f"<p>{e(headline)}<br>{e(model_line)}</p>"
         f"<h3>Recommendation</h3><ul>{rec_html}</ul>"
+        f"{traffic_html}"
         f'<table style="border-collapse:collapse;font-size:13px"><thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>'
         f"{fail_html}"
         f'<p><a href="{e(results_link)}">Results: {e(results_link)}</a><br>'

@@ -62,6 +62,13 @@ def _notes(result: dict) -> list[str]:
     if check:
         notes.append(f"predicted p50 {check['predicted_p50_ms']:.2f} ms, measured "
                      + ("within the interval" if check["within_interval"] else "outside the interval"))
+    settings, tuning = result.get("engine_settings"), result.get("engine_tuning") or {}
+    tried = tuning.get("tried") or []
+    if settings and tried and settings != tried[0]["settings"]:
+        changed = {k: v for k, v in settings.items() if tried[0]["settings"].get(k) != v}
+        notes.append("tuned session: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in changed.items()))
+    if tuning.get("failed"):
+        notes.append(f"session not tuned: {tuning['failed']}")
     if result.get("reused"):
         notes.append("reused")
     if result.get("emulated"):

@@ -19,7 +19,7 @@ from schemas.versions import engine_versions
 # Names the engine versions and the measuring method: a result from an older engine or
 # method gets another combination key, so it is never reused silently.
 # m2: measured confined to the memory size (CPU share and memory cap), one at a time per machine
-MEASUREMENT_VERSION = "m3"  # m3: p99 from at least 100 samples, host-limited sizes, the environment recorded
+MEASUREMENT_VERSION = "m4"  # m3: p99 from at least 100 samples, host-limited sizes, the environment recorded; m4: ONNX Runtime sessions tuned per combination
 ENGINE_VERSION = "e1"
 
 LAMBDA_MIN_MEMORY_MB = 128
@@ -201,7 +201,7 @@ def parse_memory_sizes(text: str) -> list[int]:
             bounds = (int(low), int(high)) if dash else (int(part), int(part))
         except ValueError:
             raise ValueError(f"memory sizes are MB numbers or ranges like 128-10240, got {part!r}") from None
-        for bound in bounds:
+        for bound in bounds if dash else ():  # a single size is checked by the matrix (memory_sizes_mb)
             if not LAMBDA_MIN_MEMORY_MB <= bound <= LAMBDA_MAX_MEMORY_MB:
                 raise ValueError(f"memory size {bound} MB is outside Lambda's {LAMBDA_MIN_MEMORY_MB}-{LAMBDA_MAX_MEMORY_MB} MB")
         if bounds[0] > bounds[1]:

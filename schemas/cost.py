@@ -31,9 +31,22 @@ class RegionPrices(BaseModel):
     x86_64_per_gb_second_usd: float = Field(gt=0)
     arm64_per_gb_second_usd: float = Field(gt=0)
     per_million_requests_usd: float = Field(ge=0)
+    # the alternatives to on-demand cold starts (None: the table has no price for them)
+    provisioned_x86_64_per_gb_second_usd: float | None = Field(default=None, gt=0)
+    provisioned_x86_64_duration_per_gb_second_usd: float | None = Field(default=None, gt=0)
+    provisioned_arm64_per_gb_second_usd: float | None = Field(default=None, gt=0)
+    provisioned_arm64_duration_per_gb_second_usd: float | None = Field(default=None, gt=0)
+    snapstart_cache_per_gb_second_usd: float | None = Field(default=None, gt=0)
+    snapstart_restore_per_gb_usd: float | None = Field(default=None, gt=0)
 
     def per_gb_second(self, hardware: Hardware) -> float:
         return getattr(self, f"{ARCHITECTURE[Hardware(hardware)]}_per_gb_second_usd")
+
+    def provisioned(self, hardware: Hardware) -> tuple[float, float] | None:
+        """(per GB-second provisioned, per GB-second of the requests it serves), or None."""
+        arch = ARCHITECTURE[Hardware(hardware)]
+        kept, duration = getattr(self, f"provisioned_{arch}_per_gb_second_usd"), getattr(self, f"provisioned_{arch}_duration_per_gb_second_usd")
+        return (kept, duration) if kept and duration else None
 
 
 class PriceTable(BaseModel):

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator, model_validator
 
@@ -31,12 +31,23 @@ class Payload(BaseModel):
     VERSION: ClassVar[int] = 1
 
 
+class TrafficProfile(BaseModel):
+    """The traffic the user expects: the email shows the run's combinations under it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    rps: float = Field(gt=0, le=100_000, allow_inf_nan=False)
+    pattern: Literal["steady", "spiky"] = "steady"
+    idle_timeout_s: float = Field(default=600, gt=0, le=7 * 86400)
+    duration_s: float = Field(default=30 * 86400, ge=60, le=366 * 86400)
+
+
 class RequestSubmitted(Payload):
     """A user asked to measure `matrix` on `model`. Version 2 carries the matrix per hardware;
-    version 3 can ask to measure a few memory sizes and predict the rest (`predict`)."""
+    version 3 can ask to measure a few memory sizes and predict the rest (`predict`); version 4
+    can name the traffic to price the results under (`traffic`)."""
 
     TYPE = "RequestSubmitted"
-    VERSION = 3
+    VERSION = 4
     model: ModelRef
     matrix: Matrix
     slo_p99_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
@@ -52,6 +63,7 @@ class RequestSubmitted(Payload):
     deadline_s: float | None = Field(default=None, gt=0)
     # measure at most 3 memory sizes per (hardware, optimizer, batch), predict the others (core/prediction.py)
     predict: bool = False
+    traffic: TrafficProfile | None = None
 
     @model_validator(mode="after")
     def _enough_sizes_to_predict(self) -> RequestSubmitted:
@@ -115,6 +127,17 @@ class InferenceDone(Payload):
     reused: bool = False
 
 
+class CombosReused(Payload):
+    """Stored results a run reuses, many in one event (dedup: up to `REUSED_PER_EVENT`): a
+    resubmitted matrix is a handful of events, not one per combination."""
+
+    TYPE = "CombosReused"
+    results: dict[str, str] = Field(min_length=1)  # combination key -> the stored result's key (its exact version)
+
+
+REUSED_PER_EVENT = 400  # about 100 bytes each: well inside EventBridge's 256 KB per event
+
+
 class FailureStage(StrEnum):
     request = "request"
     plan = "plan"  # the model cannot run the combination (its signature or size says so): never sent to a worker
@@ -173,6 +196,7 @@ PAYLOAD_TYPES: dict[str, type[Payload]] = {
         ComboPending,
         ModelConverted,
         InferenceDone,
+        CombosReused,
         ComboFailed,
         RunDeadlineReached,
         RunArchived,
@@ -198,8 +222,8 @@ def _deadline_v1_to_v2(old: dict[str, Any]) -> dict[str, Any]:
 
 
 def _added_defaults(old: dict[str, Any]) -> dict[str, Any]:
-    """The next version only added fields with defaults (RequestSubmitted v3: `predict`;
-    RunPlanned v2: `predicted`)."""
+    """The next version only added fields with defaults (RequestSubmitted v3: `predict`, v4:
+    `traffic`; RunPlanned v2: `predicted`)."""
     return dict(old)
 
 
@@ -207,6 +231,7 @@ def _added_defaults(old: dict[str, Any]) -> dict[str, Any]:
 UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("RequestSubmitted", 1): _request_submitted_v1_to_v2,
     ("RequestSubmitted", 2): _added_defaults,
+    ("RequestSubmitted", 3): _added_defaults,
     ("RunPlanned", 1): _added_defaults,
     ("RunDeadlineReached", 1): _deadline_v1_to_v2,
 }

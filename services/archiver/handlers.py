@@ -29,6 +29,7 @@ from core.runtime import Delayed
 from schemas.events import (
     ComboFailed,
     ComboPending,
+    CombosReused,
     Envelope,
     FailureStage,
     InferenceDone,
@@ -44,6 +45,7 @@ from schemas import keys
 from schemas.combos import Hardware, Optimizer, artifact_key, combo_key
 from schemas.documents import FailedCombination, MeasuredResult, Outcome, PickChecks, RunSummary
 from report import RECOMMENDATION_KINDS, recommend
+from report.recommendation import label as combination_label
 
 log = structlog.get_logger()
 ARCHIVE_READERS = 16  # concurrent reads when a run closes
@@ -67,6 +69,15 @@ def on_inference_done(event: Envelope, deps: ArchiverDeps) -> list[Payload]:
     done: InferenceDone = event.payload
     outcome = Outcome(status="done", result_key=done.result_key, reused=done.reused)
     deps.store.put_bytes(keys.outcome(event.run_id, done.combo_key), outcome.to_bytes(), if_absent=True)
+    return _archive_if_complete(event, deps)
+
+
+def on_combos_reused(event: Envelope, deps: ArchiverDeps) -> list[Payload]:
+    """Many stored results at once: their outcomes written concurrently, then one check."""
+    reused: CombosReused = event.payload
+    outcomes = {key: Outcome(status="done", result_key=result_key, reused=True).to_bytes() for key, result_key in reused.results.items()}
+    with ThreadPoolExecutor(max_workers=ARCHIVE_READERS) as pool:
+        list(pool.map(lambda item: deps.store.put_bytes(keys.outcome(event.run_id, item[0]), item[1], if_absent=True), outcomes.items()))
     return _archive_if_complete(event, deps)
 
 
@@ -160,7 +171,7 @@ def _archive(event: Envelope, deps: ArchiverDeps, *, at_deadline: bool, missing:
         model=plan.model, request=request.model_dump(mode="json"), results=results, failures=failures,
         recommendation=recommendation, archived_by=event.event_id,
     )
-    if not deps.store.put_bytes(keys.summary(run_id), summary.to_bytes(indent=1), if_absent=True):
+    if not deps.store.put_bytes(keys.summary(run_id), summary.to_bytes(), if_absent=True):
         return _announce_again(event, deps)  # another archiver got there first
     log.info("run_archived", run_id=run_id, status=status.value, succeeded=len(results), failed=len(failures))
     return [_announcement(summary)]
@@ -191,7 +202,7 @@ def _check_picks(event: Envelope, plan: RunPlanned, recommendation: dict, predic
     outcome each. None: nothing to check, close the run now."""
     if deps.target_cpu is None:
         return None
-    by_label = {r["label"] if "label" in r else _label(r): r for r in predicted_rows}
+    by_label = {combination_label(r): r for r in predicted_rows}
     kinds: dict[str, list[str]] = {}
     for kind in RECOMMENDATION_KINDS:
         row = by_label.get(recommendation.get(kind) or "")
@@ -249,11 +260,6 @@ def _with_checks(checks: PickChecks, checked: list, predicted_rows: list[dict], 
     return [r for r in predicted_rows if r["combo_key"] not in checked_keys], results, report
 
 
-def _label(result: dict) -> str:
-    c = result["combo"]
-    return f"{c['hardware']}/{c['optimizer']}/b{c['batch_size']}/{c['memory_mb']}MB"
-
-
 def _outcome(run_id: str, key: str, deps: ArchiverDeps) -> Outcome | None:
     try:
         return Outcome.read(deps.store.get_bytes(keys.outcome(run_id, key)))
@@ -301,6 +307,7 @@ def priced_for_region(result: dict, region: str) -> dict:
 HANDLERS = {
     RunPlanned: on_run_planned,
     InferenceDone: on_inference_done,
+    CombosReused: on_combos_reused,
     ComboFailed: on_combo_failed,
     RunDeadlineReached: on_deadline_reached,
 }

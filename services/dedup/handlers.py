@@ -1,7 +1,7 @@
 """Dedup: expands a request into combinations and skips what is already known.
 
 For each combination: a stored result (`results/{combo key}.json`, found by key) is reused
-unless the request forces a new measurement; a stored artifact (`artifacts/{artifact key}/
+unless the request forces a new measurement (all of them in a few `CombosReused` events); a stored artifact (`artifacts/{artifact key}/
 manifest.json`) skips conversion; everything else goes to the converter. It also tells the
 archiver what to wait for (`RunPlanned`). With `predict`, each (hardware, optimizer, batch)
 measures up to three anchor sizes and the archiver predicts the others (`core/prediction.py`).
@@ -10,14 +10,17 @@ measures up to three anchor sizes and the archiver predicts the others (`core/pr
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 
 from core.ports import ObjectStore
 from schemas.combos import Hardware, Optimizer, artifact_key, combo_key, reference_key
 from schemas.events import (
+    REUSED_PER_EVENT,
     ComboFailed,
     ComboPending,
+    CombosReused,
     Envelope,
     FailureStage,
     Payload,
@@ -30,6 +33,9 @@ from core.prediction import measured_and_predicted
 from core.results import reused_result
 from schemas import keys
 from schemas.documents import ArtifactManifest
+
+
+LOOKUPS = 16  # concurrent reads of stored results
 
 
 @dataclass
@@ -64,6 +70,10 @@ def on_request_submitted(event: Envelope, deps: DedupDeps) -> list[Payload]:
         predicted={k: c for k, c in predicted_keys.items() if k not in known},
     )
     out: list[Payload] = [planned]
+    reused_results: dict[str, str] = {}
+    # the stored results, looked up concurrently: a resubmitted matrix of 1,536 is 3,072 reads on S3
+    with ThreadPoolExecutor(max_workers=LOOKUPS) as pool:
+        stored = dict(zip(combos, pool.map(lambda k: None if request.force or k in impossible else reused_result(deps.store, k), combos), strict=True))
     for key, combo in combos.items():
         if not model_stored:
             out.append(ComboFailed(combo=combo, combo_key=key, stage=FailureStage.dedup, reason=f"model {model.sha256[:12]} is not stored"))
@@ -71,9 +81,9 @@ def on_request_submitted(event: Envelope, deps: DedupDeps) -> list[Payload]:
         if key in impossible:  # never reaches a worker
             out.append(ComboFailed(combo=combo, combo_key=key, stage=FailureStage.plan, reason=impossible[key]))
             continue
-        reused = None if request.force else reused_result(deps.store, key)
+        reused = stored[key]
         if reused is not None:
-            out.append(reused)
+            reused_results[key] = reused.result_key
             continue
         target_cpu = deps.target_cpu(combo.hardware, combo.optimizer)
         art_key = artifact_key(model, combo, target_cpu)
@@ -84,6 +94,8 @@ def on_request_submitted(event: Envelope, deps: DedupDeps) -> list[Payload]:
             out.append(manifest.model_converted(model=model, combo=combo, combo_key=key, artifact_key=art_key, reused=True))
             continue
         out.append(ComboPending(model=model, combo=combo, combo_key=key, artifact_key=art_key, target_cpu=target_cpu, tuning_trials=request.tuning_trials))
+    chunks = list(reused_results.items())
+    out += [CombosReused(results=dict(chunks[i:i + REUSED_PER_EVENT])) for i in range(0, len(chunks), REUSED_PER_EVENT)]
     return out
 
 

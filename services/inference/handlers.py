@@ -38,7 +38,7 @@ log = structlog.get_logger()
 @dataclass
 class InferenceDeps:
     store: ObjectStore
-    time_cap_s: float = 20.0  # warm iterations, per combination
+    time_cap_s: float = 12.0  # warm iterations, per combination
     min_iterations: int = 10
     busy_retry_s: float = 60.0  # when the machine's measurement lock stays busy, try again after this
     measure: Callable[..., dict] = measure

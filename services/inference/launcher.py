@@ -20,7 +20,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import structlog
@@ -63,11 +63,13 @@ class MeasureSpec:
     artifact_path: Path
     reference_path: Path
     memory_mb: int
-    time_cap_s: float = 20.0
+    time_cap_s: float = 12.0  # timing; warming up takes at most a quarter more: 15 s of overhead at most
     min_iterations: int = 10
     timeout_s: float = 900.0
     confine: bool = True  # False: run unconfined (e.g. under emulation), and say so
     threads_override: int | None = None  # for experiments only (bench/): threads other than the vCPUs'
+    engine_settings: dict | None = None  # the engine's session settings; None: tuned first where the engine can be
+    tune: bool = True  # try the engine's session settings under this confinement first (ONNX Runtime)
     extra: dict = field(default_factory=dict)
 
     @property
@@ -91,6 +93,9 @@ def measure(spec: MeasureSpec, python_command: list[str] | None = None, env_extr
     `lock_wait_s`, `measurement_s`."""
     try:
         with measurement_lock.exclusive(timeout_s=spec.timeout_s) as lock_wait_s:
+            tuning = _tune(spec, python_command, env_extra)
+            if tuning is not None:
+                spec = replace(spec, engine_settings=tuning["settings"])
             group, confined, reason = _confinement_for(spec)
             try:
                 report = _run_child(spec, group, python_command, env_extra)
@@ -99,6 +104,8 @@ def measure(spec: MeasureSpec, python_command: list[str] | None = None, env_extr
                     group.remove()
     except measurement_lock.LockTimeout as exc:
         raise MachineBusy(str(exc)) from exc
+    if tuning is not None:
+        report["engine_tuning"] = tuning
     available = host_cores()
     report.update(
         confined=confined, confinement_reason=reason, threads=spec.threads, vcpus=spec.vcpus,
@@ -108,6 +115,26 @@ def measure(spec: MeasureSpec, python_command: list[str] | None = None, env_extr
         environment={**host_environment(), **report.pop("runtime", {})},
     )
     return report
+
+
+def _tune(spec: MeasureSpec, python_command: list[str] | None, env_extra: dict | None) -> dict | None:
+    """The engine's session settings tried in a confined process of their own (a fresh group:
+    the measurement's peak memory is its own), or None where there is nothing to tune, the
+    timings would not be real (unconfined, emulated) or the tuning process failed (then the
+    measurement keeps the default settings and says why)."""
+    if not spec.tune or spec.engine_settings is not None or spec.optimizer != "onnx" or not spec.confine:
+        return None
+    group, confined, _ = _confinement_for(spec)
+    try:
+        if not confined:
+            return None
+        return _run_child(spec, group, python_command, env_extra, mode="tune")
+    except MeasurementFailed as exc:
+        log.info("engine_tuning_failed", reason=exc.reason)
+        return {"settings": None, "failed": exc.reason}
+    finally:
+        if group is not None:
+            group.remove()
 
 
 def _confinement_for(spec: MeasureSpec) -> tuple[MeasurementGroup | None, bool, str | None]:
@@ -129,7 +156,8 @@ def _confinement_for(spec: MeasureSpec) -> tuple[MeasurementGroup | None, bool, 
     return None, False, reason
 
 
-def _run_child(spec: MeasureSpec, group: MeasurementGroup | None, python_command: list[str] | None, env_extra: dict | None) -> dict:
+def _run_child(spec: MeasureSpec, group: MeasurementGroup | None, python_command: list[str] | None, env_extra: dict | None,
+               mode: str = "measure") -> dict:
     with tempfile.TemporaryDirectory(prefix="measure-") as tmp:
         spec_path = Path(tmp) / "spec.json"
         spec_path.write_text(
@@ -138,6 +166,7 @@ def _run_child(spec: MeasureSpec, group: MeasurementGroup | None, python_command
                     "optimizer": spec.optimizer, "workload": spec.workload,
                     "artifact_path": str(spec.artifact_path), "reference_path": str(spec.reference_path),
                     "threads": spec.threads, "time_cap_s": spec.time_cap_s, "min_iterations": spec.min_iterations,
+                    "mode": mode, "settings": spec.engine_settings,
                 }
             )
         )
@@ -174,6 +203,8 @@ def _run_child(spec: MeasureSpec, group: MeasurementGroup | None, python_command
         if group is not None and ("MemoryError" in tail or "bad_alloc" in tail):
             raise MeasurementFailed(f"out of memory at {spec.memory_mb} MB ({tail})")
         raise MeasurementFailed(f"measuring process exited with {returncode}: {tail}")
+    if mode == "tune":
+        return json.loads(stdout.rsplit(RESULT_MARKER, 1)[1])
     try:  # the one place the measuring process's report is checked
         report = MeasurementReport.model_validate_json(stdout.rsplit(RESULT_MARKER, 1)[1]).model_dump(mode="json", exclude_unset=True)
     except ValueError as exc:

@@ -145,8 +145,71 @@ def runtime_environment() -> dict:
             "libraries": {name: version(name) for name in ("torch", "onnxruntime", "onnx", "apache-tvm", "numpy")}}
 
 
+def read_reference(path: str) -> tuple[dict, list]:
+    """The bound inputs and the base model's outputs the converter stored (`input:{name}`,
+    `output:{i}`)."""
+    import numpy as np
+
+    reference = np.load(path)
+    inputs = {k.split(":", 1)[1]: reference[k] for k in reference.files if k.startswith("input:")}
+    return inputs, [reference[f"output:{i}"] for i in range(sum(k.startswith("output:") for k in reference.files))]
+
+
+TUNING_BUDGET_S = 8.0  # all candidates together (the default is always tried), at most half the time cap
+TUNING_TIMING_S = 1.0  # timing per candidate (less with a short time cap), at least TUNING_MIN_SAMPLES samples
+TUNING_MIN_SAMPLES = 5
+TUNING_MAX_SAMPLES = 25
+AGREEMENT_SLACK = 1e-3  # a candidate agrees if it scores at least the default's score minus this
+
+
+def tune(spec: dict) -> dict:
+    """Try the engine's session settings one at a time (each released before the next):
+    agreement with the reference, then a short timing; the fastest that agrees wins."""
+    import gc
+    from pathlib import Path
+
+    import numpy as np
+
+    from workloads import workload_module
+
+    engine = importlib.import_module(f"engines.{spec['optimizer']}_engine")
+    artifact = spec["artifact_path"]
+    inputs, ref_outputs = read_reference(spec["reference_path"])
+    judge = workload_module(spec["workload"]).agreement
+    candidates = engine.tuning_candidates(int(spec["threads"]))
+    budget_s = min(TUNING_BUDGET_S, 0.5 * float(spec["time_cap_s"]))
+    timing_s = min(TUNING_TIMING_S, budget_s / len(candidates))
+    started, tried, default_score = time.perf_counter(), [], None
+    for settings in candidates:
+        if tried and time.perf_counter() - started > budget_s:
+            tried.append({"settings": settings, "skipped": "the tuning budget was spent"})
+            continue
+        loaded = time.perf_counter()
+        run = engine.load(Path(artifact), int(spec["threads"]), settings=settings)
+        load_ms = (time.perf_counter() - loaded) * 1000
+        score = judge(ref_outputs, [np.asarray(o) for o in run(inputs)]).score
+        default_score = score if default_score is None else default_score
+        entry = {"settings": settings, "load_ms": load_ms, "agreement": score}
+        if score < default_score - AGREEMENT_SLACK:
+            tried.append({**entry, "rejected": "agrees less than the default settings"})
+        else:
+            for _ in range(3):
+                run(inputs)
+            samples, deadline = [], time.perf_counter() + timing_s
+            while len(samples) < TUNING_MIN_SAMPLES or (len(samples) < TUNING_MAX_SAMPLES and time.perf_counter() < deadline):
+                samples.append(timed(run, inputs))
+            tried.append({**entry, "p50_ms": sorted(samples)[len(samples) // 2], "samples": len(samples)})
+        del run
+        gc.collect()
+    timed_ok = [t for t in tried if "p50_ms" in t]
+    best = min(timed_ok, key=lambda t: t["p50_ms"])
+    return {"settings": best["settings"], "tried": tried, "tuning_s": time.perf_counter() - started}
+
+
 def main(spec_path: str, spawned_at: float) -> dict:
     spec = json.loads(open(spec_path).read())
+    if spec.get("mode") == "tune":
+        return tune(spec)
     t_imports = time.time()
     import numpy as np
 
@@ -157,11 +220,10 @@ def main(spec_path: str, spawned_at: float) -> dict:
     engine.import_runtime(artifact)
     t_load = time.time()
     loaded_at_mark = [name for name in WATCHED_MODULES if name in sys.modules]
-    run = engine.load(artifact, int(spec["threads"]))
+    settings = spec.get("settings")
+    run = engine.load(artifact, int(spec["threads"]), settings=settings) if settings else engine.load(artifact, int(spec["threads"]))
     t_first = time.time()
-    reference = np.load(spec["reference_path"])
-    inputs = {k.split(":", 1)[1]: reference[k] for k in reference.files if k.startswith("input:")}
-    ref_outputs = [reference[f"output:{i}"] for i in range(sum(k.startswith("output:") for k in reference.files))]
+    inputs, ref_outputs = read_reference(spec["reference_path"])
     outputs = run(inputs)
     t_done = time.time()
     from workloads import workload_module
@@ -185,6 +247,7 @@ def main(spec_path: str, spawned_at: float) -> dict:
         "warmup_iterations": warmup_iterations,
         "agreement": agreement.as_dict(),
         "peak_rss_mb": peak_rss_mb(),
+        **({"engine_settings": settings} if settings else {}),
     }
 
 

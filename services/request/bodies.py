@@ -4,14 +4,14 @@ body's fields."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from schemas.combos import SHA256_PATTERN, BatchSize, Hardware, Matrix, MemoryMb, ModelRef, Optimizer, Workload
-from schemas.events import RequestSubmitted
+from schemas.events import RequestSubmitted, TrafficProfile
 from schemas.signature import ModelSignature
 
 Sha256 = Annotated[str, Field(pattern=SHA256_PATTERN.pattern, description="64 lowercase hex characters")]
@@ -47,6 +47,7 @@ class RunRequest(Strict):
     force: bool = False
     predict: bool = Field(default=False, description="measure at most 3 memory sizes per hardware, optimizer and batch, "
                           "predict the others with an interval (needs at least 4 memory sizes)")
+    traffic: TrafficProfile | None = Field(default=None, description="the traffic to price the results under in the email")
     inputs_sha256: Annotated[str, Field(pattern=SHA256_PATTERN.pattern)] | None = Field(
         default=None, description="your own example inputs, stored by `PUT /inputs` (required by the custom workload)")
 
@@ -64,7 +65,7 @@ class RunRequest(Strict):
         return _contract(
             lambda: RequestSubmitted(
                 model=model, matrix=matrix, slo_p99_ms=self.slo_p99_ms, min_agreement=self.min_agreement,
-                tuning_trials=self.tuning_trials, email=self.email, owner=owner, force=self.force, predict=self.predict,
+                tuning_trials=self.tuning_trials, email=self.email, owner=owner, force=self.force, predict=self.predict, traffic=self.traffic,
             ),
             {"": "memory_sizes_mb"},  # the request's own check: enough memory sizes to predict
         )
@@ -84,6 +85,16 @@ def _contract(build, fields: dict[str, str]):
 
 def invalid(loc: tuple, message: str) -> RequestValidationError:
     return RequestValidationError([{"type": "value_error", "loc": loc, "msg": message, "input": None}])
+
+
+class TrafficRequest(Strict):
+    """A traffic profile to serve a finished run's combinations under (`core/traffic.py`)."""
+
+    rps: float = Field(gt=0, le=100_000, description="requests per second (the base rate of spiky)")
+    pattern: Literal["steady", "spiky"] = Field(default="steady", description="spiky: 10x bursts of 30 s every 10 minutes")
+    idle_timeout_s: float = Field(default=600, gt=0, le=7 * 86400, description="how long an idle instance is kept")
+    duration_s: float = Field(default=30 * 86400, ge=60, le=366 * 86400, description="the period billed")
+    slo_p99_ms: float | None = Field(default=None, gt=0, le=3_600_000, description="p99 with cold starts included")
 
 
 class RunCreated(BaseModel):
@@ -135,7 +146,7 @@ class PlannedCombination(BaseModel):
     combination_key: str
     label: str
     combo: dict[str, Any]
-    state: str = Field(description="reused | measure | impossible")
+    state: str = Field(description="reused | measure | predict (from measured sizes, with predict) | impossible")
     reason: str | None = None
     estimated_conversion_s: float
     estimated_measurement_s: float

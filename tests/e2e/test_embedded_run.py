@@ -259,3 +259,52 @@ def test_predict_measures_three_sizes_and_predicts_the_others(app, tiny_image_mo
     assert "predicted" in results_csv(summary)
     for check in checks:
         assert check["measured"] and check["verdict"]
+
+
+def test_onnx_runtime_sessions_are_tuned_per_combination(tmp_path, tiny_image_model):
+    """The onnx measurement first tries ONNX Runtime's session settings under the combination's
+    confinement (graph optimizations off among them: never slower than doing nothing) and
+    measures with the fastest that agrees; the result names the settings and what was tried."""
+    from services.inference.confinement import unavailable_reason
+
+    if unavailable_reason() is not None:
+        pytest.skip(f"tuning runs only where measurements are confined: {unavailable_reason()}")
+    app = embedded(Settings(data_dir=tmp_path / "data", measure_time_cap_s=4.0, measure_min_iterations=5))
+    summary, _ = run(app, request_for(app, tiny_image_model, ["onnx"], memory=(3538,)))
+    (result,) = summary["results"]
+    tried = result["engine_tuning"]["tried"]
+    timed = [t for t in tried if "p50_ms" in t]
+    assert tried[0]["settings"]["graph_optimization"] == "all"  # the default first
+    assert {t["settings"]["graph_optimization"] for t in timed} >= {"all", "disabled"}
+    assert all(t["settings"]["intra_op_threads"] <= result["threads"] for t in tried)
+    assert result["engine_settings"] == min(timed, key=lambda t: t["p50_ms"])["settings"]
+    assert all(t["agreement"] == 1.0 for t in timed)
+
+
+def test_cli_predict_and_memory_ranges_are_checked_before_any_work(tmp_path, capsys):
+    data = tmp_path / "data"
+    assert cli_main(["run", "--memory", "3538-512", "--data-dir", str(data)]) == 2
+    assert "--memory: the range 3538-512 runs backwards" in capsys.readouterr().err
+    assert cli_main(["run", "--memory", "1024,1769", "--predict", "--data-dir", str(data)]) == 2
+    assert "predict measures up to 3 memory sizes" in capsys.readouterr().err
+    assert not (data / "models").exists()
+
+
+def test_cold_start_levers_of_a_finished_run(tmp_path, tiny_image_model, capsys):
+    """`ayci coldstart`: each lever a confined cold start of its own, beside the default, with
+    the same answers (agreement 1.0): ONNX pre-optimized, the ORT format, the arena off, and
+    base compiled with AOTInductor (offline, the system compiler)."""
+    data = tmp_path / "data"
+    app = embedded(Settings(data_dir=data, measure_time_cap_s=1.0, measure_min_iterations=5))
+    _, run_id = run(app, request_for(app, tiny_image_model, ["base", "onnx"]))
+    assert cli_main(["coldstart", run_id, "--repeat", "1", "--json", "--data-dir", str(data)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    onnx, base = report["intel/onnx/b1/1769MB"], report["intel/base/b1/1769MB"]
+    assert [r["variant"] for r in onnx] == ["default: optimized at load", "pre-optimized for this CPU", "ORT format, pre-optimized", "memory arena off"]
+    assert [r["variant"] for r in base] == ["default: torch.export.load", "AOTInductor package"]
+    for row in onnx + base:
+        assert "failed" not in row, row
+        assert row["agreement"] == 1.0 and row["cold_start_ms"]["total"] > row["cold_start_ms"]["model_load"] > 0
+        assert "cold_start_saved_ms" in row and row["peak_mb"] > 0
+    assert onnx[0]["cold_start_saved_ms"] == 0 and base[1]["prepare_s"] > 0
+    assert cli_main(["coldstart", "00000000-0000-0000-0000-000000000000", "--data-dir", str(data)]) == 2

@@ -186,3 +186,33 @@ def test_the_signature_and_the_plan_before_measuring(page, tmp_path):
     page.wait_for_function("document.querySelectorAll('#plan-table tbody tr[data-state=impossible]').length === 0", timeout=60_000)
     assert page.input_value("#batch-sizes") == "2"
     assert page.locator("#plan-table tbody tr").count() == 2
+
+
+def test_predict_on_the_page_draws_predicted_points_apart(page, tiny_image_model):
+    """The predict switch: two anchors measured, the other sizes predicted, shown as predicted
+    rows with their interval and as hollow points with their p99 interval in the chart."""
+    choose_model(page, tiny_image_model)
+    page.fill("#input-size", ",".join(map(str, TINY_IMAGE_SIZE)))
+    page.uncheck("input[name=opt-intel][value=base]")
+    page.check("input[name=opt-intel][value=onnx]")
+    page.uncheck("input[name=opt-intel][value=tvm]")
+    for size in ("512", "1024", "2048"):
+        page.select_option("#memory-common", size)
+        page.click("#memory-add-common")
+    page.check("#predict")
+    page.click("#submit")
+    page.wait_for_selector("#results:not([hidden])", timeout=600_000)
+    statuses = page.locator("#results-table tbody td.status").all_text_contents()
+    assert statuses.count("predicted") >= 1 and statuses.count("measured") >= 2
+    intervals = page.locator("#results-table tbody td.interval").all_text_contents()
+    assert any(text.startswith("p50 ") for text in intervals)
+    assert page.locator("#chart-svg g.point.predicted line.interval").count() == statuses.count("predicted")
+    assert "predicted" in page.text_content("#chart-svg")
+    # the finished run under a traffic profile: every combination served on demand, provisioned, SnapStart
+    page.fill("#traffic-rps", "2")
+    page.select_option("#traffic-pattern", "spiky")
+    page.click("#traffic-button")
+    page.wait_for_selector("#traffic-table tbody tr[data-option='on demand']", timeout=120_000)
+    assert page.locator("#traffic-table tbody tr[data-option='on demand']").count() == len(statuses)
+    assert page.locator("#traffic-table tbody tr[data-option^='provisioned']").count() >= len(statuses)
+    assert page.text_content("#traffic-pick").startswith("cheapest that meets the SLO: intel/onnx/b1/")

@@ -168,3 +168,24 @@ def test_unsupported_operator_is_a_conversion_error(tmp_path):
     model = _model_ref(path, "image_classification", [8, 8])
     with pytest.raises(ConversionError, match="amax"):
         tvm_engine.convert(_job(model, path, tmp_path / "out"))
+
+
+def test_an_onnx_export_with_a_dynamic_batch_imports_at_a_larger_batch(tmp_path):
+    """A dynamic-batch ONNX export of a transformers encoder computes shapes at run time that
+    TVM's importer cannot follow at batch 2 ("Reshape expects the input tensor to have known
+    shape"); the graph is folded at the conversion's static shapes and imports."""
+    import torch
+
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.DistilBertConfig(n_layers=1, dim=32, n_heads=2, hidden_dim=64, vocab_size=100, max_position_embeddings=64)
+    model = transformers.DistilBertModel(config).eval()
+    path = tmp_path / "distilbert.onnx"
+    batch = torch.export.Dim("batch", min=1, max=64)
+    inputs = (torch.randint(0, 100, (2, 8)), torch.ones(2, 8, dtype=torch.long))
+    torch.onnx.export(model, inputs, str(path), input_names=["input_ids", "attention_mask"], dynamo=True,
+                      dynamic_shapes=({0: batch}, {0: batch}), external_data=False, verbose=False)
+    for size in (1, 2):
+        feeds = {"input_ids": np.zeros((size, 8), np.int64), "attention_mask": np.ones((size, 8), np.int64)}
+        module = tvm_engine._import_onnx(path, feeds)
+        assert "main" in [gv.name_hint for gv in module.get_global_vars()]

@@ -93,3 +93,20 @@ def test_no_address_no_email(store):
     mailer = FakeMailer()
     on_run_archived(archived_event(store, email=None), NotifierDeps(store=store, mailer=mailer))
     assert mailer.sent == [] and not store.exists(keys.email(RUN_ID))
+
+
+def test_the_email_prices_the_pareto_front_under_the_requests_traffic():
+    from report import email_message
+
+
+    result = {"combo": {"hardware": "intel", "optimizer": "onnx", "batch_size": 1, "memory_mb": 1769},
+              "latency_ms": {"p50": 10.0, "p90": 11.0, "p99": 13.0, "min": 9.0, "max": 15.0}, "cold_start_ms": {"total": 400.0, "first_inference": 12.0},
+              "peak_rss_mb": 150.0, "agreement": {"score": 1.0, "metric": "top1"}, "confined": True,
+              "cost": {"per_million_inferences_usd": 0.4, "cold_start_usd": 1e-5, "price_region": "us-east-1"}}
+    summary = {"run_id": "r" * 36, "status": "complete", "results": [result], "failures": [], "model": {},
+               "request": {"traffic": {"rps": 0.5, "pattern": "spiky", "idle_timeout_s": 600, "duration_s": 86400}, "slo_p99_ms": None},
+               "recommendation": {"fastest": "intel/onnx/b1/1769MB", "pareto": ["intel/onnx/b1/1769MB"]}}
+    message = email_message(summary, "http://x")
+    assert "Under your traffic (0.5 req/s, spiky" in message["text"] and "intel/onnx/b1/1769MB on demand: cold starts" in message["text"]
+    assert "provisioned" in message["text"] and "Under your traffic" in message["html"]
+    assert "Under your traffic" not in email_message({**summary, "request": {}}, "http://x")["text"]

@@ -145,8 +145,8 @@ def test_force_adds_a_result_version_and_never_changes_what_another_run_used(app
     versions = sorted(k for k in app.store.list_keys(f"results/{key}/"))
     assert versions == sorted([keys.result_version(key, first["run_id"]), keys.result_version(key, forced["run_id"])])
     assert json.loads(app.store.get_bytes(versions[0]))["run_id"] in (first["run_id"], forced["run_id"])  # each version intact
-    done = [Envelope.parse(app.store.get_bytes(k)).payload for k in app.store.list_keys(keys.event_log_prefix(reused["run_id"])) if "-InferenceDone-" in k]
-    assert [d.result_key for d in done] == [keys.result_version(key, forced["run_id"])]  # the reuse names the exact version
+    done = [Envelope.parse(app.store.get_bytes(k)).payload for k in app.store.list_keys(keys.event_log_prefix(reused["run_id"])) if "-CombosReused-" in k]
+    assert [d.results for d in done] == [{key: keys.result_version(key, forced["run_id"])}]  # the reuse names the exact version
 
 
 def test_a_crashing_measurement_is_dead_lettered_and_the_run_still_ends(app, fakes):
@@ -264,3 +264,27 @@ def test_predict_with_too_few_sizes_is_refused():
     with pytest.raises(ValueError, match="predict measures up to 3 memory sizes"):
         RequestSubmitted(model=ModelRef(sha256="a" * 64, size_bytes=11, format="onnx", workload="image_classification", input_size=[2, 2]),
                          matrix=Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1769]), predict=True)
+
+
+def test_a_resubmitted_matrix_is_reused_in_a_few_events(app, fakes):
+    """Everything stored: dedup sends the stored results in `CombosReused` events of at most
+    REUSED_PER_EVENT each, not one event per combination, and the run closes complete."""
+    from schemas.events import REUSED_PER_EVENT
+
+    memory = tuple(range(1024, 1024 + 30 * 64, 64))  # 30 sizes x 2 optimizers x 1 batch = 60 combinations
+    first = run(app, request(app, memory=memory[:16], optimizers=("base", "onnx")))
+    second = run(app, request(app, memory=memory[:16], optimizers=("base", "onnx")))
+    assert len(first["results"]) == len(second["results"]) == 32 and all(r["reused"] for r in second["results"])
+    log = app.store.list_keys(keys.event_log_prefix(second["run_id"]))
+    reused_events = [Envelope.parse(app.store.get_bytes(k)).payload for k in log if "-CombosReused-" in k]
+    assert sum(len(e.results) for e in reused_events) == 32 and all(len(e.results) <= REUSED_PER_EVENT for e in reused_events)
+    assert not any("-InferenceDone-" in k for k in log)
+
+
+def test_a_dead_lettered_batch_of_reused_results_ends_its_run():
+    from core.runtime import dead_letter_failure
+    from schemas.events import CombosReused, RunDeadlineReached
+
+    envelope = Envelope.wrap(CombosReused(results={"k1": "results/k1.json"}), run_id="r", producer="dedup")
+    closing = dead_letter_failure(envelope, "boom")
+    assert isinstance(closing.payload, RunDeadlineReached) and "CombosReused dead-lettered after retries: boom" in closing.payload.reason

@@ -100,7 +100,8 @@ def test_sizes_below_the_peak_or_an_out_of_memory_will_not_fit():
     rows, refused = predict_run(request, predicted, [one], oom, "us-east-1")
     reasons = {r["label"]: r["reason"] for r in refused}
     assert "ran out of memory at 256 MB" in reasons["intel/onnx/b1/300MB"] or "peak" in reasons["intel/onnx/b1/300MB"]
-    assert reasons["intel/onnx/b1/512MB"] == "no prediction: no size below 1 vCPU was measured"
+    uncalibrated = {r["combo"]["memory_mb"]: r for r in rows}[512]  # the quota alone, marked beyond the measured range
+    assert uncalibrated["prediction"]["regime"] == "throttled_uncalibrated" and uncalibrated["prediction"]["beyond_measured_range"]
 
 
 def test_a_request_measures_at_most_three_anchors_per_family():

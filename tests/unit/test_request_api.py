@@ -279,6 +279,21 @@ def test_results_as_json_and_csv(client, deps, stored_model):
     assert table[3]["status"] == "failed" and "TVM could not build" in table[3]["note"]
 
 
+def test_traffic_of_a_finished_run(client, deps, stored_model):
+    run_id = client.post("/runs", headers=ALICE, json=run_body(*stored_model)).json()["run_id"]
+    assert client.post(f"/runs/{run_id}/traffic", headers=ALICE, json={"rps": 1}).status_code == 409  # still running
+    deps.store.put_bytes(f"runs/{run_id}/summary.json", json.dumps(fake_summary(run_id)).encode())
+    answer = client.post(f"/runs/{run_id}/traffic", headers=ALICE, json={"rps": 0.5, "pattern": "spiky", "duration_s": 86400, "slo_p99_ms": 2000})
+    assert answer.status_code == 200, answer.text
+    report = answer.json()
+    assert {r["combination"] for r in report["rows"]} == {"intel/onnx/b1/3538MB", "intel/onnx/b1/1769MB", "intel/base/b1/1769MB"}
+    assert all({"on demand", "SnapStart (estimate)"} <= {o["option"] for o in r["options"]} for r in report["rows"])
+    assert report["recommended"] is not None
+    bad = client.post(f"/runs/{run_id}/traffic", headers=ALICE, json={"rps": -1})
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][-1] == "rps"
+    assert client.post(f"/runs/{run_id}/traffic", headers=BOB, json={"rps": 1}).status_code in (403, 404)
+
+
 def test_api_gateway_rest_proxy_event_through_mangum(deps, stored_model, client):
     run_id = client.post("/runs", headers=ALICE, json=run_body(*stored_model)).json()["run_id"]
     event = json.loads((FIXTURES / "apigw_rest_get_run.json").read_text().replace("RUN_ID", run_id))

@@ -16,11 +16,12 @@ from schemas.events import Envelope
 from schemas.reasons import whole
 from services.request.auth import Owner
 from core.prediction import measured_combos
+from core.traffic import Traffic, TrafficError, traffic_report
 from core.planning import Plan, plan_run, refuse_unbindable, request_shapes
 from schemas import keys
 from schemas.events import RequestSubmitted
 from schemas.signature import ModelSignature
-from services.request.bodies import ERRORS, PlanAnswer, RunCreated, RunId, RunProgress, RunRequest, invalid
+from services.request.bodies import ERRORS, PlanAnswer, RunCreated, RunId, RunProgress, RunRequest, TrafficRequest, invalid
 from workloads.binding import BindingError
 from services.request.deps import Deps, RequestDeps
 from services.request.runs import cancel_run, count_run, load_run, owner_usage, load_summary, record_run, run_progress, withdraw_run
@@ -115,6 +116,23 @@ def cancel(run_id: RunId, owner: Owner, deps: Deps) -> dict:
     deps.publisher.publish([closing])
     log.info("run_cancelled", run_id=run_id, owner=owner)
     return run_progress(deps.store, record)
+
+
+@router.post("/runs/{run_id}/traffic", responses=ERRORS)
+def traffic(run_id: RunId, body: Annotated[TrafficRequest, Body()], owner: Owner, deps: Deps) -> dict:
+    """The archived run's combinations under a traffic profile: cold-start share, p50/p99/p99.9
+    with cold starts, peak instances and the bill, on demand and with provisioned concurrency
+    and SnapStart (an estimate); the cheapest that meets the SLO. 409 while the run is going,
+    422 if it has no combination timed as Lambda would run it."""
+    owned_run(deps, run_id, owner)
+    summary = load_summary(deps.store, run_id)
+    if summary is None:
+        raise HTTPException(409, f"run {run_id} is still running")
+    try:
+        profile = Traffic(rps=body.rps, pattern=body.pattern, idle_timeout_s=body.idle_timeout_s, duration_s=body.duration_s)
+        return traffic_report(summary, profile, body.slo_p99_ms)
+    except TrafficError as exc:
+        raise invalid(("body",), str(exc)) from None
 
 
 @router.get("/runs/{run_id}/results", responses={**ERRORS, 200: {"content": {"application/json": {}, "text/csv": {"schema": {"type": "string"}}}}})

@@ -136,7 +136,8 @@ function renderPlan(plan) {
   state.plan = plan;
   $("plan").hidden = false;
   const t = plan.totals;
-  $("plan-totals").textContent = `to measure ${t.to_measure}, reused ${t.reused}, impossible ${t.impossible}; ` +
+  $("plan-totals").textContent = `to measure ${t.to_measure}, reused ${t.reused}, impossible ${t.impossible}` +
+    (t.predicted ? `, predicted ${t.predicted}` : "") + "; " +
     `estimated ${(t.estimated_wall_s / 60).toFixed(1)} min; as Lambda invocations ≈ $${t.estimated_benchmark_cost_usd.toFixed(4)}`;
   $("plan-table").tBodies[0].replaceChildren(...plan.combinations.map((c) => row([
     [c.label, "text"], [c.state, `text state-${c.state}`],
@@ -448,6 +449,24 @@ function drawChart(results) {
   root.append(legend);
 }
 
+// ---------------------------------------------------------------- traffic
+async function simulateTraffic() {
+  const body = { rps: Number($("traffic-rps").value), pattern: $("traffic-pattern").value, idle_timeout_s: Number($("traffic-idle").value) };
+  if ($("traffic-slo").value) body.slo_p99_ms = Number($("traffic-slo").value);
+  $("traffic-pick").textContent = "simulating…";
+  try {
+    const report = await (await api(`runs/${state.runId}/traffic`, { method: "POST", json: body })).json();
+    $("traffic-pick").textContent = `cheapest that meets the SLO: ${report.recommended || "none"}`;
+    $("traffic-table").tBodies[0].replaceChildren(...report.rows.flatMap((r) => r.options.map((o, i) => row([
+      [i === 0 ? r.combination : "", "text"], [o.option, "text"], [`${(100 * o.cold_share).toFixed(2)} %`], [fmt("p50_ms", o.p50_ms)],
+      [fmt("p99_ms", o.p99_ms)], [fmt("p99_ms", o.p999_ms)], [String(o.peak_instances)], [o.bill_usd.toFixed(2)],
+      [[r.predicted && i === 0 ? "predicted" : "", o.assumption || ""].filter(Boolean).join("; "), "text"],
+    ], { "data-combo": r.combination, "data-option": o.option }))));
+  } catch (e) {
+    $("traffic-pick").textContent = e.message;
+  }
+}
+
 // ---------------------------------------------------------------- downloads
 async function download(kind) {
   const accept = kind === "csv" ? "text/csv" : "application/json";
@@ -471,6 +490,7 @@ function start() {
   $("api-key").addEventListener("change", () => localStorage.setItem("ayci-api-key", apiKey()));
   $("model-file").addEventListener("change", () => onModelChosen().catch((e) => status(e.message, true)));
   $("memory-add-common").addEventListener("click", () => addMemory($("memory-common").value));
+  $("traffic-button").addEventListener("click", () => simulateTraffic());
   $("memory-add-all").addEventListener("click", () => [...$("memory-common").options].forEach((o) => addMemory(o.value)));
   $("memory-add-free").addEventListener("click", () => { addMemory($("memory-free").value); $("memory-free").value = ""; });
   $("memory-free").addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); $("memory-add-free").click(); } });

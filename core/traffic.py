@@ -1,0 +1,281 @@
+"""What cold starts cost under a traffic profile: a discrete-event simulation of a Lambda
+instance pool for one measured combination.
+
+Each instance serves one request at a time. A request that finds no idle instance starts a new
+one: a cold start (its latency is the measured cold start, which ends with the first answer).
+An idle instance is reused (the most recently freed first) until it has been idle longer than
+the idle timeout, then it is reclaimed. Warm latencies are drawn from the measured distribution
+(its quantiles: min, p50, p90, p99, max, piecewise linear), cold starts from the measured cold
+start with the same relative spread.
+
+Traffic: `steady` is Poisson at `rps`; `spiky` is Poisson at `rps` with bursts of
+`BURST_MULTIPLIER` x `rps` for `BURST_S` seconds every `BURST_PERIOD_S` seconds; a CSV file
+gives arrival times in seconds (one column, sorted) or per-minute counts (`minute,count`, spread
+evenly within each minute). A window of at most `MAX_EVENTS` requests (and `MAX_WALL_S` of
+computing) is simulated and scaled to the duration asked; the result says when a bound was hit.
+"""
+
+from __future__ import annotations
+
+import csv
+import heapq
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from core.prediction import draw_latencies, latency_quantiles
+
+BURST_MULTIPLIER = 10.0
+BURST_S = 30.0
+BURST_PERIOD_S = 600.0
+MAX_EVENTS = 100_000  # per simulation: a request answers in seconds even for many combinations
+MAX_WALL_S = 5.0
+MAX_RPS = 100_000.0
+
+
+class TrafficError(ValueError):
+    """A traffic profile that cannot be simulated; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Traffic:
+    rps: float
+    pattern: str = "steady"  # steady | spiky | a CSV file's path
+    idle_timeout_s: float = 600.0
+    duration_s: float = 30 * 86400.0
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.rps, (int, float)) and math.isfinite(self.rps) and 0 < self.rps <= MAX_RPS):
+            raise TrafficError(f"rps: a request rate above 0 and at most {MAX_RPS:,.0f} per second, got {self.rps!r}")
+        if not (math.isfinite(self.idle_timeout_s) and 0 < self.idle_timeout_s <= 86400 * 7):
+            raise TrafficError(f"idle_timeout: above 0 and at most 7 days, got {self.idle_timeout_s!r} s")
+        if not (math.isfinite(self.duration_s) and 60 <= self.duration_s <= 366 * 86400):
+            raise TrafficError(f"duration: from a minute to a year, got {self.duration_s!r} s")
+        if self.pattern not in ("steady", "spiky") and not Path(self.pattern).is_file():
+            raise TrafficError(f"pattern: steady, spiky or a CSV file of arrivals; {self.pattern!r} is none of them")
+
+
+def parse_duration(text: str, name: str) -> float:
+    """Seconds from `90`, `90s`, `10m`, `2h`, `30d`."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    text = text.strip().lower()
+    try:
+        return float(text[:-1]) * units[text[-1]] if text and text[-1] in units else float(text)
+    except ValueError:
+        raise TrafficError(f"{name}: a duration like 90s, 10m, 2h or 30d, got {text!r}") from None
+
+
+def arrivals(traffic: Traffic, rng: np.random.Generator) -> tuple[np.ndarray, float, bool]:
+    """Arrival times (s) of the simulated window, the window's length, and whether the event
+    bound cut it short of the duration."""
+    if traffic.pattern in ("steady", "spiky"):
+        mean_rps = traffic.rps
+        if traffic.pattern == "spiky":
+            mean_rps *= 1 + (BURST_MULTIPLIER - 1) * BURST_S / BURST_PERIOD_S
+        window = min(traffic.duration_s, MAX_EVENTS / mean_rps)
+        if traffic.pattern == "spiky":
+            window = max(window, min(traffic.duration_s, BURST_PERIOD_S))  # at least one burst
+        count = rng.poisson(traffic.rps * window)
+        times = np.sort(rng.uniform(0, window, count))
+        if traffic.pattern == "spiky":
+            starts = np.arange(0, window, BURST_PERIOD_S)
+            extra = [np.sort(rng.uniform(s, min(s + BURST_S, window), rng.poisson(traffic.rps * (BURST_MULTIPLIER - 1) * min(BURST_S, window - s))))
+                     for s in starts]
+            times = np.sort(np.concatenate([times, *extra]))
+        return times[:MAX_EVENTS], window, window < traffic.duration_s
+    times = _from_file(Path(traffic.pattern))
+    window = float(times[-1]) if len(times) else 0.0
+    if len(times) > MAX_EVENTS:
+        window = float(times[MAX_EVENTS - 1])
+        return times[:MAX_EVENTS], window, True
+    return times, max(window, 1.0), False
+
+
+def _from_file(path: Path) -> np.ndarray:
+    rows = [row for row in csv.reader(path.read_text().splitlines()) if row and not row[0].strip().startswith("#")]
+    if rows and not _is_number(rows[0][0]):
+        rows = rows[1:]  # a header
+    if not rows:
+        raise TrafficError(f"pattern: {path} holds no arrivals")
+    try:
+        values = [[float(cell) for cell in row] for row in rows]
+    except ValueError as exc:
+        raise TrafficError(f"pattern: {path} has a value that is not a number ({exc})") from None
+    if len(values[0]) >= 2:  # minute,count
+        times = []
+        for minute, count in ((v[0], v[1]) for v in values):
+            if count < 0 or count != int(count):
+                raise TrafficError(f"pattern: {path}: a count must be a whole number >= 0, got {count}")
+            times += list(minute * 60 + (np.arange(int(count)) + 0.5) * 60 / max(1, int(count)))
+        out = np.asarray(sorted(times))
+    else:
+        out = np.asarray([v[0] for v in values])
+        if np.any(np.diff(out) < 0):
+            raise TrafficError(f"pattern: {path}: arrival times must be sorted (seconds, ascending)")
+    if len(out) and out[0] < 0:
+        raise TrafficError(f"pattern: {path}: arrival times must be >= 0")
+    return out - (out[0] if len(out) else 0)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+@dataclass
+class PoolResult:
+    """`latencies_ms` per request; `on_provisioned` marks those a provisioned instance served."""
+
+    requests: int
+    cold_starts: int
+    latencies_ms: np.ndarray
+    peak_instances: int
+    instance_seconds: float  # instances alive (busy or idle, until reclaimed)
+    window_s: float
+    cut_short: bool
+    wall_s: float
+    notes: list[str] = field(default_factory=list)
+    on_provisioned: np.ndarray | None = None
+
+    @property
+    def cold_share(self) -> float:
+        return self.cold_starts / self.requests if self.requests else 0.0
+
+
+def simulate(times: np.ndarray, warm_ms: list[tuple[float, float]], cold_ms: float, idle_timeout_s: float,
+             rng: np.random.Generator, window_s: float, cut_short: bool = False, provisioned: int = 0) -> PoolResult:
+    """Serve the arrivals `times` (s) with a pool of instances (see the module's docstring).
+    `provisioned` instances are always initialized: a request takes one of them first, and
+    only spills over to on-demand instances when all are busy (`served_provisioned` counts)."""
+    started = time.perf_counter()
+    warm = draw_latencies(warm_ms, rng, len(times))
+    p50 = dict(warm_ms).get(0.5) or float(np.median(warm))
+    cold = cold_ms * warm / p50  # the cold start spreads as the warm latency does
+    kept = [0.0] * provisioned  # heap of the times provisioned instances become free
+    busy: list[float] = []  # heap of the times busy on-demand instances become free
+    idle: deque[float] = deque()  # free since (ascending): the newest at the right
+    latencies = np.empty(len(times))
+    on_provisioned = np.zeros(len(times), dtype=bool)
+    cold_starts = peak = 0
+    alive_s = 0.0
+    notes = []
+    for i, t in enumerate(times):
+        if kept and kept[0] <= t:
+            latencies[i] = warm[i]
+            on_provisioned[i] = True
+            heapq.heapreplace(kept, t + warm[i] / 1000)
+            continue
+        while busy and busy[0] <= t:
+            idle.append(heapq.heappop(busy))
+        while idle and t - idle[0] > idle_timeout_s:  # reclaimed
+            alive_s += idle_timeout_s
+            idle.popleft()
+        if idle:
+            free_since = idle.pop()
+            alive_s += t - free_since
+            latency = warm[i]
+        else:
+            cold_starts += 1
+            latency = cold[i]
+        latencies[i] = latency
+        heapq.heappush(busy, t + latency / 1000)
+        alive_s += latency / 1000
+        peak = max(peak, len(busy))
+        if i % 65536 == 0 and time.perf_counter() - started > MAX_WALL_S:
+            latencies = latencies[: i + 1]
+            window_s, cut_short = float(t), True
+            notes.append(f"stopped after {MAX_WALL_S:.0f} s of simulation at {i + 1:,} requests")
+            break
+    alive_s += sum(min(idle_timeout_s, window_s - s) for s in idle)
+    result = PoolResult(len(latencies), cold_starts, latencies, peak, alive_s, window_s, cut_short, time.perf_counter() - started, notes)
+    result.on_provisioned = on_provisioned[: len(latencies)]
+    return result
+
+
+SNAPSTART_RESTORE_MS = 400.0  # assumed: AWS documents sub-second restores; `--snapstart-restore-ms` replaces it
+
+
+def combination_under_traffic(result: dict, traffic: Traffic, seed: int = 0, snapstart_restore_ms: float = SNAPSTART_RESTORE_MS) -> dict:
+    """A measured (or predicted) combination under `traffic`: cold-start share, latency
+    percentiles including cold starts, peak instances and the bill over the duration, on demand;
+    and the alternatives priced: provisioned concurrency (as many instances as the on-demand pool
+    kept busy at its peak, and as the mean it kept alive) and SnapStart (an estimate)."""
+    from schemas.cost import load_prices
+
+    warm = latency_quantiles(result["latency_ms"])
+    combo = result["combo"]
+    region = (result.get("cost") or {}).get("price_region") or load_prices().default_region
+    prices = load_prices().region(region)
+    gb = combo["memory_mb"] / 1024
+    cold_split = result["cold_start_ms"]
+
+    times, window, cut = arrivals(traffic, np.random.default_rng(seed))  # the same requests for every way of serving them
+
+    def run(cold_ms: float, provisioned: int = 0):
+        rng = np.random.default_rng(seed + 1)  # and the same warm latencies
+        return simulate(times, warm, cold_ms, traffic.idle_timeout_s, rng, window, cut, provisioned=provisioned)
+
+    def figures(pool: PoolResult, option: str, extra_usd: float = 0.0, duration_price: float | None = None, kept: int = 0) -> dict:
+        scale = traffic.duration_s / pool.window_s if pool.window_s else 0.0
+        billed = np.ceil(pool.latencies_ms) / 1000
+        on_kept = pool.on_provisioned if pool.on_provisioned is not None else np.zeros(len(billed), dtype=bool)
+        compute = float(billed[~on_kept].sum()) * gb * prices.per_gb_second(combo["hardware"])
+        if duration_price is not None:
+            compute += float(billed[on_kept].sum()) * gb * duration_price
+        requests = pool.requests * scale
+        bill = compute * scale + requests * prices.per_million_requests_usd / 1e6 + extra_usd
+        p = np.percentile(pool.latencies_ms, [50, 99, 99.9]) if pool.requests else [float("nan")] * 3
+        return {"option": option, "cold_share": pool.cold_share, "p50_ms": float(p[0]), "p99_ms": float(p[1]), "p999_ms": float(p[2]),
+                "peak_instances": pool.peak_instances + kept, "bill_usd": bill, "requests": requests}
+
+    on_demand = run(cold_split["total"])
+    options = [figures(on_demand, "on demand")]
+    mean_alive = on_demand.instance_seconds / on_demand.window_s if on_demand.window_s else 0.0
+    provisioned_prices = prices.provisioned(combo["hardware"])
+    if provisioned_prices:
+        kept_price, duration_price = provisioned_prices
+        for n in sorted({max(1, math.ceil(mean_alive)), on_demand.peak_instances}):
+            pool = run(cold_split["total"], provisioned=n)
+            options.append(figures(pool, f"provisioned {n}", n * gb * traffic.duration_s * kept_price, duration_price, kept=n))
+    if prices.snapstart_cache_per_gb_second_usd and prices.snapstart_restore_per_gb_usd and "first_inference" in cold_split:
+        # a snapshot taken after the imports and the model load: a cold start restores it, then answers
+        restored_ms = snapstart_restore_ms + cold_split.get("first_inference", 0.0)
+        pool = run(restored_ms)
+        scale = traffic.duration_s / pool.window_s if pool.window_s else 0.0
+        fees = gb * traffic.duration_s * prices.snapstart_cache_per_gb_second_usd + pool.cold_starts * scale * gb * prices.snapstart_restore_per_gb_usd
+        options.append({**figures(pool, "SnapStart (estimate)", fees),
+                         "assumption": f"restore {snapstart_restore_ms:g} ms (assumed) + the first inference {cold_split.get('first_inference', 0.0):.0f} ms"})
+    notes = list(on_demand.notes)
+    if on_demand.cut_short and not on_demand.notes:
+        notes.append(f"{on_demand.window_s / 3600:.0f} h simulated ({on_demand.requests:,} requests), scaled")
+    best = options[0]
+    return {
+        "combination": f"{combo['hardware']}/{combo['optimizer']}/b{combo['batch_size']}/{combo['memory_mb']}MB",
+        "predicted": bool(result.get("predicted")),
+        **{k: best[k] for k in ("cold_share", "p50_ms", "p99_ms", "p999_ms", "peak_instances", "bill_usd", "requests")},
+        "mean_instances": mean_alive, "options": options,
+        "simulated_requests": on_demand.requests, "simulated_s": on_demand.window_s, "notes": notes,
+    }
+
+
+def traffic_report(summary: dict, traffic: Traffic, slo_p99_ms: float | None = None) -> dict:
+    """Every timed combination of a run under `traffic`, and the cheapest (combination, way of
+    serving it: on demand, provisioned concurrency, SnapStart) whose p99 including cold starts
+    meets the SLO (none given: the cheapest)."""
+    rows = [combination_under_traffic(r, traffic) for r in summary["results"]
+            if not r.get("emulated") and not r.get("host_limited") and r.get("confined") is not False]
+    if not rows:
+        raise TrafficError("the run has no combination timed as Lambda would run it: nothing to simulate")
+    meeting = [(r, o) for r in rows for o in r["options"] if slo_p99_ms is None or o["p99_ms"] <= slo_p99_ms]
+    best = min(meeting, key=lambda ro: (ro[1]["bill_usd"], ro[1]["p99_ms"])) if meeting else None
+    pick = f"{best[0]['combination']} ({best[1]['option']})" if best else None
+    return {"traffic": {"rps": traffic.rps, "pattern": traffic.pattern, "idle_timeout_s": traffic.idle_timeout_s,
+                        "duration_s": traffic.duration_s}, "slo_p99_ms": slo_p99_ms, "rows": sorted(rows, key=lambda r: r["bill_usd"]),
+            "recommended": pick}

@@ -1,0 +1,88 @@
+"""The traffic simulation: its cold-start share against the closed form for steady Poisson
+traffic, bursts, arrival files, bounds and bad input."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from core.traffic import Traffic, TrafficError, arrivals, combination_under_traffic, parse_duration, simulate, traffic_report
+
+WARM = [(0.0, 9.0), (0.5, 10.0), (0.9, 11.0), (0.99, 13.0), (1.0, 15.0)]
+
+
+def test_cold_share_of_steady_poisson_traffic_matches_the_closed_form():
+    """Requests far apart (rate x latency << 1) keep one instance: a request is cold exactly
+    when the gap since the previous one passed the idle timeout: P = exp(-rate x timeout)."""
+    rate, timeout = 0.02, 60.0
+    rng = np.random.default_rng(1)
+    times = np.cumsum(rng.exponential(1 / rate, 100_000))
+    pool = simulate(times, WARM, 500.0, timeout, rng, float(times[-1]))
+    assert pool.cold_share == pytest.approx(math.exp(-rate * timeout), abs=0.01)
+    assert pool.peak_instances <= 3  # two requests within one cold start are rare, not impossible
+
+
+def test_bursts_need_more_instances_and_more_cold_starts_than_steady_traffic():
+    steady = combination_under_traffic(result(), Traffic(rps=2, pattern="steady", idle_timeout_s=600, duration_s=3600))
+    spiky = combination_under_traffic(result(), Traffic(rps=2, pattern="spiky", idle_timeout_s=600, duration_s=3600))
+    assert spiky["peak_instances"] > steady["peak_instances"] and spiky["requests"] > steady["requests"]
+    assert steady["p50_ms"] == pytest.approx(10.0, rel=0.1) and steady["p999_ms"] >= steady["p99_ms"]
+    assert steady["bill_usd"] > 0 and steady["cold_share"] < 0.01
+
+
+def test_an_arrival_file_of_times_or_per_minute_counts(tmp_path):
+    times = tmp_path / "times.csv"
+    times.write_text("seconds\n0\n0.5\n700\n")
+    out, window, cut = arrivals(Traffic(rps=1, pattern=str(times)), np.random.default_rng(0))
+    assert list(out) == [0.0, 0.5, 700.0] and not cut
+    counts = tmp_path / "counts.csv"
+    counts.write_text("minute,count\n0,3\n2,1\n")
+    out, _, _ = arrivals(Traffic(rps=1, pattern=str(counts)), np.random.default_rng(0))
+    assert len(out) == 4 and out[-1] == pytest.approx(150.0 - 10.0)
+    unsorted = tmp_path / "unsorted.csv"
+    unsorted.write_text("5\n3\n")
+    with pytest.raises(TrafficError, match="sorted"):
+        arrivals(Traffic(rps=1, pattern=str(unsorted)), np.random.default_rng(0))
+    words = tmp_path / "words.csv"
+    words.write_text("1\nsoon\n")
+    with pytest.raises(TrafficError, match="not a number"):
+        arrivals(Traffic(rps=1, pattern=str(words)), np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"rps": -1}, "rps"), ({"rps": float("inf")}, "rps"), ({"rps": 1e9}, "rps"), ({"rps": 1, "idle_timeout_s": 0}, "idle_timeout"),
+    ({"rps": 1, "duration_s": 1}, "duration"), ({"rps": 1, "pattern": "wavy"}, "pattern"),
+])
+def test_bad_traffic_is_refused_naming_the_field(kwargs, field):
+    with pytest.raises(TrafficError, match=field):
+        Traffic(**kwargs)
+
+
+def test_durations_and_a_run_with_nothing_to_simulate():
+    assert [parse_duration(t, "d") for t in ("90", "10m", "2h", "30d")] == [90, 600, 7200, 30 * 86400]
+    with pytest.raises(TrafficError, match="idle-timeout"):
+        parse_duration("soon", "idle-timeout")
+    with pytest.raises(TrafficError, match="nothing to simulate"):
+        traffic_report({"results": [result(emulated=True)]}, Traffic(rps=1))
+
+
+def test_the_pick_is_the_cheapest_meeting_the_slo_with_cold_starts_counted():
+    small, large = result(memory_mb=512, p50=30.0, cold=3000.0), result(memory_mb=1769, p50=10.0, cold=800.0)
+    report = traffic_report({"results": [small, large]}, Traffic(rps=0.05, idle_timeout_s=60, duration_s=86400), slo_p99_ms=1500)
+    by_name = {r["combination"]: r for r in report["rows"]}
+    assert by_name["intel/onnx/b1/512MB"]["p99_ms"] > 1500  # its cold starts break the SLO
+    assert report["recommended"] == "intel/onnx/b1/1769MB (on demand)"
+    # a tight SLO no cold start meets: provisioned concurrency is the cheapest way, and it is priced
+    tight = traffic_report({"results": [small, large]}, Traffic(rps=0.05, idle_timeout_s=60, duration_s=86400), slo_p99_ms=60)
+    assert tight["recommended"] == "intel/onnx/b1/512MB (provisioned 1)"
+    options = {o["option"]: o for o in {r["combination"]: r for r in tight["rows"]}["intel/onnx/b1/512MB"]["options"]}
+    assert options["provisioned 1"]["bill_usd"] > options["on demand"]["bill_usd"] and options["provisioned 1"]["cold_share"] < 0.01
+    assert "assumed" in options["SnapStart (estimate)"]["assumption"]
+
+
+def result(memory_mb: int = 1769, p50: float = 10.0, cold: float = 500.0, **extra) -> dict:
+    return {"combo": {"hardware": "intel", "optimizer": "onnx", "batch_size": 1, "memory_mb": memory_mb},
+            "latency_ms": {"p50": p50, "p90": p50 * 1.1, "p99": p50 * 1.3, "min": p50 * 0.9, "max": p50 * 1.5},
+            "cold_start_ms": {"total": cold, "first_inference": p50 * 2}, "confined": True, **extra}

@@ -330,8 +330,8 @@ def run_on_localstack(args: argparse.Namespace, settings: Settings, model_path: 
 
 
 def follow_store(store, run_id: str, combo_keys: list[str], timeout_s: float, processes=None) -> int:
-    """Wait for a run on the real path, showing its progress, and print the table. Reads
-    each planned combination's outcome by key. A service process that dies is restarted."""
+    """Wait for a run on the real path, showing its progress (one listing of its outcomes a
+    second), and print the table. A service process that dies is restarted."""
     import time
 
 
@@ -342,7 +342,7 @@ def follow_store(store, run_id: str, combo_keys: list[str], timeout_s: float, pr
         while not store.exists(keys.summary(run_id)):
             if time.monotonic() > deadline:
                 raise UsageError(f"run {run_id} did not end within --timeout {timeout_s:.0f} s")
-            progress.update(task, completed=sum(store.exists(keys.outcome(run_id, k)) for k in combo_keys))
+            progress.update(task, completed=keys.outcomes_in(store.list_keys(keys.outcomes_prefix(run_id))))
             for name in processes.restart_dead() if processes is not None else []:
                 err.print(f"[yellow]{name} died: restarted it (log: {processes.log_dir / (name + '.log')})[/yellow]")
             time.sleep(1)

@@ -129,10 +129,14 @@ class InferenceDone(Payload):
 
 class CombosReused(Payload):
     """Stored results a run reuses, many in one event (dedup: up to `REUSED_PER_EVENT`): a
-    resubmitted matrix is a handful of events, not one per combination."""
+    resubmitted matrix is a handful of events, not one per combination. Version 2 names the
+    object where dedup kept the documents it read (`bundle`), so the archiver reads one object
+    for them, not one per combination."""
 
     TYPE = "CombosReused"
+    VERSION = 2
     results: dict[str, str] = Field(min_length=1)  # combination key -> the stored result's key (its exact version)
+    bundle: str | None = None  # keys.reused_bundle: combination key -> the stored result's document
 
 
 REUSED_PER_EVENT = 400  # about 100 bytes each: well inside EventBridge's 256 KB per event
@@ -223,7 +227,7 @@ def _deadline_v1_to_v2(old: dict[str, Any]) -> dict[str, Any]:
 
 def _added_defaults(old: dict[str, Any]) -> dict[str, Any]:
     """The next version only added fields with defaults (RequestSubmitted v3: `predict`, v4:
-    `traffic`; RunPlanned v2: `predicted`)."""
+    `traffic`; RunPlanned v2: `predicted`; CombosReused v2: `bundle`)."""
     return dict(old)
 
 
@@ -233,6 +237,7 @@ UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("RequestSubmitted", 2): _added_defaults,
     ("RequestSubmitted", 3): _added_defaults,
     ("RunPlanned", 1): _added_defaults,
+    ("CombosReused", 1): _added_defaults,
     ("RunDeadlineReached", 1): _deadline_v1_to_v2,
 }
 

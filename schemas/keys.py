@@ -15,11 +15,14 @@ artifacts/{artifact key}/lease.json          who converts it now, until when (on
 tuning/{sha256}/{target cpu}/b{batch}-{HxW}.tar.gz  TVM MetaSchedule records (one archive), reused by later conversions
 results/{combination key}.json               the latest measurement of a combination (what later runs reuse)
 results/{combination key}/{run id}.json      each measurement, written once: summaries name these
+result-packs/{sha256}/{archived at}-{run id}.json  the results a run measured, in one object (a resubmission reads these)
 runs/{run id}/run.json                       the run record: owner, request, time
 runs/{run id}/events/{seq}-{type}-{id}.json  the run's event log (replay reads it)
 runs/{run id}/plan.json                      the combinations the run waits for
 runs/{run id}/outcomes/{combination key}.json  each combination's end: measured, reused or failed
 runs/{run id}/outcomes/expected-{N}          empty; N = how many outcomes the plan waits for (the largest marker counts)
+runs/{run id}/outcomes/reused-{N}-{event id}.json  the ends of N reused combinations at once (one `CombosReused`)
+runs/{run id}/reused/{part}.json             the stored results dedup read for a run's reuse, one object per `CombosReused`
 runs/{run id}/checks.json                    predicted picks the archiver measures before it closes the run (--predict)
 runs/{run id}/summary.json                   the archived run (written once, conditionally)
 runs/{run id}/email.json                     the notifier's record of the email it sent
@@ -31,11 +34,14 @@ lambda-sizes/{function}/lock.json            who reconfigures a measuring Lambda
 lambda-sizes/{function}/aliases/{alias}.json when a memory-size alias of it was last used (idle ones are deleted)
 ```
 
-Everything is found by key (GET/HEAD), except two listings: replay lists a run's event log,
-and the archiver lists a run's outcomes (one page per 1,000) to know whether the run is complete.
+Everything is found by key (GET/HEAD), except three listings: replay lists a run's event log,
+the archiver lists a run's outcomes (one page per 1,000) to know whether the run is complete,
+and dedup lists a model's result packs (a resubmitted matrix: a few reads, not one per combination).
 """
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 
 def model(sha256: str) -> str:
@@ -83,6 +89,15 @@ def result_version(combo_key: str, run_id: str) -> str:
     return f"results/{combo_key}/{run_id}.json"
 
 
+def result_pack(model_sha256: str, archived_at: datetime, run_id: str) -> str:
+    """Named by when the run was archived (UTC, to the microsecond): a listing is oldest first."""
+    return f"{result_packs_prefix(model_sha256)}{archived_at.astimezone(UTC):%Y%m%dT%H%M%S%fZ}-{run_id}.json"
+
+
+def result_packs_prefix(model_sha256: str) -> str:
+    return f"result-packs/{model_sha256}/"
+
+
 def run_prefix(run_id: str) -> str:
     return f"runs/{run_id}/"
 
@@ -122,9 +137,23 @@ def expected_outcomes_in(listed: list[str]) -> int | None:
     return max(counts) if counts else None
 
 
+def reused_outcomes(run_id: str, event_id: str, count: int) -> str:
+    return f"{outcomes_prefix(run_id)}{REUSED_OUTCOMES}{count}-{event_id}.json"
+
+
+def reused_bundle(run_id: str, part: int) -> str:
+    return f"runs/{run_id}/reused/{part}.json"
+
+
+REUSED_OUTCOMES = "reused-"
+
+
 def outcomes_in(listed: list[str]) -> int:
-    """How many of the listed outcome keys are outcomes (not `expected-{N}` markers)."""
-    return sum(not key.rsplit("/", 1)[-1].startswith("expected-") for key in listed)
+    """How many outcomes the listed outcome keys hold: one each, N for `reused-{N}-...` (not
+    the `expected-{N}` markers)."""
+    names = [key.rsplit("/", 1)[-1] for key in listed]
+    return sum(int(name.removeprefix(REUSED_OUTCOMES).split("-", 1)[0]) if name.startswith(REUSED_OUTCOMES) else 1
+               for name in names if not name.startswith("expected-"))
 
 
 def pick_checks(run_id: str) -> str:

@@ -43,7 +43,7 @@ Shapes = dict[str, tuple[tuple[int, ...], str]]
 def runtime_floor_mb(optimizer: Optimizer, model_format: ModelFormat) -> int:
     if optimizer == Optimizer.base:
         return RUNTIME_FLOOR_MB["torch" if model_format == ModelFormat.pt2 else "onnxruntime"]
-    return RUNTIME_FLOOR_MB["onnxruntime" if optimizer == Optimizer.onnx else "tvm"]
+    return RUNTIME_FLOOR_MB["onnxruntime" if optimizer in (Optimizer.onnx, Optimizer.onnx_int8) else "tvm"]
 
 
 def model_signature(store: ObjectStore, sha256: str) -> ModelSignature | None:

@@ -44,10 +44,11 @@ class TrafficProfile(BaseModel):
 class RequestSubmitted(Payload):
     """A user asked to measure `matrix` on `model`. Version 2 carries the matrix per hardware;
     version 3 can ask to measure a few memory sizes and predict the rest (`predict`); version 4
-    can name the traffic to price the results under (`traffic`)."""
+    can name the traffic to price the results under (`traffic`); version 5 can name the
+    optimizer `onnx_int8` in its matrix."""
 
     TYPE = "RequestSubmitted"
-    VERSION = 4
+    VERSION = 5
     model: ModelRef
     matrix: Matrix
     slo_p99_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
@@ -226,8 +227,8 @@ def _deadline_v1_to_v2(old: dict[str, Any]) -> dict[str, Any]:
 
 
 def _added_defaults(old: dict[str, Any]) -> dict[str, Any]:
-    """The next version only added fields with defaults (RequestSubmitted v3: `predict`, v4:
-    `traffic`; RunPlanned v2: `predicted`; CombosReused v2: `bundle`)."""
+    """The next version only added fields with defaults or values (RequestSubmitted v3:
+    `predict`, v4: `traffic`, v5: the optimizer `onnx_int8`; RunPlanned v2: `predicted`; CombosReused v2: `bundle`)."""
     return dict(old)
 
 
@@ -236,6 +237,7 @@ UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("RequestSubmitted", 1): _request_submitted_v1_to_v2,
     ("RequestSubmitted", 2): _added_defaults,
     ("RequestSubmitted", 3): _added_defaults,
+    ("RequestSubmitted", 4): _added_defaults,
     ("RunPlanned", 1): _added_defaults,
     ("CombosReused", 1): _added_defaults,
     ("RunDeadlineReached", 1): _deadline_v1_to_v2,

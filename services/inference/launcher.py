@@ -122,7 +122,7 @@ def _tune(spec: MeasureSpec, python_command: list[str] | None, env_extra: dict |
     the measurement's peak memory is its own), or None where there is nothing to tune, the
     timings would not be real (unconfined, emulated) or the tuning process failed (then the
     measurement keeps the default settings and says why)."""
-    if not spec.tune or spec.engine_settings is not None or spec.optimizer != "onnx" or not spec.confine:
+    if not spec.tune or spec.engine_settings is not None or spec.optimizer not in ("onnx", "onnx_int8") or not spec.confine:
         return None
     group, confined, _ = _confinement_for(spec)
     try:

@@ -308,3 +308,20 @@ def test_cold_start_levers_of_a_finished_run(tmp_path, tiny_image_model, capsys)
         assert "cold_start_saved_ms" in row and row["peak_mb"] > 0
     assert onnx[0]["cold_start_saved_ms"] == 0 and base[1]["prepare_s"] > 0
     assert cli_main(["coldstart", "00000000-0000-0000-0000-000000000000", "--data-dir", str(data)]) == 2
+
+
+def test_onnx_int8_is_quantized_measured_with_its_agreement_and_never_recommended_below_the_minimum(app, tiny_image_model):
+    """`onnx_int8`: the model statically quantized at conversion (a smaller artifact whose
+    outputs differ from base's), measured like `onnx`; a run asking for exact agreement lists
+    it with the reason and never recommends it."""
+    summary, _ = run(app, request_for(app, tiny_image_model, ["onnx", "onnx_int8"], min_agreement=1.0))
+    assert summary["status"] == "complete", summary["failures"]
+    by = {r["combo"]["optimizer"]: r for r in summary["results"]}
+    int8, float32 = by["onnx_int8"], by["onnx"]
+    assert int8["cold_start_ms"]["artifact_bytes"] < float32["cold_start_ms"]["artifact_bytes"] / 2  # int8 weights
+    assert int8["agreement"]["max_abs_diff"] > float32["agreement"]["max_abs_diff"]  # quantization changed the outputs
+    assert int8["latency_ms"]["p50"] > 0 and "engine_settings" in int8
+    rec = summary["recommendation"]
+    picks = {rec[kind] for kind in ("fastest", "cheapest", "balanced")}
+    if int8["agreement"]["score"] < 1.0:
+        assert "intel/onnx_int8/b1/1769MB" not in picks and "agreement" in rec["excluded"]["intel/onnx_int8/b1/1769MB"]

@@ -481,6 +481,52 @@ def cmd_coldstart(args: argparse.Namespace) -> int:
     return 0
 
 
+def build_endpoint(args: argparse.Namespace, work_dir: Path):
+    """The endpoint of `ayci endpoint` / `ayci loadtest`: each run's pick (or chosen
+    combination), refused with the reason when a run cannot be served."""
+    import psutil
+
+    from adapters.local_store import LocalFolderStore
+    from serving.endpoint import Endpoint
+    from serving.models import NotServable, served_models
+    from serving.scaling import ScalingPolicy
+
+    settings = Settings(data_dir=args.data_dir) if args.data_dir else Settings()
+    specs = [s.strip() for s in args.runs.split(",") if s.strip()]
+    if not specs:
+        raise UsageError("name at least one run: RUN_ID[:COMBINATION][,RUN_ID...]")
+    try:
+        models = served_models(LocalFolderStore(settings.data_dir), specs, work_dir)
+        budget = args.memory_budget or int(psutil.virtual_memory().available / 2**20 * 0.8)
+        return Endpoint(models, budget_mb=budget, policy=ScalingPolicy(max_workers=args.max_workers, idle_s=args.idle_time),
+                        max_queue=args.max_queue, work_dir=work_dir)
+    except (NotServable, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def cmd_endpoint(args: argparse.Namespace) -> int:
+    """Serve runs' picks behind one HTTP endpoint (`serving/`) until interrupted."""
+    import tempfile
+
+    import uvicorn
+
+    from serving.app import create_app
+
+    with tempfile.TemporaryDirectory(prefix="ayci-endpoint-") as tmp:
+        endpoint = build_endpoint(args, Path(tmp))
+        warn_if_unconfined()
+        for model in endpoint.models.values():
+            err.print(f"{model.name}: run {model.run_id}, {model.label} ({model.chosen_by}) at POST /invocations/{model.name}")
+        err.print(f"serving http://{args.host}:{args.port} (budget {endpoint.budget.budget_mb} MB, up to {args.max_workers} workers a model; "
+                  "GET /models, GET /metrics)")
+        endpoint.start()
+        try:
+            uvicorn.run(create_app(endpoint, max_body_bytes=int(args.max_body_mb * 2**20)), host=args.host, port=args.port, log_level="warning")
+        finally:
+            endpoint.close()
+    return 0
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
     """Cancel a run on the real path (a deployed stack: AYCI_BUCKET, AYCI_BUS_NAME, or
     --stack on LocalStack); `ayci serve`'s runs are cancelled from its page or API."""
@@ -591,6 +637,20 @@ def parser() -> argparse.ArgumentParser:
     coldstart.add_argument("--data-dir", help="the local object store (default .ayci/data)")
     coldstart.add_argument("--json", action="store_true")
     coldstart.set_defaults(func=cmd_coldstart)
+    serving = argparse.ArgumentParser(add_help=False)  # options of the endpoint, and of the load test that starts one
+    serving.add_argument("runs", help="RUN_ID[:COMBINATION][,RUN_ID...]: each run's recommended combination, or the one named "
+                         "(e.g. RUN_ID:intel/onnx/b1/1769MB)")
+    serving.add_argument("--memory-budget", type=int, help="MB the workers may reserve together (each its combination's memory size); "
+                         "default 80%% of the memory available")
+    serving.add_argument("--max-workers", type=int, default=2, help="workers per model at most")
+    serving.add_argument("--idle-time", type=float, default=30.0, help="seconds a worker may idle before it is stopped (one stays)")
+    serving.add_argument("--max-queue", type=int, default=32, help="requests queued per model; beyond: 503 with Retry-After")
+    serving.add_argument("--max-body-mb", type=float, default=16.0, help="the largest request body (413 beyond)")
+    serving.add_argument("--data-dir", help="the local object store (default .ayci/data)")
+    endpoint = sub.add_parser("endpoint", parents=[serving], help="serve runs' picks behind one HTTP endpoint (many models, LRU, scaling workers)")
+    endpoint.add_argument("--host", default="127.0.0.1")
+    endpoint.add_argument("--port", type=int, default=8080)
+    endpoint.set_defaults(func=cmd_endpoint)
     example = sub.add_parser("example-model", help="write an example model as .pt2")
     example.add_argument("--workload", default="image_classification")
     example.add_argument("--input-size")

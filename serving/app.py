@@ -108,3 +108,28 @@ async def _invoke(endpoint: Endpoint, name: str, request: Request, limit: int, t
         return JSONResponse({"model": name, "outputs": {n: np.asarray(o).tolist() for n, o in zip(names, outputs, strict=True)}},
                             headers=headers), served.cold
     return Response(wire.pack(dict(zip(names, outputs, strict=True))), media_type="application/x-npz", headers=headers), served.cold
+
+
+class ServerThread:
+    """The app served by uvicorn in a thread of this process on a free loopback port (the load
+    test's endpoint; the tests')."""
+
+    def __init__(self, app: FastAPI) -> None:
+        import threading
+
+        import uvicorn
+
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, name="endpoint-http", daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        while not self.server.started:
+            if not self.thread.is_alive():
+                raise RuntimeError("the endpoint's HTTP server did not start")
+            time.sleep(0.05)
+        return f"http://127.0.0.1:{self.server.servers[0].sockets[0].getsockname()[1]}"
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)

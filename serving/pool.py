@@ -1,7 +1,7 @@
 """One model's pool of workers and its bounded queue.
 
-A request is queued (`submit`, a future) and taken by the first idle worker, one request per
-worker at a time; a full queue refuses at once (`Overloaded`, with how long to wait) rather than
+A request is queued (`submit`, a future) and taken by the idle worker freed last (as a Lambda
+pool reuses instances, so the others idle out), one request per worker at a time; a full queue refuses at once (`Overloaded`, with how long to wait) rather than
 queueing without bound. Each worker has a thread that feeds it. A worker that dies in the middle
 of a request (`WorkerLost`) is replaced, and its request is queued again once, at the front;
 a second loss fails it. Workers are started by `spawn(kind)` in a thread of their own (a
@@ -143,7 +143,7 @@ class ModelPool:
                 raise Overloaded(f"model {self.name}: {len(self._queue)} requests queued already (the limit)", self.retry_after_s())
             job = _Job(payload, Future())
             self._queue.append(job)
-            self._cv.notify()
+            self._cv.notify_all()
         return job.future
 
     def retry_after_s(self) -> int:
@@ -198,7 +198,7 @@ class ModelPool:
         """Give `slot`'s worker one request at a time until it retires, dies or the pool closes."""
         while True:
             with self._cv:
-                while not self._queue and not slot.retire and not self._closed:
+                while not (self._queue and self._first_idle() is slot) and not slot.retire and not self._closed:
                     self._cv.wait()
                 if slot.retire or self._closed:
                     break
@@ -222,6 +222,12 @@ class ModelPool:
                 slot.idle_since = time.monotonic()
                 self._cv.notify_all()
         slot.worker.stop()
+
+    def _first_idle(self) -> _Slot | None:
+        """The idle worker to take the next request: the most recently freed, as a Lambda pool
+        reuses instances, so that the others stay idle and are retired when traffic falls."""
+        idle = [s for s in self._slots if not s.busy and not s.retire]
+        return max(idle, key=lambda s: s.idle_since) if idle else None
 
     def _lost(self, slot: _Slot, job: _Job, exc: WorkerLost) -> None:
         log.warning("worker_lost", model=self.name, pid=slot.worker.pid, reason=str(exc), retried=not job.retried)

@@ -193,3 +193,25 @@ def test_a_run_that_cannot_be_served_is_refused_at_start_with_the_reason(runs, t
     assert "has no measured combination intel/tvm/b1/1024MB (it has intel/onnx/b1/1024MB)" in said()
     assert cli_main(["endpoint", run_ids[0], "--memory-budget", "512", "--data-dir", str(data)]) == 2
     assert "needs 1024 MB" in said()
+
+
+def test_loadtest_drives_the_endpoint_with_locust_beside_the_simulation(runs, tmp_path, capsys):
+    data, run_ids = runs
+    out = tmp_path / "loadtest"
+    code = cli_main(["loadtest", run_ids[0], "--rps", "4", "--duration", "8s", "--pattern", "spiky", "--idle-time", "3",
+                     "--out", str(out), "--data-dir", str(data), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0, report["locust"]["tail"]
+    (name, row), = report["models"].items()
+    seen, predicted = row["observed"], row["predicted"]
+    assert seen["requests"] >= 10 and seen["answered"] + sum(seen["errors"].values()) == seen["requests"]
+    assert seen["loads"]["first"] == 1 and seen["cold_starts"] >= 1 and seen["waited_for_load"] >= 1
+    assert 0 < seen["p50_ms"] <= seen["p99_ms"] and 1 <= seen["peak_workers"] <= 2
+    assert predicted["simulated_requests"] == seen["requests"]  # the same arrivals
+    assert predicted["cold_starts"] >= 1 and predicted["peak_instances"] <= 2 and predicted["lambda"]["peak_instances"] >= 1
+    comparison = row["comparison"]
+    assert comparison["p99_within"] is not None
+    assert (comparison["p99_within"] and comparison["cold_share_within"]) or comparison["explained"]
+    assert (out / "loadtest.png").read_bytes().startswith(b"\x89PNG") and (out / "requests.csv").exists()
+    times = [float(line.split(",")[0]) for line in (out / "requests.csv").read_text().splitlines()[1:]]
+    assert max(times) - min(times) < 8 + 6  # bounded by the duration (and Locust's stop timeout)

@@ -66,6 +66,17 @@ class ThreadWorker:
         self.stopped = True
 
 
+def recorded_workers():
+    """A worker factory and the list of the workers it started."""
+    workers = []
+
+    def start():
+        workers.append(ThreadWorker())
+        return workers[-1]
+
+    return workers, start
+
+
 def wait_for(condition, timeout_s=5.0):
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -98,12 +109,7 @@ def test_pool_serves_queues_and_refuses_beyond_its_queue():
 
 
 def test_a_lost_worker_is_replaced_and_its_request_retried_once():
-    workers = []
-
-    def start():
-        workers.append(ThreadWorker())
-        return workers[-1]
-
+    workers, start = recorded_workers()
     pool = ModelPool("m", start, ScalingPolicy(max_workers=1))
     pool.spawn("first")
     wait_for(lambda: pool.workers == 1)
@@ -129,12 +135,7 @@ def test_a_request_that_loses_two_workers_fails():
 
 
 def test_idle_workers_retire_down_to_one_and_close_stops_them():
-    workers = []
-
-    def start():
-        workers.append(ThreadWorker())
-        return workers[-1]
-
+    workers, start = recorded_workers()
     pool = ModelPool("m", start, ScalingPolicy(max_workers=3, idle_s=10))
     for _ in range(3):
         pool.spawn("scale-out")
@@ -159,3 +160,15 @@ def test_a_failed_first_load_fails_the_waiting_requests_with_the_reason():
     with pytest.raises(Exception, match="could not be loaded: out of memory at 128 MB"):
         waiting.result(5)
     assert pool.reserved_workers == 0 and pool.failed_loads == ["out of memory at 128 MB"]
+
+
+def test_the_worker_freed_last_takes_the_next_request_so_the_others_idle_out():
+    workers, start = recorded_workers()
+    pool = ModelPool("m", start, ScalingPolicy(max_workers=2, idle_s=10))
+    pool.spawn("first")
+    wait_for(lambda: pool.workers == 1)
+    pool.spawn("scale-out")
+    wait_for(lambda: pool.workers == 2)
+    served_by = {pool.submit(b"x").result(5).worker_pid for _ in range(20)}
+    assert served_by == {workers[1].pid}  # ready last, freed last: it takes every request in turn
+    assert pool.retire_idle(time.monotonic() + 5) == 0

@@ -8,14 +8,12 @@ import io
 import json
 import os
 import signal
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import numpy as np
 import pytest
-import uvicorn
 
 from adapters.local_store import LocalFolderStore
 from ayci.bootstrap import embedded
@@ -24,7 +22,7 @@ from ayci.settings import Settings
 from schemas import keys
 from schemas.combos import Matrix
 from schemas.events import RequestSubmitted
-from serving.app import create_app
+from serving.app import ServerThread, create_app
 from serving.endpoint import Endpoint
 from serving.models import served_models
 from serving.scaling import ScalingPolicy
@@ -57,22 +55,11 @@ def endpoint_at(runs, tmp_path, *, budget_mb=8000, max_workers=1, max_body_bytes
     data, run_ids = runs
     models = served_models(LocalFolderStore(data), run_ids, tmp_path)
     endpoint = Endpoint(models, budget_mb=budget_mb, policy=ScalingPolicy(max_workers=max_workers, idle_s=60), work_dir=tmp_path).start()
-    server = uvicorn.Server(uvicorn.Config(create_app(endpoint, max_body_bytes=max_body_bytes), host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
-    port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield f"http://127.0.0.1:{port}", endpoint
+        with ServerThread(create_app(endpoint, max_body_bytes=max_body_bytes)) as url:
+            yield url, endpoint
     finally:
-        server.should_exit = True
-        thread.join(10)
         endpoint.close()
-
-
-def names(endpoint):
-    return sorted(endpoint.models)
 
 
 def image(size, batch=1, seed=0):

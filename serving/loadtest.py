@@ -32,6 +32,7 @@ import numpy as np
 
 from core.prediction import latency_quantiles
 from core.traffic import BURST_MULTIPLIER, Traffic, arrivals, combination_under_traffic, simulate
+from serving.endpoint import TICK_S
 
 TOLERANCE = 0.15
 SAMPLE_S = 0.25
@@ -232,6 +233,15 @@ def explain(observed: dict, predicted: dict, result: dict, max_workers: int, mod
     if observed["waited_for_load"] > observed["cold_starts"]:
         reasons.append(f"{observed['waited_for_load']} requests waited for {observed['cold_starts']} cold loads: every request queued while "
                        "the only workers load waits for them, where the simulation charges a cold start to the request that caused it")
+    if predicted["cold_starts"] > observed["cold_starts"]:
+        reasons.append(f"the simulation started {predicted['cold_starts']} instances where the endpoint loaded {observed['cold_starts']} "
+                       f"workers: a request that finds every worker busy waits in the queue, and the scaler adds a worker only if "
+                       f"requests still wait at its next look (every {TICK_S * 1000:.0f} ms), where the simulated pool starts one at once")
+    tail_rank = max(1, round(observed["answered"] * 0.01))
+    if predicted["cold_starts"] >= tail_rank:
+        reasons.append(f"with {observed['answered']} requests the p99 is about the {tail_rank}. slowest: the simulated p99 falls on its "
+                       f"{predicted['cold_starts']} cold starts ({measured_cold:.0f} ms measured), the load test's on "
+                       f"{'its cold loads' if observed['cold_starts'] >= tail_rank else 'warm requests'}")
     overhead = observed["p50_ms"] - predicted["p50_ms"]
     if overhead > TOLERANCE * predicted["p50_ms"]:
         reasons.append(f"HTTP, the body's (de)serialization and Locust add about {overhead:.1f} ms a request (p50 {observed['p50_ms']:.1f} "

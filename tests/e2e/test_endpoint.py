@@ -10,6 +10,7 @@ import os
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -26,6 +27,7 @@ from serving.app import ServerThread, create_app
 from serving.endpoint import Endpoint
 from serving.models import served_models
 from serving.scaling import ScalingPolicy
+from services.inference.confinement import find_hierarchy, unavailable_reason
 from services.request.submission import new_run, store_model
 from tests.conftest import archived_summary
 from workloads.examples import export_example
@@ -84,6 +86,17 @@ def alive(pid):
     return True
 
 
+def memory_cap_mb(pid: int) -> float | None:
+    """The memory cap of the cgroup process `pid` is in (None: not capped)."""
+    hierarchy = find_hierarchy(Path(f"/proc/{pid}"))
+    if hierarchy.version == 1:
+        limit = (hierarchy.memory_parent / "memory.limit_in_bytes").read_text().split()[0]
+    else:  # v2: the group itself, not its parent
+        own = next(line.split("::", 1)[1] for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines() if line.startswith("0::"))
+        limit = (Path("/sys/fs/cgroup") / own.lstrip("/") / "memory.max").read_text().split()[0]
+    return None if limit == "max" or int(limit) > 1 << 50 else int(limit) / 2**20
+
+
 def test_concurrent_first_requests_load_the_model_once(runs, tmp_path):
     with endpoint_at(runs, tmp_path) as (base, endpoint):
         name = next(m.name for m in endpoint.models.values() if m.signature.inputs[0].dims[-1] == 32)
@@ -97,6 +110,10 @@ def test_concurrent_first_requests_load_the_model_once(runs, tmp_path):
         state = model_state(base, name)
         assert state["loads"] == {"first": 1} and state["workers"] == 1
         assert len({a.headers["x-worker-pid"] for a in answers}) == 1
+        listing = httpx.get(f"{base}/models").json()
+        assert listing["confined"] == (unavailable_reason() is None) and (listing["confined"] or listing["confinement_reason"])
+        if listing["confined"]:  # the worker runs capped at its combination's memory size, as its measurement did
+            assert memory_cap_mb(state["worker_pids"][0]) == 1024
         again = httpx.post(f"{base}/invocations/{name}", json={"inputs": {"pixels": image(SIZES[0]).tolist()}}, timeout=60)
         assert again.status_code == 200 and again.headers["x-cold-load"] == "0"
         assert np.allclose(again.json()["outputs"]["linear"], outputs[0], atol=1e-5)

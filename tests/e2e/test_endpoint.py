@@ -52,11 +52,12 @@ def runs(tmp_path_factory):
 
 
 @contextlib.contextmanager
-def endpoint_at(runs, tmp_path, *, budget_mb=8000, max_workers=1, max_body_bytes=1 << 20):
+def endpoint_at(runs, tmp_path, *, budget_mb=8000, max_workers=1, max_body_bytes=1 << 20, max_queue=32):
     """The endpoint over HTTP on a free loopback port: (base URL, Endpoint)."""
     data, run_ids = runs
     models = served_models(LocalFolderStore(data), run_ids, tmp_path)
-    endpoint = Endpoint(models, budget_mb=budget_mb, policy=ScalingPolicy(max_workers=max_workers, idle_s=60), work_dir=tmp_path).start()
+    endpoint = Endpoint(models, budget_mb=budget_mb, policy=ScalingPolicy(max_workers=max_workers, idle_s=60),
+                        max_queue=max_queue, work_dir=tmp_path).start()
     try:
         with ServerThread(create_app(endpoint, max_body_bytes=max_body_bytes)) as url:
             yield url, endpoint
@@ -180,6 +181,19 @@ def test_bad_requests_are_refused_with_the_reason_and_the_endpoint_stays_up(runs
         metrics = httpx.get(f"{base}/metrics").text
         assert 'ayci_requests_total{model="(unknown)",status="404"} 1.0' in metrics
         assert f'ayci_requests_total{{model="{name}",status="422"}} 4.0' in metrics
+
+
+def test_overload_is_refused_with_retry_after_never_queued_without_bound(runs, tmp_path):
+    with endpoint_at(runs, tmp_path, max_queue=2, max_body_bytes=64 << 20) as (base, endpoint):
+        name = next(m.name for m in endpoint.models.values() if m.signature.inputs[0].dims[-1] == 40)
+        body = npy(image(SIZES[1], batch=32))
+        with ThreadPoolExecutor(12) as pool:
+            answers = list(pool.map(lambda _: httpx.post(f"{base}/invocations/{name}", content=body, timeout=120), range(12)))
+        refused = [a for a in answers if a.status_code == 503]
+        assert refused and all(a.status_code == 200 for a in answers if a not in refused)
+        assert all(int(a.headers["retry-after"]) >= 1 and "queued already" in a.json()["detail"] for a in refused)
+        assert model_state(base, name)["queue_depth"] == 0
+        assert httpx.post(f"{base}/invocations/{name}", content=npy(image(SIZES[1])), timeout=120).status_code == 200
 
 
 def test_a_run_that_cannot_be_served_is_refused_at_start_with_the_reason(runs, tmp_path, capsys):

@@ -87,6 +87,15 @@ class MeasureSpec:
         return max(1, min(host_cores(), math.floor(self.vcpus + 1e-9)))
 
 
+def engine_env(threads: int, env_extra: dict | None = None) -> dict:
+    """The environment of a process that runs an engine on `threads` threads (this repository
+    importable, every library's thread pool sized to the vCPUs)."""
+    return {
+        **os.environ, "OMP_NUM_THREADS": str(threads), "TVM_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+        "PYTHONPATH": str(REPO_ROOT), "TVM_USE_RUNTIME_LIB": "1", **(env_extra or {}),
+    }
+
+
 def measure(spec: MeasureSpec, python_command: list[str] | None = None, env_extra: dict | None = None) -> dict:
     """Run one measurement in a fresh, confined process; its report (see `measure.py`) plus
     the settings it ran under: `confined`, `confinement_reason`, `vcpus`, `threads`, `load`,
@@ -170,11 +179,7 @@ def _run_child(spec: MeasureSpec, group: MeasurementGroup | None, python_command
                 }
             )
         )
-        threads = str(spec.threads)
-        env = {
-            **os.environ, "OMP_NUM_THREADS": threads, "TVM_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
-            "PYTHONPATH": str(REPO_ROOT), "TVM_USE_RUNTIME_LIB": "1", **(env_extra or {}),
-        }
+        env = engine_env(spec.threads, env_extra)
         before = LoadSample.now()
         spawned_at = time.time()
         command = [*(python_command or [sys.executable]), "-m", "services.inference.measure", str(spec_path), repr(spawned_at)]

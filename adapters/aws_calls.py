@@ -1,5 +1,6 @@
 """A record of the AWS actions this process calls, to check them against the IAM policies
-the template grants (`tests/integration/test_iam_grants.py`).
+the template grants (`tests/integration/test_aws_pipeline.py` for the services on LocalStack,
+`tests/unit/test_measuring_function.py` for the Lambda control plane of the measuring functions).
 
 Off unless `AYCI_RECORD_AWS_CALLS` names a folder: then every boto3/aiobotocore client made
 by the adapters appends one line per API call, `service:Operation`, to a file of this
@@ -25,12 +26,15 @@ _S3_ACTIONS = {
     "CompleteMultipartUpload": "s3:PutObject",
     "AbortMultipartUpload": "s3:AbortMultipartUpload",
 }
-_SIGNING_PREFIX = {"sqs": "sqs", "s3": "s3", "events": "events", "ses": "ses", "sesv2": "ses"}
+_LAMBDA_ACTIONS = {"Invoke": "lambda:InvokeFunction"}
+_SIGNING_PREFIX = {"sqs": "sqs", "s3": "s3", "events": "events", "ses": "ses", "sesv2": "ses", "lambda": "lambda"}
 
 
 def iam_action(service: str, operation: str) -> str:
     if service == "s3" and operation in _S3_ACTIONS:
         return _S3_ACTIONS[operation]
+    if service == "lambda" and operation in _LAMBDA_ACTIONS:
+        return _LAMBDA_ACTIONS[operation]
     return f"{_SIGNING_PREFIX.get(service, service)}:{operation}"
 
 

@@ -93,4 +93,16 @@ def aws_runner(name: str, settings: Settings, wiring: AwsWiring | None = None) -
         from adapters.ses import SesMailer
 
         mailer = SesMailer(settings.sender_email)
-    return ServiceRunner(build_service(name, wiring.store, settings, mailer), wiring.store, wiring.publisher)
+    parts = {"inference": {"functions": measuring_functions(settings)}} if name == "inference" else None
+    return ServiceRunner(build_service(name, wiring.store, settings, mailer, parts=parts), wiring.store, wiring.publisher)
+
+
+def measuring_functions(settings: Settings):
+    """The measuring Lambda functions the settings name (`AYCI_MEASURE_FUNCTION_INTEL` /
+    `_ARM`), or None: then inference measures in its own worker, as locally."""
+    functions = {"intel": settings.measure_function_intel, "arm": settings.measure_function_arm}
+    if not any(functions.values()):
+        return None
+    from adapters.lambda_sizes import LambdaSizes
+
+    return LambdaSizes(functions, settings.bucket, keep_idle_s=settings.measure_alias_keep_idle_s)

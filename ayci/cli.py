@@ -228,6 +228,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     console.print(f"to measure {totals['to_measure']}, reused {totals['reused']}, impossible {totals['impossible']}{predicted}; "
                   f"estimated wall time {totals['estimated_wall_s'] / 60:.1f} min; "
                   f"measuring as Lambda invocations ≈ ${totals['estimated_benchmark_cost_usd']:.4f}")
+    console.print(f"on the AWS deployment (python -m ayci.infra deploy), this run ≈ ${plan.aws_run_cost_usd:.4f} "
+                  "(measuring functions, the inference functions waiting for them, conversions)")
     return 0
 
 
@@ -332,8 +334,8 @@ def run_on_localstack(args: argparse.Namespace, settings: Settings, model_path: 
 
 
 def follow_store(store, run_id: str, combo_keys: list[str], timeout_s: float, processes=None) -> int:
-    """Wait for a run on the real path, showing its progress, and print the table. Reads
-    each planned combination's outcome by key. A service process that dies is restarted."""
+    """Wait for a run on the real path, showing its progress (one listing of its outcomes a
+    second), and print the table. A service process that dies is restarted."""
     import time
 
 
@@ -344,7 +346,7 @@ def follow_store(store, run_id: str, combo_keys: list[str], timeout_s: float, pr
         while not store.exists(keys.summary(run_id)):
             if time.monotonic() > deadline:
                 raise UsageError(f"run {run_id} did not end within --timeout {timeout_s:.0f} s")
-            progress.update(task, completed=sum(store.exists(keys.outcome(run_id, k)) for k in combo_keys))
+            progress.update(task, completed=keys.outcomes_in(store.list_keys(keys.outcomes_prefix(run_id))))
             for name in processes.restart_dead() if processes is not None else []:
                 err.print(f"[yellow]{name} died: restarted it (log: {processes.log_dir / (name + '.log')})[/yellow]")
             time.sleep(1)
@@ -531,6 +533,120 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def build_endpoint(args: argparse.Namespace, work_dir: Path):
+    """The endpoint of `ayci endpoint` / `ayci loadtest`: each run's pick (or chosen
+    combination), refused with the reason when a run cannot be served."""
+    import psutil
+
+    from adapters.local_store import LocalFolderStore
+    from serving.endpoint import Endpoint
+    from serving.models import NotServable, served_models
+    from serving.scaling import ScalingPolicy
+
+    settings = Settings(data_dir=args.data_dir) if args.data_dir else Settings()
+    specs = [s.strip() for s in args.runs.split(",") if s.strip()]
+    if not specs:
+        raise UsageError("name at least one run: RUN_ID[:COMBINATION][,RUN_ID...]")
+    try:
+        models = served_models(LocalFolderStore(settings.data_dir), specs, work_dir)
+        budget = args.memory_budget or int(psutil.virtual_memory().available / 2**20 * 0.8)
+        return Endpoint(models, budget_mb=budget, policy=ScalingPolicy(max_workers=args.max_workers, idle_s=args.idle_time),
+                        max_queue=args.max_queue, work_dir=work_dir)
+    except (NotServable, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def cmd_endpoint(args: argparse.Namespace) -> int:
+    """Serve runs' picks behind one HTTP endpoint (`serving/`) until interrupted."""
+    import tempfile
+
+    import uvicorn
+
+    from serving.app import create_app
+
+    with tempfile.TemporaryDirectory(prefix="ayci-endpoint-") as tmp:
+        endpoint = build_endpoint(args, Path(tmp))
+        warn_if_unconfined()
+        for model in endpoint.models.values():
+            err.print(f"{model.name}: run {model.run_id}, {model.label} ({model.chosen_by}) at POST /invocations/{model.name}")
+        err.print(f"serving http://{args.host}:{args.port} (budget {endpoint.budget.budget_mb} MB, up to {args.max_workers} workers a model; "
+                  "GET /models, GET /metrics)")
+        endpoint.start()
+        try:
+            uvicorn.run(create_app(endpoint, max_body_bytes=int(args.max_body_mb * 2**20)), host=args.host, port=args.port, log_level="warning")
+        finally:
+            endpoint.close()
+    return 0
+
+
+def cmd_loadtest(args: argparse.Namespace) -> int:
+    """Start the endpoint, drive it with Locust (`serving/loadtest.py`) and print what it
+    did beside the traffic simulation's prediction for the same arrivals."""
+    import json
+    import tempfile
+    from datetime import UTC, datetime
+
+    from rich.table import Table
+
+    from core.traffic import TrafficError, parse_duration
+    from serving.app import create_app
+    from serving.loadtest import LoadPlan, TOLERANCE, run_loadtest
+
+    try:
+        plan = LoadPlan(rps=args.rps, duration_s=parse_duration(args.duration, "duration"), pattern=args.pattern)
+    except (TrafficError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    out = Path(args.out) if args.out else Path(".ayci") / "loadtest" / datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    with tempfile.TemporaryDirectory(prefix="ayci-endpoint-") as tmp:
+        endpoint = build_endpoint(args, Path(tmp))
+        warn_if_unconfined()
+        err.print(f"load test: {plan.pattern}, {plan.rps:g} req/s for {plan.duration_s:g} s against {', '.join(endpoint.models)} ...")
+        endpoint.start()
+        try:
+            report = run_loadtest(endpoint, plan, out, create_app(endpoint, max_body_bytes=int(args.max_body_mb * 2**20)))
+        finally:
+            endpoint.close()
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return 0
+    console = Console(width=max(Console().width, 150))
+    for name, row in report["models"].items():
+        seen, guess = row["observed"], row["predicted"] or {}
+        table = Table(title=f"{name}: {row['combination']} of run {row['run_id']}")
+        for title in ("", "requests", "errors", "p50 ms", "p99 ms", "cold share", "cold loads", "evictions", "peak workers"):
+            table.add_column(title)
+        errors = ", ".join(f"{n} x {code}" for code, n in seen["errors"].items()) or "0"
+        loads = ", ".join(f"{n} {kind}" for kind, n in seen["loads"].items()) or "0"
+        table.add_row("load test", str(seen["requests"]), errors, f"{seen['p50_ms']:.1f}", f"{seen['p99_ms']:.1f}", f"{seen['cold_share']:.2%}",
+                      loads, str(seen["evictions"]), str(seen["peak_workers"]))
+        note = f"{seen['waited_for_load']} requests waited for a cold load ({seen['waited_share']:.2%})"
+        if guess:
+            table.add_row(f"simulated, at most {args.max_workers} workers", str(guess["simulated_requests"]), "-", f"{guess['p50_ms']:.1f}",
+                          f"{guess['p99_ms']:.1f}", f"{guess['cold_share']:.2%}", str(guess["cold_starts"]), "-", f"{guess['peak_instances']}")
+            lam = guess["lambda"]
+            table.add_row("simulated Lambda pool", str(guess["simulated_requests"]), "-", f"{lam['p50_ms']:.1f}", f"{lam['p99_ms']:.1f}",
+                          f"{lam['cold_share']:.2%}", "-", "-", f"{lam['peak_instances']} instances")
+        console.print(table)
+        console.print(note, highlight=False)
+        comparison = row["comparison"]
+        if guess:
+            verdict = {True: "within", False: "outside", None: "not compared"}
+            console.print(f"p99 {verdict[comparison['p99_within']]} ±{TOLERANCE:.0%} of the prediction (at most {args.max_workers} workers), "
+                          "cold-start share "
+                          f"{verdict[comparison['cold_share_within']]}", highlight=False)
+        for reason in comparison["explained"]:
+            console.print(f"  - {reason}", highlight=False)
+    samples = json.loads((out / "samples.json").read_text())
+    for name in report["models"]:
+        per_second = [s["models"][name]["workers"] + s["models"][name]["starting"] for s in samples[::4] if name in s["models"]]
+        console.print(f"{name} workers, each second: {' '.join(map(str, per_second))}", highlight=False)
+    console.print(f"plot: {report['plot']}  requests: {out / 'requests.csv'}  report: {out / 'report.json'}", highlight=False)
+    if report["locust"]["exit_code"] not in (0, 1):  # 1: some requests failed, which the table shows
+        err.print(f"locust exited with {report['locust']['exit_code']}: {report['locust']['tail'][-500:]}")
+        return 1
+    return 0
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
     """Cancel a run on the real path (a deployed stack: AYCI_BUCKET, AYCI_BUS_NAME, or
     --stack on LocalStack); `ayci serve`'s runs are cancelled from its page or API."""
@@ -649,6 +765,27 @@ def parser() -> argparse.ArgumentParser:
     profile.add_argument("--data-dir", help="the local object store (default .ayci/data)")
     profile.add_argument("--json", action="store_true")
     profile.set_defaults(func=cmd_profile)
+    serving = argparse.ArgumentParser(add_help=False)  # options of the endpoint, and of the load test that starts one
+    serving.add_argument("runs", help="RUN_ID[:COMBINATION][,RUN_ID...]: each run's recommended combination, or the one named "
+                         "(e.g. RUN_ID:intel/onnx/b1/1769MB)")
+    serving.add_argument("--memory-budget", type=int, help="MB the workers may reserve together (each its combination's memory size); "
+                         "default 80%% of the memory available")
+    serving.add_argument("--max-workers", type=int, default=2, help="workers per model at most")
+    serving.add_argument("--idle-time", type=float, default=30.0, help="seconds a worker may idle before it is stopped (one stays)")
+    serving.add_argument("--max-queue", type=int, default=32, help="requests queued per model; beyond: 503 with Retry-After")
+    serving.add_argument("--max-body-mb", type=float, default=16.0, help="the largest request body (413 beyond)")
+    serving.add_argument("--data-dir", help="the local object store (default .ayci/data)")
+    endpoint = sub.add_parser("endpoint", parents=[serving], help="serve runs' picks behind one HTTP endpoint (many models, LRU, scaling workers)")
+    endpoint.add_argument("--host", default="127.0.0.1")
+    endpoint.add_argument("--port", type=int, default=8080)
+    endpoint.set_defaults(func=cmd_endpoint)
+    loadtest = sub.add_parser("loadtest", parents=[serving], help="start the endpoint, drive it with Locust, compare with the traffic simulation")
+    loadtest.add_argument("--rps", type=float, required=True, help="requests per second (the base rate for spiky), over all the models")
+    loadtest.add_argument("--duration", default="60s", help="how long to drive it, e.g. 90s, 5m")
+    loadtest.add_argument("--pattern", default="steady", choices=["steady", "spiky"], help="spiky: 10x bursts in the middle of each half")
+    loadtest.add_argument("--out", help="where the plot, the requests and the report go (default .ayci/loadtest/TIME)")
+    loadtest.add_argument("--json", action="store_true")
+    loadtest.set_defaults(func=cmd_loadtest)
     example = sub.add_parser("example-model", help="write an example model as .pt2")
     example.add_argument("--workload", default="image_classification")
     example.add_argument("--input-size")

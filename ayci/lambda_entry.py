@@ -56,3 +56,32 @@ def make_dead_letter_handler():
         return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
 
     return handler
+
+
+def make_measuring_handler():
+    """`handler(event, context)` of the measuring functions (`MeasureIntelFunction`,
+    `MeasureArmFunction`): the event is a `MeasureRequest`, invoked synchronously through a
+    memory-size alias by the inference service; the answer is a `MeasureAnswer`."""
+    store = None
+
+    def handler(event: dict, context) -> dict:
+        nonlocal store
+        from pydantic import ValidationError
+
+        from schemas.measuring import MeasureAnswer, MeasureRequest
+        from services.inference.measuring_function import measure_in_this_function
+
+        if store is None:
+            from adapters.aws import S3Store
+
+            configure_logging("json")
+            store = S3Store(Settings().bucket)
+        try:
+            request = MeasureRequest.model_validate(event)
+        except ValidationError as exc:
+            return MeasureAnswer(failed=f"not a measuring request: {exc}").model_dump(mode="json", exclude_none=True)
+        memory = getattr(context, "memory_limit_in_mb", None)
+        answer = measure_in_this_function(request, store, memory_limit_mb=int(memory) if memory else None)
+        return answer.model_dump(mode="json", exclude_none=True)
+
+    return handler

@@ -31,6 +31,12 @@ class Settings(BaseSettings):
     results_url: str = "http://127.0.0.1:8000"
     # at-least-once drills: publish every event this many times (consumers must not care)
     publish_copies: int = 1
+    # AWS: the measuring Lambda functions (one per architecture) the inference service measures
+    # in, configured per memory size on demand (adapters/lambda_sizes.py). Unset: measure in the
+    # inference worker itself (confined by cgroups), as on the embedded default and LocalStack.
+    measure_function_intel: str = ""
+    measure_function_arm: str = ""
+    measure_alias_keep_idle_s: float = 3600.0  # a memory-size alias unused for this long is deleted
 
     # the request service (HTTP API and web page)
     api_keys: str = ""  # "key1:owner1,key2:owner2"; every route but the page needs a key

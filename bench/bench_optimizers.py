@@ -1,4 +1,4 @@
-"""torch vs ONNX Runtime (untuned and tuned) vs TVM (tuned), side by side in one run on this machine.
+"""torch vs ONNX Runtime (untuned, tuned, int8) vs TVM (tuned), side by side in one run on this machine.
 
 Models: the example ResNet-18 at batch 1 (224x224), the example BERT-style encoder at batch 1
 (sequence 128) and the example detector (320x320). ONNX Runtime runs twice: with the default
@@ -71,7 +71,7 @@ def _model_ref(path: Path, workload: str, input_size: list[int]):
 
 def convert_all(name: str, workdir: Path, trials: int, threads: int) -> dict:
     """Export the example model, convert it for onnx and tvm (twice), return paths and times."""
-    from engines import ConversionJob, onnx_engine, tvm_engine
+    from engines import ConversionJob, onnx_engine, onnx_int8_engine, tvm_engine
     from workloads.examples import export_example
 
     workload, size = MODELS[name]
@@ -96,6 +96,8 @@ def convert_all(name: str, workdir: Path, trials: int, threads: int) -> dict:
     started = time.perf_counter()
     onnx = onnx_engine.convert(job(model_dir / "onnx", 0, None))
     result["onnx"] = {"artifact": str(model_dir / "onnx" / onnx.artifact_file), "conversion_s": time.perf_counter() - started}
+    int8 = onnx_int8_engine.convert(job(model_dir / "onnx_int8", 0, None))
+    result["onnx_int8"] = {"artifact": str(model_dir / "onnx_int8" / int8.artifact_file), "conversion_s": int8.conversion_s}
 
     load_before = _load_average()
     first = tvm_engine.convert(job(model_dir / "tvm", trials, tuning_dir))
@@ -121,7 +123,7 @@ def measure(name: str, converted: dict, workdir: Path, threads: int, iterations:
     """p50 latency (ms) per engine, each round running every engine once in its own process."""
     import numpy as np
 
-    from engines import base_engine, onnx_engine, tvm_engine
+    from engines import base_engine, onnx_engine, onnx_int8_engine, tvm_engine
     from workloads import workload_module
 
     module = workload_module(converted["workload"])
@@ -129,12 +131,14 @@ def measure(name: str, converted: dict, workdir: Path, threads: int, iterations:
     inputs_path = workdir / name / "inputs.npz"
     np.savez(inputs_path, __names__=np.frombuffer(json.dumps(list(inputs)).encode(), dtype=np.uint8), **inputs)
 
-    artifacts = {"base": converted["pt2"], "onnx": converted["onnx"]["artifact"], "tvm": converted["tvm"]["artifact"]}
+    artifacts = {"base": converted["pt2"], "onnx": converted["onnx"]["artifact"], "tvm": converted["tvm"]["artifact"],
+                 "onnx_int8": converted["onnx_int8"]["artifact"]}
     reference = base_engine.load(Path(artifacts["base"]), threads)(inputs)
     tuned = tuned_settings(converted, inputs, reference, threads, workdir / name)
     agreement = {
         "onnx": module.agreement(reference, onnx_engine.load(Path(artifacts["onnx"]), threads)(inputs)).as_dict(),
         "tvm": module.agreement(reference, tvm_engine.load(Path(artifacts["tvm"]), threads)(inputs)).as_dict(),
+        "onnx_int8": module.agreement(reference, onnx_int8_engine.load(Path(artifacts["onnx_int8"]), threads)(inputs)).as_dict(),
     }
     runs = {**{engine: (engine, artifact, []) for engine, artifact in artifacts.items()},
             "onnx_tuned": ("onnx", artifacts["onnx"], [json.dumps(tuned["settings"])])}
@@ -188,18 +192,20 @@ def main() -> int:
         (args.workdir / "results.json").write_text(json.dumps(results, indent=2, default=str))
 
     print(f"\ntrials per model {args.trials}, threads {args.threads}, {os.cpu_count()} CPUs")
-    header = (f"{'model':10} {'torch ms':>9} {'ort ms':>8} {'tuned ms':>8} {'tvm ms':>8} {'tuned/ort':>9} {'tvm/tuned':>9} {'torch/tuned':>11} "
+    header = (f"{'model':10} {'torch ms':>9} {'ort ms':>8} {'tuned ms':>8} {'tvm ms':>8} {'int8 ms':>8} {'tuned/ort':>9} {'tvm/tuned':>9} {'torch/tuned':>11} {'int8/tuned':>10} "
               f"{'ort conv s':>10} {'tvm conv s':>10} {'tvm tune s':>10} {'2nd conv s':>10} {'load':>9}")
     print(header)
     for name, r in results["models"].items():
         p = r["p50_ms"]
         print(
-            f"{name:10} {p['base']:9.2f} {p['onnx']:8.2f} {p['onnx_tuned']:8.2f} {p['tvm']:8.2f} {p['onnx_tuned'] / p['onnx']:9.2f} "
-            f"{p['tvm'] / p['onnx_tuned']:9.2f} {p['base'] / p['onnx_tuned']:11.2f} {r['onnx']['conversion_s']:10.1f} {r['tvm']['conversion_s']:10.1f} "
+            f"{name:10} {p['base']:9.2f} {p['onnx']:8.2f} {p['onnx_tuned']:8.2f} {p['tvm']:8.2f} {p['onnx_int8']:8.2f} {p['onnx_tuned'] / p['onnx']:9.2f} "
+            f"{p['tvm'] / p['onnx_tuned']:9.2f} {p['base'] / p['onnx_tuned']:11.2f} {p['onnx_int8'] / p['onnx_tuned']:10.2f} "
+            f"{r['onnx']['conversion_s']:10.1f} {r['tvm']['conversion_s']:10.1f} "
             f"{r['tvm']['tuning_s']:10.1f} {r['tvm_second']['wall_s']:10.1f} {r['load_average']['min']:4.1f}-{r['load_average']['max']:.1f}"
         )
         print(f"{'':10} tuned ORT settings {r['onnx_tuned_settings']}")
-        print(f"{'':10} agreement onnx {r['agreement']['onnx']}, tvm {r['agreement']['tvm']}; tvm tasks tuned {r['tvm']['details'].get('tasks')}")
+        print(f"{'':10} agreement onnx {r['agreement']['onnx']}, tvm {r['agreement']['tvm']}, onnx_int8 {r['agreement']['onnx_int8']}; "
+              f"tvm tasks tuned {r['tvm']['details'].get('tasks')}")
     return 0
 
 

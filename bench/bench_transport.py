@@ -136,10 +136,13 @@ RESUBMITTED_MATRIX = {"optimizers": {"intel": ["base", "onnx", "tvm"], "arm": ["
 
 
 def resubmission_s(store, publisher, model_path: Path, example: dict, drive=None, poll: float = 0.01) -> float:
-    """Seed a stored result for each of 1,536 combinations (copies of `example`), submit the
-    matrix without force, and time it to its summary."""
+    """Seed a stored result for each of 1,536 combinations (copies of `example`) and the pack
+    the run that measured them would have left, submit the matrix without force, and time it
+    to its summary."""
     from concurrent.futures import ThreadPoolExecutor
+    from datetime import UTC, datetime
 
+    from core.results import pack_results
     from schemas.combos import Matrix, combo_key
     from schemas.events import RequestSubmitted
     from services.request.submission import new_run, store_model
@@ -148,14 +151,17 @@ def resubmission_s(store, publisher, model_path: Path, example: dict, drive=None
     matrix = Matrix.model_validate(RESUBMITTED_MATRIX)
     seed_run = f"seed-{uuid.uuid4().hex[:8]}"
 
-    def seed(combo) -> None:
+    def seed(combo) -> tuple[str, dict]:
         key = combo_key(model, combo)
-        data = json.dumps({**example, "combo": combo.model_dump(mode="json"), "combo_key": key, "run_id": seed_run}).encode()
-        store.put_bytes(keys.result_version(key, seed_run), data)
-        store.put_bytes(keys.result(key), data)
+        document = {**example, "combo": combo.model_dump(mode="json"), "combo_key": key, "run_id": seed_run}
+        store.put_bytes(keys.result_version(key, seed_run), json.dumps(document).encode())
+        store.put_bytes(keys.result(key), json.dumps(document).encode())
+        return keys.result_version(key, seed_run), document
 
     with ThreadPoolExecutor(max_workers=16) as pool:
-        list(pool.map(seed, matrix.combos()))
+        seeded = dict(pool.map(seed, matrix.combos()))
+    # as the archiver leaves an archived run that measured them: its pack of results
+    pack_results(store, model.sha256, seed_run, datetime.now(UTC), seeded)
     envelope = new_run(RequestSubmitted(model=model, matrix=matrix))
     started = time.perf_counter()
     publisher.publish([envelope])

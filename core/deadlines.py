@@ -12,7 +12,7 @@ from schemas.events import RequestSubmitted
 DEFAULT_DEADLINE_S = 3600.0
 # rough costs on one machine (measurements run one at a time)
 MEASUREMENT_ESTIMATE_S = 60.0  # cold start, warm-up, samples up to the time cap, per combination
-CONVERSION_ESTIMATE_S = {Optimizer.base: 10.0, Optimizer.onnx: 30.0, Optimizer.tvm: 120.0}
+CONVERSION_ESTIMATE_S = {Optimizer.base: 10.0, Optimizer.onnx: 30.0, Optimizer.tvm: 120.0, Optimizer.onnx_int8: 45.0}
 TUNING_TRIAL_ESTIMATE_S = 2.0
 
 

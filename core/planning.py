@@ -19,7 +19,7 @@ from pathlib import Path
 from core.deadlines import CONVERSION_ESTIMATE_S, MEASUREMENT_ESTIMATE_S, TUNING_TRIAL_ESTIMATE_S
 from core.ports import NotFound, ObjectStore
 from core.results import reused_result
-from schemas.combos import Combo, ModelFormat, Optimizer, combo_key
+from schemas.combos import Combo, Hardware, ModelFormat, Optimizer, combo_key
 from schemas import keys
 from schemas.cost import load_prices
 from schemas.documents import ModelInfo
@@ -32,6 +32,10 @@ from workloads.binding import BindingError, bind, bound_shapes
 # import, measured here: torch 219 MB, onnxruntime 45 MB; TVM's runtime library alone ~95 MB):
 # "certain out of memory" must be certain, so the floors are below what was measured
 RUNTIME_FLOOR_MB = {"torch": 200, "onnxruntime": 40, "tvm": 80}
+# the AWS deployment (infra/template.yaml): the converter function's memory, and the inference
+# function's, which waits for the measuring function of each combination's size
+AWS_CONVERTER_MB = 3008
+AWS_INFERENCE_MB = 256
 
 Shapes = dict[str, tuple[tuple[int, ...], str]]
 
@@ -39,7 +43,7 @@ Shapes = dict[str, tuple[tuple[int, ...], str]]
 def runtime_floor_mb(optimizer: Optimizer, model_format: ModelFormat) -> int:
     if optimizer == Optimizer.base:
         return RUNTIME_FLOOR_MB["torch" if model_format == ModelFormat.pt2 else "onnxruntime"]
-    return RUNTIME_FLOOR_MB["onnxruntime" if optimizer == Optimizer.onnx else "tvm"]
+    return RUNTIME_FLOOR_MB["onnxruntime" if optimizer in (Optimizer.onnx, Optimizer.onnx_int8) else "tvm"]
 
 
 def model_signature(store: ObjectStore, sha256: str) -> ModelSignature | None:
@@ -114,6 +118,9 @@ class PlannedCombo:
 class Plan:
     combos: list[PlannedCombo] = field(default_factory=list)
     benchmark_cost_usd: float = 0.0  # what measuring would cost as Lambda invocations
+    # the run on the AWS deployment: the measuring functions (the above), the inference
+    # functions waiting for them and the converter function (requests, S3, SQS: cents per thousand)
+    aws_run_cost_usd: float = 0.0
 
     def count(self, state: str) -> int:
         return sum(c.state == state for c in self.combos)
@@ -165,5 +172,8 @@ def plan_run(request: RequestSubmitted, signature: ModelSignature | None, store:
             conversion = CONVERSION_ESTIMATE_S[combo.optimizer] + (
                 request.tuning_trials * TUNING_TRIAL_ESTIMATE_S if combo.optimizer == Optimizer.tvm else 0.0)
         plan.combos.append(PlannedCombo(key, combo, "measure", conversion_s=conversion, measurement_s=MEASUREMENT_ESTIMATE_S))
-        plan.benchmark_cost_usd += MEASUREMENT_ESTIMATE_S * combo.memory_mb / 1024 * prices.per_gb_second(combo.hardware)
+        measuring = MEASUREMENT_ESTIMATE_S * combo.memory_mb / 1024 * prices.per_gb_second(combo.hardware)
+        plan.benchmark_cost_usd += measuring
+        plan.aws_run_cost_usd += (measuring + MEASUREMENT_ESTIMATE_S * AWS_INFERENCE_MB / 1024 * prices.per_gb_second(combo.hardware)
+                                  + conversion * AWS_CONVERTER_MB / 1024 * prices.per_gb_second(Hardware.intel))
     return plan

@@ -92,3 +92,29 @@ class Uploader(Protocol):
         ...
 
     def discard(self, owner: str, sha256: str) -> None: ...
+
+
+class MeasurementRefused(Exception):
+    """A measuring function could not or did not measure a combination; `reason` says why
+    (an artifact too large for its ephemeral storage, a memory size the account is not
+    offered, out of memory, a timeout). The combination fails with it; the run goes on."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class MeasuringFunctions(Protocol):
+    """Functions of the memory size and architecture a combination needs, made on demand
+    (AWS Lambda: `adapters/lambda_sizes.py`). Each call measures in a function configured
+    exactly so; concurrent calls for other sizes never reconfigure it under each other."""
+
+    def serves(self, hardware: str) -> bool:
+        """Whether a measuring function is deployed for `hardware` (intel, arm)."""
+        ...
+
+    def measure(self, *, hardware: str, memory_mb: int, request: dict, staged_keys: list[str]) -> dict:
+        """Invoke the `hardware` function at `memory_mb` with `request`, its ephemeral storage
+        sized for the objects `staged_keys` it downloads; the report it returns.
+        `MeasurementRefused` with the reason when it cannot or did not measure."""
+        ...

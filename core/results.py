@@ -5,13 +5,16 @@ re-measurement adds a version; it never changes what another run's summary refer
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+
 import structlog
 
 from core.ports import NotFound, ObjectStore
 from schemas import keys
 from schemas.combos import MEASUREMENT_VERSION
-from schemas.documents import CombinationProfile, MeasuredResult
-from schemas.events import InferenceDone
+from schemas.documents import CombinationProfile, MeasuredResult, ResultBundle
+from schemas.events import InferenceDone, SchemaError
 
 log = structlog.get_logger()
 
@@ -25,23 +28,68 @@ def keep_result(store: ObjectStore, result: MeasuredResult) -> str:
     return version
 
 
-def reused_result(store: ObjectStore, combo_key: str) -> InferenceDone | None:
-    """The `InferenceDone` that reuses the latest stored result of `combo_key` (None if none),
-    naming its exact version (the latest key itself for a result stored before versions).
-    A stale result is never reused (None: measure again): one of another measurement version,
-    one without the environment it was measured in, one that does not read."""
-    if not store.exists(keys.result(combo_key)):
-        return None
+def latest_result(store: ObjectStore, combo_key: str) -> tuple[str, MeasuredResult] | None:
+    """The latest stored result of `combo_key` and the key of its exact version, or None if
+    there is none or it is stale: of another measurement version, without the environment it
+    was measured in, or unreadable (measure again). One read: a result of the current
+    measurement version was written by `keep_result`, so its version exists."""
     try:
-        latest = MeasuredResult.read(store.get_bytes(keys.result(combo_key)))
+        return _fresh(combo_key, store.get_bytes(keys.result(combo_key)))
+    except NotFound:
+        return None
+
+
+def _fresh(combo_key: str, document: bytes | dict) -> tuple[str, MeasuredResult] | None:
+    try:
+        latest = MeasuredResult.read(document)
     except (ValueError, KeyError, TypeError) as exc:
         log.info("stored_result_stale", combo_key=combo_key, reason=f"unreadable: {type(exc).__name__}")
         return None
     if latest.measurement_version != MEASUREMENT_VERSION or latest.environment is None:
         log.info("stored_result_stale", combo_key=combo_key, measurement_version=latest.measurement_version)
         return None
-    version = keys.result_version(combo_key, latest.run_id)
-    return latest.inference_done(result_key=version if store.exists(version) else keys.result(combo_key), reused=True)
+    return keys.result_version(combo_key, latest.run_id), latest
+
+
+LOOKUPS = 16  # concurrent reads of stored results
+PACKS_READ = 8  # at most this many of a model's newest packs, then one read per combination left
+
+
+def latest_results(store: ObjectStore, model_sha256: str, combo_keys: list[str]) -> dict[str, tuple[str, MeasuredResult]]:
+    """`latest_result` of many combinations of one model: first from the model's result packs,
+    newest first (the latest result of a finished run: a handful of reads for a resubmitted
+    matrix), then one read per combination no pack holds, concurrently."""
+    found: dict[str, tuple[str, MeasuredResult]] = {}
+    wanted = set(combo_keys)
+    for pack_key in sorted(store.list_keys(keys.result_packs_prefix(model_sha256)), reverse=True)[:PACKS_READ]:
+        if not wanted - found.keys():
+            break
+        try:
+            pack = ResultBundle.read(store.get_bytes(pack_key))
+        except (NotFound, SchemaError) as exc:
+            log.warning("result_pack_unreadable", pack=pack_key, reason=str(exc)[:200])
+            continue
+        for document in pack.results.values():
+            key = document.get("combo_key")
+            if key in wanted and key not in found and (fresh := _fresh(key, document)) is not None:
+                found[key] = fresh
+    left = [k for k in combo_keys if k not in found]
+    with ThreadPoolExecutor(max_workers=LOOKUPS) as pool:
+        found |= {k: f for k, f in zip(left, pool.map(lambda k: latest_result(store, k), left), strict=True) if f is not None}
+    return found
+
+
+def pack_results(store: ObjectStore, model_sha256: str, run_id: str, archived_at: datetime, measured: dict[str, dict]) -> None:
+    """Keep the results a run measured (result key -> document) in one pack of its model."""
+    if measured:
+        store.put_bytes(keys.result_pack(model_sha256, archived_at, run_id), ResultBundle(results=measured).to_bytes())
+
+
+def reused_result(store: ObjectStore, combo_key: str) -> InferenceDone | None:
+    """The `InferenceDone` that reuses the latest stored result of `combo_key` (None if none
+    or stale, `latest_result`), naming its exact version."""
+    found = latest_result(store, combo_key)
+    return None if found is None else found[1].inference_done(result_key=found[0], reused=True)
 
 
 def stored_profile(store: ObjectStore, result: dict) -> CombinationProfile | None:

@@ -150,10 +150,13 @@ class PoolResult:
 
 
 def simulate(times: np.ndarray, warm_ms: list[tuple[float, float]], cold_ms: float, idle_timeout_s: float,
-             rng: np.random.Generator, window_s: float, cut_short: bool = False, provisioned: int = 0) -> PoolResult:
+             rng: np.random.Generator, window_s: float, cut_short: bool = False, provisioned: int = 0,
+             max_instances: int | None = None) -> PoolResult:
     """Serve the arrivals `times` (s) with a pool of instances (see the module's docstring).
     `provisioned` instances are always initialized: a request takes one of them first, and
-    only spills over to on-demand instances when all are busy (`served_provisioned` counts)."""
+    only spills over to on-demand instances when all are busy (`served_provisioned` counts).
+    `max_instances` caps the on-demand pool (an endpoint's workers, `serving/`): a request that
+    finds none idle at the cap waits for the first to free up, and its latency includes the wait."""
     started = time.perf_counter()
     warm = draw_latencies(warm_ms, rng, len(times))
     p50 = dict(warm_ms).get(0.5) or float(np.median(warm))
@@ -181,6 +184,9 @@ def simulate(times: np.ndarray, warm_ms: list[tuple[float, float]], cold_ms: flo
             free_since = idle.pop()
             alive_s += t - free_since
             latency = warm[i]
+        elif max_instances is not None and len(busy) >= max_instances:
+            latency = (heapq.heappop(busy) - t) * 1000 + warm[i]  # queued behind the instance that frees first
+            alive_s -= latency / 1000 - warm[i] / 1000  # that instance was alive and counted while it was busy
         else:
             cold_starts += 1
             latency = cold[i]

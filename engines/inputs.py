@@ -36,3 +36,15 @@ def model_inputs(model: ModelRef, model_path: Path, batch: int, *, user_inputs: 
     if problems:
         raise InputsDoNotFit("; ".join(problems))
     return bound
+
+
+def conversion_inputs(job) -> dict[str, np.ndarray]:
+    """`model_inputs` of a conversion job (at its batch, the user's own inputs if any); a
+    `ConversionError` naming what does not fit."""
+    from engines import ConversionError
+    from workloads.binding import BindingError
+
+    try:
+        return model_inputs(job.model, Path(job.model_path), job.batch_size, user_inputs=job.inputs_path)
+    except (BindingError, InputsDoNotFit) as exc:
+        raise ConversionError(str(exc)) from exc

@@ -29,14 +29,8 @@ def import_runtime(path: Path) -> None:
 def convert(job: ConversionJob) -> Conversion:
     import onnxruntime as ort
 
-    from schemas.combos import ModelFormat
-
     started = time.perf_counter()
-    exported = job.out_dir / "exported.onnx"
-    if job.model.format == ModelFormat.onnx:
-        shutil.copyfile(job.model_path, exported)
-    else:
-        export_to_onnx(job.model_path, exported)
+    exported = exported_onnx(job)
     optimized = job.out_dir / "model.onnx"
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
@@ -47,6 +41,18 @@ def convert(job: ConversionJob) -> Conversion:
         raise ConversionError(f"ONNX Runtime cannot load the model: {exc}") from exc
     exported.unlink()
     return Conversion(artifact_file="model.onnx", conversion_s=time.perf_counter() - started)
+
+
+def exported_onnx(job: ConversionJob) -> Path:
+    """The job's model as ONNX in its out_dir (`exported.onnx`): a copy, or torch's export."""
+    from schemas.combos import ModelFormat
+
+    exported = job.out_dir / "exported.onnx"
+    if job.model.format == ModelFormat.onnx:
+        shutil.copyfile(job.model_path, exported)
+    else:
+        export_to_onnx(job.model_path, exported)
+    return exported
 
 
 def export_to_onnx(pt2_path: Path, onnx_path: Path) -> None:

@@ -190,20 +190,11 @@ def _first_line(exc: BaseException) -> str:
     return whole(exc)
 
 
-def _example_inputs(job: ConversionJob) -> dict[str, np.ndarray]:
-    """The model's inputs at the job's batch, bound by its signature: their shapes are compiled in."""
-    from engines.inputs import InputsDoNotFit, model_inputs
-    from workloads.binding import BindingError
-
-    try:
-        return model_inputs(job.model, Path(job.model_path), job.batch_size, user_inputs=job.inputs_path)
-    except (BindingError, InputsDoNotFit) as exc:
-        raise ConversionError(str(exc)) from exc
-
-
 def _import_model(job: ConversionJob):
     """The model as a Relax IRModule with static shapes and its weights as constants."""
-    examples = _example_inputs(job)
+    from engines.inputs import conversion_inputs
+
+    examples = conversion_inputs(job)  # their shapes are compiled in
     if str(getattr(job.model.format, "value", job.model.format)) == "onnx":
         return _import_onnx(Path(job.model_path), examples)
     return _import_pt2(Path(job.model_path), examples)

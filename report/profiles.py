@@ -8,7 +8,7 @@ from __future__ import annotations
 from core.profiles import side_by_side
 
 TOP_OPERATORS = 5  # operators listed per optimizer under the table
-PROFILED_OPTIMIZERS = ("base", "onnx", "tvm")
+PROFILED_OPTIMIZERS = ("base", "onnx", "tvm", "onnx_int8")
 
 
 class NotProfilable(Exception):

@@ -41,6 +41,7 @@ class Optimizer(StrEnum):
     base = "base"
     onnx = "onnx"
     tvm = "tvm"
+    onnx_int8 = "onnx_int8"  # ONNX Runtime on a statically quantized model (int8 weights and activations)
 
 
 class Workload(StrEnum):

@@ -14,6 +14,9 @@ additions survive a round trip through an older reader.
 - `MeasuredResult`   results/{combo key}.json: one measured combination
 - `CombinationProfile` results/{combo key}/{run id}.profile.json: a profiled pass, naming its trace
 - `Outcome`          runs/{id}/outcomes/{combo key}.json: how a combination ended in a run
+- `ReusedOutcomes`   runs/{id}/outcomes/reused-{N}-{event id}.json: N reused combinations at once
+- `ResultBundle`     results in one object: runs/{id}/reused/{part}.json (what dedup read for a
+                     reuse), result-packs/{sha}/... (what a run measured)
 - `PickChecks`       runs/{id}/checks.json: predicted picks measured before the run closes
 - `RunSummary`       runs/{id}/summary.json: the archived run
 """
@@ -245,6 +248,21 @@ class Outcome(Document):
     reused: bool = False
     stage: FailureStage | None = None
     reason: str | None = None
+
+
+class ReusedOutcomes(Document):
+    """The archiver's record of one `CombosReused`: each combination ended as that stored result."""
+
+    results: dict[str, str]  # combination key -> the stored result's key (its exact version)
+    bundle: str | None = None  # where dedup kept those results' documents (keys.reused_bundle)
+
+
+class ResultBundle(Document):
+    """Stored results in one object, each a `MeasuredResult` document as stored under its
+    exact key: what dedup read for a reuse (the archiver reads them once), and the pack of
+    what a run measured (a resubmission reads these instead of one object per combination)."""
+
+    results: dict[str, dict[str, Any]]  # the stored result's key -> its document
 
 
 class PickChecks(Document):

@@ -44,11 +44,12 @@ class TrafficProfile(BaseModel):
 class RequestSubmitted(Payload):
     """A user asked to measure `matrix` on `model`. Version 2 carries the matrix per hardware;
     version 3 can ask to measure a few memory sizes and predict the rest (`predict`); version 4
-    can name the traffic to price the results under (`traffic`); version 5 can ask for each
-    measured combination to be profiled after its measurement (`profile`)."""
+    can name the traffic to price the results under (`traffic`); version 5 can name the
+    optimizer `onnx_int8` in its matrix; version 6 can ask for each measured combination to be
+    profiled after its measurement (`profile`)."""
 
     TYPE = "RequestSubmitted"
-    VERSION = 5
+    VERSION = 6
     model: ModelRef
     matrix: Matrix
     slo_p99_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
@@ -142,10 +143,14 @@ class InferenceDone(Payload):
 
 class CombosReused(Payload):
     """Stored results a run reuses, many in one event (dedup: up to `REUSED_PER_EVENT`): a
-    resubmitted matrix is a handful of events, not one per combination."""
+    resubmitted matrix is a handful of events, not one per combination. Version 2 names the
+    object where dedup kept the documents it read (`bundle`), so the archiver reads one object
+    for them, not one per combination."""
 
     TYPE = "CombosReused"
+    VERSION = 2
     results: dict[str, str] = Field(min_length=1)  # combination key -> the stored result's key (its exact version)
+    bundle: str | None = None  # keys.reused_bundle: combination key -> the stored result's document
 
 
 REUSED_PER_EVENT = 400  # about 100 bytes each: well inside EventBridge's 256 KB per event
@@ -236,8 +241,9 @@ def _deadline_v1_to_v2(old: dict[str, Any]) -> dict[str, Any]:
 
 
 def _added_defaults(old: dict[str, Any]) -> dict[str, Any]:
-    """The next version only added fields with defaults (RequestSubmitted v3: `predict`, v4:
-    `traffic`, v5: `profile`; RunPlanned v2: `predicted`)."""
+    """The next version only added fields with defaults or values (RequestSubmitted v3:
+    `predict`, v4: `traffic`, v5: the optimizer `onnx_int8`, v6: `profile`; RunPlanned v2:
+    `predicted`; CombosReused v2: `bundle`)."""
     return dict(old)
 
 
@@ -247,7 +253,9 @@ UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("RequestSubmitted", 2): _added_defaults,
     ("RequestSubmitted", 3): _added_defaults,
     ("RequestSubmitted", 4): _added_defaults,
+    ("RequestSubmitted", 5): _added_defaults,
     ("RunPlanned", 1): _added_defaults,
+    ("CombosReused", 1): _added_defaults,
     ("RunDeadlineReached", 1): _deadline_v1_to_v2,
 }
 

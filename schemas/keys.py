@@ -17,11 +17,14 @@ results/{combination key}.json               the latest measurement of a combina
 results/{combination key}/{run id}.json      each measurement, written once: summaries name these
 results/{combination key}/{run id}.profile.json  its profiled pass (`ayci profile`, `--profile`): operator table, names the trace
 results/{combination key}/{run id}.trace.json    that pass's Chrome trace (Perfetto opens it), bounded
+result-packs/{sha256}/{archived at}-{run id}.json  the results a run measured, in one object (a resubmission reads these)
 runs/{run id}/run.json                       the run record: owner, request, time
 runs/{run id}/events/{seq}-{type}-{id}.json  the run's event log (replay reads it)
 runs/{run id}/plan.json                      the combinations the run waits for
 runs/{run id}/outcomes/{combination key}.json  each combination's end: measured, reused or failed
 runs/{run id}/outcomes/expected-{N}          empty; N = how many outcomes the plan waits for (the largest marker counts)
+runs/{run id}/outcomes/reused-{N}-{event id}.json  the ends of N reused combinations at once (one `CombosReused`)
+runs/{run id}/reused/{part}.json             the stored results dedup read for a run's reuse, one object per `CombosReused`
 runs/{run id}/checks.json                    predicted picks the archiver measures before it closes the run (--predict)
 runs/{run id}/summary.json                   the archived run (written once, conditionally)
 runs/{run id}/email.json                     the notifier's record of the email it sent
@@ -29,13 +32,18 @@ owners/{owner}/days/{YYYY-MM-DD}/{run id}    a run an owner submitted that day (
 processed/{service}/{event id}               idempotency markers (a handled event)
 failures/{service}/{event id}.json           the last error of a failing event (for the DLQ report)
 dead-letters/{queue}/{message id}.json       what reached a dead-letter queue, with its reason
+lambda-sizes/{function}/lock.json            who reconfigures a measuring Lambda function now, until when (AWS only)
+lambda-sizes/{function}/aliases/{alias}.json when a memory-size alias of it was last used (idle ones are deleted)
 ```
 
-Everything is found by key (GET/HEAD), except two listings: replay lists a run's event log,
-and the archiver lists a run's outcomes (one page per 1,000) to know whether the run is complete.
+Everything is found by key (GET/HEAD), except three listings: replay lists a run's event log,
+the archiver lists a run's outcomes (one page per 1,000) to know whether the run is complete,
+and dedup lists a model's result packs (a resubmitted matrix: a few reads, not one per combination).
 """
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 
 def model(sha256: str) -> str:
@@ -89,6 +97,13 @@ def profile(combo_key: str, run_id: str) -> str:
 
 def profile_trace(combo_key: str, run_id: str) -> str:
     return f"results/{combo_key}/{run_id}.trace.json"
+def result_pack(model_sha256: str, archived_at: datetime, run_id: str) -> str:
+    """Named by when the run was archived (UTC, to the microsecond): a listing is oldest first."""
+    return f"{result_packs_prefix(model_sha256)}{archived_at.astimezone(UTC):%Y%m%dT%H%M%S%fZ}-{run_id}.json"
+
+
+def result_packs_prefix(model_sha256: str) -> str:
+    return f"result-packs/{model_sha256}/"
 
 
 def run_prefix(run_id: str) -> str:
@@ -130,9 +145,23 @@ def expected_outcomes_in(listed: list[str]) -> int | None:
     return max(counts) if counts else None
 
 
+def reused_outcomes(run_id: str, event_id: str, count: int) -> str:
+    return f"{outcomes_prefix(run_id)}{REUSED_OUTCOMES}{count}-{event_id}.json"
+
+
+def reused_bundle(run_id: str, part: int) -> str:
+    return f"runs/{run_id}/reused/{part}.json"
+
+
+REUSED_OUTCOMES = "reused-"
+
+
 def outcomes_in(listed: list[str]) -> int:
-    """How many of the listed outcome keys are outcomes (not `expected-{N}` markers)."""
-    return sum(not key.rsplit("/", 1)[-1].startswith("expected-") for key in listed)
+    """How many outcomes the listed outcome keys hold: one each, N for `reused-{N}-...` (not
+    the `expected-{N}` markers)."""
+    names = [key.rsplit("/", 1)[-1] for key in listed]
+    return sum(int(name.removeprefix(REUSED_OUTCOMES).split("-", 1)[0]) if name.startswith(REUSED_OUTCOMES) else 1
+               for name in names if not name.startswith("expected-"))
 
 
 def pick_checks(run_id: str) -> str:
@@ -165,3 +194,11 @@ def failure(service: str, event_id: str) -> str:
 
 def dead_letter(queue: str, message_id: str) -> str:
     return f"dead-letters/{queue}/{message_id}.json"
+
+
+def lambda_sizes_lock(function: str) -> str:
+    return f"lambda-sizes/{function}/lock.json"
+
+
+def lambda_size_use(function: str, alias: str) -> str:
+    return f"lambda-sizes/{function}/aliases/{alias}.json"

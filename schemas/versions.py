@@ -19,6 +19,8 @@ ENGINE_LIBRARIES: dict[tuple[str, str], tuple[str, ...]] = {
     ("base", "onnx"): ("onnxruntime",),
     ("onnx", "pt2"): ("torch", "onnx", "onnxscript", "onnxruntime"),
     ("onnx", "onnx"): ("onnxruntime",),
+    ("onnx_int8", "pt2"): ("torch", "onnx", "onnxscript", "onnxruntime"),
+    ("onnx_int8", "onnx"): ("onnx", "onnxruntime"),
     ("tvm", "pt2"): ("torch", "apache-tvm"),
     ("tvm", "onnx"): ("onnx", "apache-tvm"),
 }

@@ -3,12 +3,14 @@
 
 It learns what to wait for from `RunPlanned` (kept with an `expected-{N}` marker beside the
 outcomes). Each arrival (a result or a failure) is kept under `runs/{run id}/outcomes/{combo
-key}.json` (first one wins); one listing of the outcomes (a page per 1,000) tells whether all
+key}.json` (first one wins), a batch of reused results as one object (`reused-{N}-{event
+id}.json`, `core/outcomes.py`); one listing of the outcomes (a page per 1,000) tells whether all
 N have arrived, so an arrival costs a few store calls whatever the run's size
 (`bench/bench_archiver.py`). The run ends when every planned combination has an outcome, at its
 deadline (the missing ones failed as never reported), or at once when its request or plan was
 dead-lettered (`RunDeadlineReached` with a reason). One unreadable result fails only its
-combination. Only the archiver whose conditional write of the summary succeeds announces
+combination. The results the run measured are kept in one pack of the model
+(`result-packs/`, `core/results.py`) for later resubmissions. Only the archiver whose conditional write of the summary succeeds announces
 `RunArchived`; if it dies before publishing, the redelivered event announces again with the
 same id, so the email is neither lost nor sent twice.
 """
@@ -24,7 +26,8 @@ import structlog
 
 from core.ports import NotFound, ObjectStore
 from core.prediction import lambda_threads, measured_combos, predict_run
-from core.results import reused_result
+from core.outcomes import Arrived, arrived_outcomes
+from core.results import pack_results, reused_result
 from core.runtime import Delayed
 from schemas.events import (
     ComboFailed,
@@ -43,7 +46,7 @@ from schemas.events import (
 from schemas.cost import UnknownPriceRegion, cost_block
 from schemas import keys
 from schemas.combos import Hardware, Optimizer, artifact_key, combo_key
-from schemas.documents import FailedCombination, MeasuredResult, Outcome, PickChecks, RunSummary
+from schemas.documents import FailedCombination, Outcome, PickChecks, ReusedOutcomes, RunSummary
 from report import RECOMMENDATION_KINDS, recommend
 from report.recommendation import label as combination_label, with_break_even
 
@@ -73,11 +76,10 @@ def on_inference_done(event: Envelope, deps: ArchiverDeps) -> list[Payload]:
 
 
 def on_combos_reused(event: Envelope, deps: ArchiverDeps) -> list[Payload]:
-    """Many stored results at once: their outcomes written concurrently, then one check."""
+    """Many stored results at once: one outcome object for all of them, then one check."""
     reused: CombosReused = event.payload
-    outcomes = {key: Outcome(status="done", result_key=result_key, reused=True).to_bytes() for key, result_key in reused.results.items()}
-    with ThreadPoolExecutor(max_workers=ARCHIVE_READERS) as pool:
-        list(pool.map(lambda item: deps.store.put_bytes(keys.outcome(event.run_id, item[0]), item[1], if_absent=True), outcomes.items()))
+    record = ReusedOutcomes(results=reused.results, bundle=reused.bundle)
+    deps.store.put_bytes(keys.reused_outcomes(event.run_id, event.event_id, len(reused.results)), record.to_bytes(), if_absent=True)
     return _archive_if_complete(event, deps)
 
 
@@ -133,10 +135,11 @@ def _archive(event: Envelope, deps: ArchiverDeps, *, at_deadline: bool, missing:
     stage, reason = missing or (FailureStage.deadline, "never reported before the run's deadline")
     missing_outcome = Outcome(status="failed", stage=stage, reason=reason)
     # the one step that reads every combination (once per run): concurrently, so a large run
-    # closes in seconds on S3, not in one round trip per object
+    # closes in seconds on S3, not in one round trip per object; reused ones a bundle at a time
+    arrived = arrived_outcomes(deps.store, run_id)
     with ThreadPoolExecutor(max_workers=ARCHIVE_READERS) as pool:
-        ends = list(pool.map(lambda key: _end_of(run_id, key, deps, missing_outcome), plan.combos))
-        checked = list(pool.map(lambda key: _end_of(run_id, key, deps, None), checks.combos)) if checks else []
+        ends = list(pool.map(lambda key: _end_of(key, arrived, missing_outcome), plan.combos))
+        checked = list(pool.map(lambda key: _end_of(key, arrived, None), checks.combos)) if checks else []
     results, failures = [], []
     for (key, combo), (outcome, result) in zip(plan.combos.items(), ends, strict=True):
         if result is not None:
@@ -172,19 +175,21 @@ def _archive(event: Envelope, deps: ArchiverDeps, *, at_deadline: bool, missing:
         model=plan.model, request=request.model_dump(mode="json"), results=results, failures=failures,
         recommendation=recommendation, archived_by=event.event_id,
     )
+    measured = {outcome.result_key: result for outcome, result in [*ends, *checked] if result is not None and not outcome.reused}
+    pack_results(deps.store, plan.model.sha256, run_id, datetime.fromisoformat(summary.archived_at), measured)
     if not deps.store.put_bytes(keys.summary(run_id), summary.to_bytes(), if_absent=True):
         return _announce_again(event, deps)  # another archiver got there first
     log.info("run_archived", run_id=run_id, status=status.value, succeeded=len(results), failed=len(failures))
     return [_announcement(summary)]
 
 
-def _end_of(run_id: str, key: str, deps: ArchiverDeps, missing: Outcome | None) -> tuple[Outcome | None, dict | None]:
+def _end_of(key: str, arrived: Arrived, missing: Outcome | None) -> tuple[Outcome | None, dict | None]:
     """A combination's outcome and, if it was measured, its result."""
-    outcome = _outcome(run_id, key, deps) or missing
+    outcome = arrived.outcome(key) or missing
     if outcome is None or outcome.status != "done":
         return outcome, None
     try:
-        return outcome, MeasuredResult.read(deps.store.get_bytes(outcome.result_key)).to_dict()
+        return outcome, arrived.result(outcome).to_dict()
     except (NotFound, SchemaError) as exc:  # one unreadable result fails its combination, not the run
         return Outcome(status="failed", stage=FailureStage.inference, reason=f"its stored result cannot be read: {exc}"[:2000]), None
 
@@ -259,15 +264,6 @@ def _with_checks(checks: PickChecks, checked: list, predicted_rows: list[dict], 
         results.append(measured)
         report.append({**entry, "measured": True, "measured_p50_ms": p50, "measured_p99_ms": p99, "within_interval": within, "verdict": verdict})
     return [r for r in predicted_rows if r["combo_key"] not in checked_keys], results, report
-
-
-def _outcome(run_id: str, key: str, deps: ArchiverDeps) -> Outcome | None:
-    try:
-        return Outcome.read(deps.store.get_bytes(keys.outcome(run_id, key)))
-    except NotFound:
-        return None
-    except SchemaError as exc:
-        return Outcome(status="failed", stage=FailureStage.inference, reason=f"its outcome cannot be read: {exc}"[:2000])
 
 
 def _announcement(summary: RunSummary) -> RunArchived:

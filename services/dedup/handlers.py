@@ -1,7 +1,9 @@
 """Dedup: expands a request into combinations and skips what is already known.
 
-For each combination: a stored result (`results/{combo key}.json`, found by key) is reused
-unless the request forces a new measurement (all of them in a few `CombosReused` events); a stored artifact (`artifacts/{artifact key}/
+For each combination: a stored result (from the model's result packs, else
+`results/{combo key}.json` by key, `core/results.py`) is reused unless the request forces a new measurement (all of them in a few `CombosReused` events,
+the documents read for each kept in one bundle, `runs/{run id}/reused/{part}.json`, so the
+archiver reads them at once); a stored artifact (`artifacts/{artifact key}/
 manifest.json`) skips conversion; everything else goes to the converter. It also tells the
 archiver what to wait for (`RunPlanned`). With `predict`, each (hardware, optimizer, batch)
 measures up to three anchor sizes and the archiver predicts the others (`core/prediction.py`).
@@ -10,7 +12,6 @@ measures up to three anchor sizes and the archiver predicts the others (`core/pr
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -30,12 +31,10 @@ from schemas.events import (
 from core.deadlines import run_deadline_s
 from core.planning import impossible_reason, model_signature, request_shapes
 from core.prediction import measured_and_predicted
-from core.results import reused_result
+from core.results import latest_results
 from schemas import keys
-from schemas.documents import ArtifactManifest
+from schemas.documents import ArtifactManifest, MeasuredResult, ResultBundle
 
-
-LOOKUPS = 16  # concurrent reads of stored results
 
 
 @dataclass
@@ -45,12 +44,11 @@ class DedupDeps:
     target_cpu: Callable[[Hardware, Optimizer], str]
 
 
-def impossible_combos(store: ObjectStore, request: RequestSubmitted) -> dict[str, str]:
+def impossible_combos(store: ObjectStore, request: RequestSubmitted, combos: list) -> dict[str, str]:
     """Combination key -> why it cannot run, from the model's stored signature and size."""
     signature = model_signature(store, request.model.sha256)
     shapes = request_shapes(store, request)
-    measured, predicted = measured_and_predicted(request)
-    reasons = {combo_key(request.model, c): impossible_reason(signature, request, c, shapes) for c in [*measured, *predicted]}
+    reasons = {combo_key(request.model, c): impossible_reason(signature, request, c, shapes) for c in combos}
     return {key: reason for key, reason in reasons.items() if reason}
 
 
@@ -58,22 +56,22 @@ def on_request_submitted(event: Envelope, deps: DedupDeps) -> list[Payload]:
     request: RequestSubmitted = event.payload
     model = request.model
     model_stored = deps.store.exists(keys.model(model.sha256))
-    impossible = impossible_combos(deps.store, request) if model_stored else {}
     measured, predicted = measured_and_predicted(request)
+    impossible = impossible_combos(deps.store, request, [*measured, *predicted]) if model_stored else {}
+    measured_keys = {combo_key(model, c): c for c in measured}
     predicted_keys = {combo_key(model, c): c for c in predicted}
-    # an impossible combination fails at plan even where it would be predicted, and a stored
-    # result is reused rather than predicted: the archiver waits for both
-    known = {k for k in predicted_keys if k in impossible or (not request.force and reused_result(deps.store, k) is not None)}
-    combos = {combo_key(model, c): c for c in measured} | {k: c for k, c in predicted_keys.items() if k in known}
+    # the stored results (from the model's result packs, then by key); a stored result is
+    # reused rather than predicted
+    lookups = [k for k in {**measured_keys, **predicted_keys} if model_stored and not request.force and k not in impossible]
+    stored = latest_results(deps.store, model.sha256, lookups) if lookups else {}
+    # an impossible combination fails at plan even where it would be predicted: the archiver waits for both
+    known = {k for k in predicted_keys if k in impossible or k in stored}
+    combos = measured_keys | {k: c for k, c in predicted_keys.items() if k in known}
     planned = RunPlanned(
         model=model, combos=combos, deadline=event.time + timedelta(seconds=run_deadline_s(request)), request=request,
         predicted={k: c for k, c in predicted_keys.items() if k not in known},
     )
     out: list[Payload] = [planned]
-    reused_results: dict[str, str] = {}
-    # the stored results, looked up concurrently: a resubmitted matrix of 1,536 is 3,072 reads on S3
-    with ThreadPoolExecutor(max_workers=LOOKUPS) as pool:
-        stored = dict(zip(combos, pool.map(lambda k: None if request.force or k in impossible else reused_result(deps.store, k), combos), strict=True))
     for key, combo in combos.items():
         if not model_stored:
             out.append(ComboFailed(combo=combo, combo_key=key, stage=FailureStage.dedup, reason=f"model {model.sha256[:12]} is not stored"))
@@ -81,9 +79,7 @@ def on_request_submitted(event: Envelope, deps: DedupDeps) -> list[Payload]:
         if key in impossible:  # never reaches a worker
             out.append(ComboFailed(combo=combo, combo_key=key, stage=FailureStage.plan, reason=impossible[key]))
             continue
-        reused = stored[key]
-        if reused is not None:
-            reused_results[key] = reused.result_key
+        if key in stored:
             continue
         target_cpu = deps.target_cpu(combo.hardware, combo.optimizer)
         art_key = artifact_key(model, combo, target_cpu)
@@ -94,8 +90,18 @@ def on_request_submitted(event: Envelope, deps: DedupDeps) -> list[Payload]:
             out.append(manifest.model_converted(model=model, combo=combo, combo_key=key, artifact_key=art_key, reused=True))
             continue
         out.append(ComboPending(model=model, combo=combo, combo_key=key, artifact_key=art_key, target_cpu=target_cpu, tuning_trials=request.tuning_trials))
-    chunks = list(reused_results.items())
-    out += [CombosReused(results=dict(chunks[i:i + REUSED_PER_EVENT])) for i in range(0, len(chunks), REUSED_PER_EVENT)]
+    return out + _reuse(event.run_id, [(key, stored[key]) for key in combos if key in stored], deps.store)
+
+
+def _reuse(run_id: str, reused: list[tuple[str, tuple[str, MeasuredResult]]], store: ObjectStore) -> list[CombosReused]:
+    """The stored results a run reuses, `REUSED_PER_EVENT` per `CombosReused`; the documents
+    read for each event kept in one object it names, so the archiver reads them once."""
+    out = []
+    for part, start in enumerate(range(0, len(reused), REUSED_PER_EVENT)):
+        chunk = reused[start:start + REUSED_PER_EVENT]
+        bundle = keys.reused_bundle(run_id, part)
+        store.put_bytes(bundle, ResultBundle(results={version: result.to_dict() for _, (version, result) in chunk}).to_bytes())
+        out.append(CombosReused(results={key: version for key, (version, _) in chunk}, bundle=bundle))
     return out
 
 

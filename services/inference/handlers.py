@@ -1,8 +1,15 @@
 """Inference: measures one converted combination under its memory size and stores the result
 (`results/{combo key}/{run id}.json`, `core/results.py`). A measurement that fails (out of memory, crash, timeout) is
-that combination's failure; the run goes on. When the run's request asks (`profile`), or on
-`ProfileRequested`, a profiled pass of the measured combination follows, confined alike
-(`profiling.py`); a profile that fails is logged, never the combination's failure."""
+that combination's failure; the run goes on.
+
+Where it measures: here, in a confined child process (`launcher.py`), unless the deployment has
+measuring Lambda functions (`deps.functions`, AWS: `AYCI_MEASURE_FUNCTION_INTEL` / `_ARM`): then
+the combination is measured inside a function of its memory size and architecture
+(`adapters/lambda_sizes.py`, `measuring_function.py`).
+
+When the run's request asks (`profile`), or on `ProfileRequested`, a profiled pass of the
+measured combination follows, confined alike (`profiling.py`); a profile that fails is logged,
+never the combination's failure."""
 
 from __future__ import annotations
 
@@ -16,7 +23,7 @@ from pathlib import Path
 
 import structlog
 
-from core.ports import ObjectStore
+from core.ports import MeasurementRefused, MeasuringFunctions, ObjectStore
 from core.runtime import Delayed
 from engines.targets import native_hardware
 from schemas.combos import MEASUREMENT_VERSION, Hardware, reference_key
@@ -27,6 +34,7 @@ from core.results import keep_result
 from schemas import keys
 from core.ports import NotFound
 from schemas.documents import MeasuredResult
+from schemas.measuring import MeasureRequest
 from services.inference.launcher import MachineBusy, MeasureSpec, MeasurementFailed, measure
 from services.inference.profiling import profile_result
 
@@ -44,6 +52,8 @@ class InferenceDeps:
     work_dir: Path | None = None
     # how this worker runs code of a hardware: (python command, emulated) or None if it cannot
     runtime_for: Callable[[Hardware], tuple[list[str], bool] | None] = lambda hardware: native_runtime(hardware)
+    # the measuring Lambda functions of this deployment (None: measure here, as locally)
+    functions: MeasuringFunctions | None = None
 
 
 def native_runtime(hardware: Hardware) -> tuple[list[str], bool] | None:
@@ -75,33 +85,14 @@ def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload | D
     if deps.store.exists(keys.summary(event.run_id)):  # the run is over (cancelled, or closed at its deadline)
         log.info("skipped_run_ended", run_id=event.run_id, combo_key=converted.combo_key)
         return []
-    runtime = deps.runtime_for(combo.hardware)
-    if runtime is None:
-        reason = f"no {combo.hardware.value} worker here and no emulation of it ({_arm_emulation()[1]})"
-        return [ComboFailed(combo=combo, combo_key=converted.combo_key, stage=FailureStage.inference, reason=reason)]
-    python_command, emulated = runtime
-    with tempfile.TemporaryDirectory(dir=deps.work_dir, prefix="infer-") as tmp:
-        work = Path(tmp)
-        artifact = work / converted.artifact_file
-        deps.store.get_file(keys.artifact_file(converted.artifact_key, converted.artifact_file), artifact)
-        reference = work / "reference.npz"
-        deps.store.get_file(keys.reference(reference_key(model, combo.batch_size)), reference)
-        spec = MeasureSpec(
-            optimizer=combo.optimizer.value, workload=model.workload.value, artifact_path=artifact,
-            reference_path=reference, memory_mb=combo.memory_mb, time_cap_s=deps.time_cap_s,
-            min_iterations=deps.min_iterations,
-            # under emulation neither the CPU share nor the memory of a Lambda function is real
-            confine=not emulated, extra={"unconfined_reason": "emulated: timings and memory under emulation are not Lambda's"},
-        )
-        bound.info("measurement_started", threads=spec.threads, vcpus=round(spec.vcpus, 3))
-        try:
-            report = deps.measure(spec, python_command=python_command)
-        except MachineBusy as exc:  # the run's deadline bounds how long it may keep trying
-            bound.info("measurement_postponed", reason=exc.reason, retry_s=deps.busy_retry_s)
-            return [Delayed(converted, datetime.now(UTC) + timedelta(seconds=deps.busy_retry_s))]
-        except MeasurementFailed as exc:
-            bound.warning("measurement_failed", reason=exc.reason)
-            return [ComboFailed(combo=combo, combo_key=converted.combo_key, stage=FailureStage.inference, reason=exc.reason)]
+    if deps.functions is not None and deps.functions.serves(combo.hardware.value):
+        outcome = _measure_in_function(event, deps.functions, deps, bound)
+        emulated = False
+    else:
+        outcome, emulated = _measure_here(converted, deps, bound)
+    if not isinstance(outcome, dict):
+        return outcome
+    report = outcome
     result = MeasuredResult.model_validate(
         {
             "combo_key": converted.combo_key,
@@ -163,6 +154,58 @@ def on_profile_requested(event: Envelope, deps: InferenceDeps) -> list[Payload]:
         return []
     _profile(deps, result, bound)
     return []
+def _measure_here(converted: ModelConverted, deps: InferenceDeps, bound) -> tuple[dict | list[Payload | Delayed], bool]:
+    """Measure in a child process of this worker (confined by a cgroup where it can be); the
+    report and whether it ran emulated, or what to emit instead (a failure, a retry later)."""
+    combo, model = converted.combo, converted.model
+    runtime = deps.runtime_for(combo.hardware)
+    if runtime is None:
+        reason = f"no {combo.hardware.value} worker here and no emulation of it ({_arm_emulation()[1]})"
+        return [ComboFailed(combo=combo, combo_key=converted.combo_key, stage=FailureStage.inference, reason=reason)], False
+    python_command, emulated = runtime
+    with tempfile.TemporaryDirectory(dir=deps.work_dir, prefix="infer-") as tmp:
+        work = Path(tmp)
+        artifact = work / converted.artifact_file
+        deps.store.get_file(keys.artifact_file(converted.artifact_key, converted.artifact_file), artifact)
+        reference = work / "reference.npz"
+        deps.store.get_file(keys.reference(reference_key(model, combo.batch_size)), reference)
+        spec = MeasureSpec(
+            optimizer=combo.optimizer.value, workload=model.workload.value, artifact_path=artifact,
+            reference_path=reference, memory_mb=combo.memory_mb, time_cap_s=deps.time_cap_s,
+            min_iterations=deps.min_iterations,
+            # under emulation neither the CPU share nor the memory of a Lambda function is real
+            confine=not emulated, extra={"unconfined_reason": "emulated: timings and memory under emulation are not Lambda's"},
+        )
+        bound.info("measurement_started", threads=spec.threads, vcpus=round(spec.vcpus, 3))
+        try:
+            return deps.measure(spec, python_command=python_command), emulated
+        except MachineBusy as exc:  # the run's deadline bounds how long it may keep trying
+            bound.info("measurement_postponed", reason=exc.reason, retry_s=deps.busy_retry_s)
+            return [Delayed(converted, datetime.now(UTC) + timedelta(seconds=deps.busy_retry_s))], emulated
+        except MeasurementFailed as exc:
+            bound.warning("measurement_failed", reason=exc.reason)
+            return [ComboFailed(combo=combo, combo_key=converted.combo_key, stage=FailureStage.inference, reason=exc.reason)], emulated
+
+
+def _measure_in_function(event: Envelope, functions: MeasuringFunctions, deps: InferenceDeps, bound) -> dict | list[Payload]:
+    """Measure inside the measuring Lambda function of the combination's architecture and
+    memory size; its report, or the combination's failure with the reason."""
+    converted: ModelConverted = event.payload
+    combo = converted.combo
+    artifact_object = keys.artifact_file(converted.artifact_key, converted.artifact_file)
+    reference_object = keys.reference(reference_key(converted.model, combo.batch_size))
+    request = MeasureRequest(
+        run_id=event.run_id, combo_key=converted.combo_key, combo_label=combo.label, optimizer=combo.optimizer.value,
+        workload=converted.model.workload.value, artifact_object=artifact_object, artifact_file=converted.artifact_file,
+        reference_object=reference_object, memory_mb=combo.memory_mb, time_cap_s=deps.time_cap_s, min_iterations=deps.min_iterations,
+    )
+    bound.info("measurement_started", where="lambda")
+    try:
+        return functions.measure(hardware=combo.hardware.value, memory_mb=combo.memory_mb, request=request.model_dump(mode="json"),
+                                 staged_keys=[artifact_object, reference_object])
+    except MeasurementRefused as exc:
+        bound.warning("measurement_failed", reason=exc.reason)
+        return [ComboFailed(combo=combo, combo_key=converted.combo_key, stage=FailureStage.inference, reason=exc.reason)]
 
 
 def result_cost(report: dict, combo, region: str) -> dict:

@@ -89,6 +89,15 @@ class MeasureSpec:
         return max(1, min(host_cores(), math.floor(self.vcpus + 1e-9)))
 
 
+def engine_env(threads: int, env_extra: dict | None = None) -> dict:
+    """The environment of a process that runs an engine on `threads` threads (this repository
+    importable, every library's thread pool sized to the vCPUs)."""
+    return {
+        **os.environ, "OMP_NUM_THREADS": str(threads), "TVM_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+        "PYTHONPATH": str(REPO_ROOT), "TVM_USE_RUNTIME_LIB": "1", **(env_extra or {}),
+    }
+
+
 def measure(spec: MeasureSpec, python_command: list[str] | None = None, env_extra: dict | None = None) -> dict:
     """Run one measurement in a fresh, confined process; its report (see `measure.py`) plus
     the settings it ran under: `confined`, `confinement_reason`, `vcpus`, `threads`, `load`,
@@ -142,7 +151,7 @@ def _tune(spec: MeasureSpec, python_command: list[str] | None, env_extra: dict |
     the measurement's peak memory is its own), or None where there is nothing to tune, the
     timings would not be real (unconfined, emulated) or the tuning process failed (then the
     measurement keeps the default settings and says why)."""
-    if not spec.tune or spec.engine_settings is not None or spec.optimizer != "onnx" or not spec.confine:
+    if not spec.tune or spec.engine_settings is not None or spec.optimizer not in ("onnx", "onnx_int8") or not spec.confine:
         return None
     group, confined, _ = _confinement_for(spec)
     try:
@@ -191,11 +200,7 @@ def _run_child(spec: MeasureSpec, group: MeasurementGroup | None, python_command
                 }
             )
         )
-        threads = str(spec.threads)
-        env = {
-            **os.environ, "OMP_NUM_THREADS": threads, "TVM_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
-            "PYTHONPATH": str(REPO_ROOT), "TVM_USE_RUNTIME_LIB": "1", **(env_extra or {}),
-        }
+        env = engine_env(spec.threads, env_extra)
         before = LoadSample.now()
         spawned_at = time.time()
         command = [*(python_command or [sys.executable]), "-m", "services.inference.measure", str(spec_path), repr(spawned_at)]

@@ -8,11 +8,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from core.ports import NotFound, ObjectStore
+from core.outcomes import arrived_outcomes
 from core.prediction import measured_combos
 from schemas.combos import Combo, combo_key
 from schemas.events import Envelope, FailureStage, RequestSubmitted, RunDeadlineReached, RunPlanned
 from schemas import keys
-from schemas.documents import MeasuredResult, Outcome, RunRecord, RunSummary
+from schemas.documents import RunRecord, RunSummary
 
 
 def record_run(store: ObjectStore, run_id: str, request: RequestSubmitted) -> bool:
@@ -87,14 +88,12 @@ def run_progress(store: ObjectStore, record: dict) -> dict:
     except NotFound:
         combos = record["combos"]
     entries = []
+    arrived = arrived_outcomes(store, run_id)
     for key, combo in combos.items():
         entry = {"combo_key": key, "label": Combo.model_validate(combo).label, **combo, "state": "queued"}
-        try:
-            outcome = Outcome.read(store.get_bytes(keys.outcome(run_id, key)))
-        except NotFound:
-            outcome = None
+        outcome = arrived.outcome(key)
         if outcome and outcome.status == "done":
-            result = MeasuredResult.read(store.get_bytes(outcome.result_key))
+            result = arrived.result(outcome)
             entry.update(state="measured", p50_ms=result.latency_ms.p50, p99_ms=result.latency_ms.p99, reused=outcome.reused)
         elif outcome:
             entry.update(state="failed", reason=f"{outcome.stage.value}: {outcome.reason}")

@@ -363,3 +363,20 @@ def side_by_side_of(store, summary) -> dict:
 
     (table,) = profile_tables([stored_profile(store, r).to_dict() for r in summary["results"]])
     return table
+
+
+def test_onnx_int8_is_quantized_measured_with_its_agreement_and_never_recommended_below_the_minimum(app, tiny_image_model):
+    """`onnx_int8`: the model statically quantized at conversion (a smaller artifact whose
+    outputs differ from base's), measured like `onnx`; a run asking for exact agreement lists
+    it with the reason and never recommends it."""
+    summary, _ = run(app, request_for(app, tiny_image_model, ["onnx", "onnx_int8"], min_agreement=1.0))
+    assert summary["status"] == "complete", summary["failures"]
+    by = {r["combo"]["optimizer"]: r for r in summary["results"]}
+    int8, float32 = by["onnx_int8"], by["onnx"]
+    assert int8["cold_start_ms"]["artifact_bytes"] < float32["cold_start_ms"]["artifact_bytes"] / 2  # int8 weights
+    assert int8["agreement"]["max_abs_diff"] > float32["agreement"]["max_abs_diff"]  # quantization changed the outputs
+    assert int8["latency_ms"]["p50"] > 0 and "engine_settings" in int8
+    rec = summary["recommendation"]
+    picks = {rec[kind] for kind in ("fastest", "cheapest", "balanced")}
+    if int8["agreement"]["score"] < 1.0:
+        assert "intel/onnx_int8/b1/1769MB" not in picks and "agreement" in rec["excluded"]["intel/onnx_int8/b1/1769MB"]

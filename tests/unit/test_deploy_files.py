@@ -20,9 +20,14 @@ def test_compose_services_run_modules_that_exist():
 
 
 def test_template_lambda_handlers_exist_and_template_lints():
-    template = (ROOT / "infra/template.yaml").read_text()
-    handlers = [line.split("Handler:")[1].strip() for line in template.splitlines() if "Handler:" in line]
-    assert len(handlers) >= 6
+    from cfnlint.decode import decode
+
+    template, errors = decode(str(ROOT / "infra/template.yaml"))
+    assert not errors, errors
+    functions = [r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::Lambda::Function"]
+    # container images: the handler is the image's command
+    handlers = [f.get("Handler") or f["ImageConfig"]["Command"][0] for f in functions]
+    assert len(handlers) >= 6 and "services.inference.measuring_lambda.handler" in handlers
     for handler in handlers:
         module, _, name = handler.rpartition(".")
         assert importlib.util.find_spec(module) is not None, handler

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import re
+from datetime import UTC, datetime
 
 import pytest
 
@@ -58,7 +59,9 @@ def test_every_key_function_is_in_the_layout_and_no_service_spells_a_key():
     functions = [name for name, f in inspect.getmembers(keys, inspect.isfunction) if f.__module__ == keys.__name__ and f.__annotations__.get("return") == "str"]
     layout = keys.__doc__
     for name in functions:
-        example = getattr(keys, name)(*["x"] * (len(inspect.signature(getattr(keys, name)).parameters) - 1), *([[1, 2]] if name == "tuning_records" else ["x"]))
+        parameters = inspect.signature(getattr(keys, name)).parameters
+        arguments = {"input_size": [1, 2], "archived_at": datetime(2026, 1, 1, tzinfo=UTC), "count": 3}
+        example = getattr(keys, name)(*[arguments.get(p, "x") for p in parameters])
         top = example.split("/")[0]
         assert f"\n{top}/" in layout, f"{name} ({example}) is not in the layout"
     import pathlib

@@ -33,7 +33,7 @@ def test_v1_request_is_upcast_to_the_current_version():
                     "batch_sizes": [1], "memory_mb": [1024, 2048]},
     }
     env = Envelope.parse(json.dumps(v1))
-    assert env.schema_version == RequestSubmitted.VERSION == 5
+    assert env.schema_version == RequestSubmitted.VERSION == 6
     assert env.payload.matrix.optimizers == {"intel": ["base", "onnx"], "arm": ["base", "onnx"]}
     assert env.payload.matrix.memory_sizes_mb == [1024, 2048]
     assert env.payload.predict is False

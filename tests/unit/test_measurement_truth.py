@@ -85,3 +85,36 @@ def test_the_table_says_host_limited_and_estimated_tails():
     assert "host-limited: needs 5.8 vCPUs, host has 2; not costed" in row["note"] and "p99 an estimate (40 samples)" in row["note"]
     assert "host-limited" in results_csv(summary)
     assert summary["recommendation"]["fastest"] == "intel/onnx/b1/1769MB"
+
+
+def test_a_resubmission_reads_the_result_packs_not_one_object_per_combination():
+    """`latest_results` takes what a model's packs hold (newest pack first, stale entries
+    skipped) and reads by key only what no pack holds."""
+    from datetime import UTC, datetime, timedelta
+
+    from core.results import latest_results, pack_results
+
+    store = MemoryStore()
+    combos = [Combo(hardware="intel", optimizer="onnx", batch_size=1, memory_mb=m) for m in range(1024, 1024 + 64 * 40, 64)]
+    combo_keys = [combo_key(MODEL, c) for c in combos]
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    for run, stale in (("old", {}), ("new", {})):
+        measured = {}
+        for combo, key in zip(combos[:30], combo_keys[:30], strict=True):
+            result = MeasuredResult.model_validate(measured_result(combo.label, p99=2.0, cost=0.1) | {"combo_key": key, "run_id": run} | stale)
+            measured[keep_result(store, result)] = result.to_dict()
+        pack_results(store, MODEL.sha256, run, at, measured)
+        at += timedelta(minutes=1)
+    # 10 more measured by a run that never closed (no pack): found by key
+    for combo, key in zip(combos[30:], combo_keys[30:], strict=True):
+        keep_result(store, MeasuredResult.model_validate(measured_result(combo.label, p99=2.0, cost=0.1) | {"combo_key": key, "run_id": "open"}))
+    store.calls.clear()
+    found = latest_results(store, MODEL.sha256, combo_keys + ["never-measured"])
+    assert set(found) == set(combo_keys)
+    assert {found[k][0] for k in combo_keys[:30]} == {f"results/{k}/new.json" for k in combo_keys[:30]}  # the newest pack wins
+    assert {found[k][0] for k in combo_keys[30:]} == {f"results/{k}/open.json" for k in combo_keys[30:]}
+    assert store.calls["get"] == 2 + 11 and store.calls["list"] == 1  # both packs (one key is in none), then the 11 no pack holds
+    # a stale entry in a pack is not reused from it: read by key, and stale there too
+    pack_results(store, MODEL.sha256, "stale", at, {"results/x/stale.json": measured_result(combos[0].label, p99=2.0, cost=0.1)
+                                                     | {"combo_key": combo_keys[0], "run_id": "stale", "environment": None}})
+    assert latest_results(store, MODEL.sha256, combo_keys[:1])[combo_keys[0]][0] == f"results/{combo_keys[0]}/new.json"

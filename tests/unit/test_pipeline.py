@@ -279,6 +279,36 @@ def test_a_resubmitted_matrix_is_reused_in_a_few_events(app, fakes):
     reused_events = [Envelope.parse(app.store.get_bytes(k)).payload for k in log if "-CombosReused-" in k]
     assert sum(len(e.results) for e in reused_events) == 32 and all(len(e.results) <= REUSED_PER_EVENT for e in reused_events)
     assert not any("-InferenceDone-" in k for k in log)
+    # their ends are one object per event, and the summary's rows are the results dedup read
+    outcomes = app.store.list_keys(keys.outcomes_prefix(second["run_id"]))
+    assert len([k for k in outcomes if "/reused-" in k]) == len(reused_events) and keys.outcomes_in(outcomes) == 32
+    first_rows = {r["combo_key"]: r["latency_ms"] for r in first["results"]}
+    assert {r["combo_key"]: r["latency_ms"] for r in second["results"]} == first_rows
+
+
+def test_a_reuse_whose_bundle_is_lost_reads_each_result_and_an_old_batch_event_still_reads(app, fakes):
+    """The bundle is an optimisation: without it (lost, or a v1 `CombosReused` without one)
+    the archiver reads each result by its key; the run is the same."""
+    from core.outcomes import arrived_outcomes
+    from services.archiver.handlers import on_combos_reused
+
+    first = run(app, request(app, memory=(1024, 1088, 1152)))
+    second = run(app, request(app, memory=(1024, 1088, 1152)))
+    arrived = arrived_outcomes(app.store, second["run_id"])
+    assert len(arrived) == 3 and len(arrived.documents) == 3
+    for key in app.store.list_keys(f"runs/{second['run_id']}/reused/"):
+        app.store.put_bytes(key, b"not json")
+    arrived = arrived_outcomes(app.store, second["run_id"])
+    assert len(arrived) == 3 and not arrived.documents
+    assert {k: arrived.result(arrived.outcome(k)).latency_ms.p50 for k in arrived.reused} == {
+        r["combo_key"]: r["latency_ms"]["p50"] for r in first["results"]}
+    stored = {r["combo_key"]: f"results/{r['combo_key']}/{first['run_id']}.json" for r in first["results"]}
+    old = Envelope.parse(json.dumps({"event_id": "e-old", "type": "CombosReused", "schema_version": 1, "run_id": "old-run",
+                                     "time": "2026-01-01T00:00:00Z", "producer": "dedup", "payload": {"results": stored}}))
+    assert old.payload.bundle is None
+    on_combos_reused(old, ArchiverDeps(store=app.store))
+    arrived = arrived_outcomes(app.store, "old-run")
+    assert {k: arrived.result(arrived.outcome(k)).run_id for k in stored} == {k: first["run_id"] for k in stored}
 
 
 def test_a_dead_lettered_batch_of_reused_results_ends_its_run():

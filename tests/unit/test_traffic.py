@@ -32,6 +32,18 @@ def test_bursts_need_more_instances_and_more_cold_starts_than_steady_traffic():
     assert steady["bill_usd"] > 0 and steady["cold_share"] < 0.01
 
 
+def test_a_capped_pool_queues_instead_of_starting_instances():
+    """A burst of 50 simultaneous requests: unbounded, 50 cold starts; capped at 2 instances,
+    2 cold starts and the rest wait their turn, the last for about 24 warm latencies after a cold start."""
+    times = np.zeros(50)
+    free = simulate(times, WARM, 500.0, 600, np.random.default_rng(0), 1.0)
+    capped = simulate(times, WARM, 500.0, 600, np.random.default_rng(0), 1.0, max_instances=2)
+    assert free.cold_starts == free.peak_instances == 50
+    assert capped.cold_starts == capped.peak_instances == 2
+    assert capped.latencies_ms.max() > 500 + 20 * 9 and capped.latencies_ms.max() < 600 + 25 * 15
+    assert capped.instance_seconds < free.instance_seconds
+
+
 def test_an_arrival_file_of_times_or_per_minute_counts(tmp_path):
     times = tmp_path / "times.csv"
     times.write_text("seconds\n0\n0.5\n700\n")

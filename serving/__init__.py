@@ -1,0 +1,9 @@
+"""Serving a run's picks: many models behind one HTTP endpoint (`python -m ayci endpoint`).
+
+Models load on first use into a memory budget and are evicted least-recently-used
+(`budget.py`); each model has a pool of worker processes, each confined to the combination's
+memory size like a measurement (`processes.py`, `worker.py`), that scales out with the model's
+queue and in after an idle time (`scaling.py`, `pool.py`); `endpoint.py` ties them together,
+`app.py` is the thin HTTP layer, `metrics.py` the Prometheus metrics, `loadtest.py` drives it
+with Locust beside the traffic simulation's prediction (`core/traffic.py`).
+"""

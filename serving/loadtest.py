@@ -1,0 +1,291 @@
+"""`ayci loadtest`: the endpoint driven by Locust, beside the traffic simulation's prediction.
+
+The endpoint runs in this process (`app.ServerThread`, loopback only); Locust runs headless in
+a subprocess (`locustfile.py`), bounded by the duration and a request limit. The traffic: Poisson
+at `rps` (`steady`), or with bursts of `core.traffic.BURST_MULTIPLIER` x `rps` (`spiky`: one
+burst in the middle of each half of the test, a sixth of the half long: the simulation's
+30 s of every 10 min, compressed into a test of minutes). Every request is logged (sent at,
+model, status, latency, whether it waited for a cold load) and the models' workers and queues
+are sampled four times a second.
+
+The prediction: `core.traffic.combination_under_traffic` on the arrival times the test actually
+sent to each model (a CSV of arrivals, `Traffic(pattern=FILE)`), the endpoint's idle time as
+the idle timeout, the model's measured result. p99 and cold-start share are compared within
+`TOLERANCE`; where they differ more, the known differences between the endpoint and a Lambda
+pool are named with their figures (`explain`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from core.prediction import latency_quantiles
+from core.traffic import BURST_MULTIPLIER, Traffic, arrivals, combination_under_traffic, simulate
+from serving.endpoint import TICK_S
+
+TOLERANCE = 0.15
+SAMPLE_S = 0.25
+BURSTS = 2  # one in each half of the test
+BURST_SHARE = 1 / 6  # of each half
+PATTERNS = ("steady", "spiky")
+MAX_RPS = 200.0  # what Locust and the endpoint can do together on a small machine
+MAX_DURATION_S = 3600.0
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    rps: float
+    duration_s: float
+    pattern: str = "steady"
+    per_user_rps: float = 1.0  # each Locust user's mean rate
+
+    def __post_init__(self) -> None:
+        if self.pattern not in PATTERNS:
+            raise ValueError(f"pattern: steady or spiky, got {self.pattern!r}")
+        if not (math.isfinite(self.rps) and 0 < self.rps <= MAX_RPS):
+            raise ValueError(f"rps: above 0 and at most {MAX_RPS:g}, got {self.rps:g}")
+        if not (math.isfinite(self.duration_s) and 5 <= self.duration_s <= MAX_DURATION_S):
+            raise ValueError(f"duration: from 5 s to {MAX_DURATION_S:g} s, got {self.duration_s:g}")
+
+    @property
+    def max_requests(self) -> int:
+        """The request limit: twice what the plan should send, and 100 more."""
+        peak = self.rps * (1 + (BURST_MULTIPLIER - 1) * BURST_SHARE) if self.pattern == "spiky" else self.rps
+        return int(2 * peak * self.duration_s) + 100
+
+    def env(self) -> dict[str, str]:
+        return {"AYCI_LOAD_PLAN": json.dumps(asdict(self))}
+
+    @classmethod
+    def from_env(cls, env) -> LoadPlan:
+        return cls(**json.loads(env["AYCI_LOAD_PLAN"]))
+
+
+def rate_at(plan: LoadPlan, t: float) -> float:
+    """Requests per second the plan asks for at `t` s into the test."""
+    if plan.pattern == "spiky":
+        half = plan.duration_s / BURSTS
+        into = t % half
+        if half / 2 <= into < half / 2 + half * BURST_SHARE:
+            return plan.rps * BURST_MULTIPLIER
+    return plan.rps
+
+
+def users_at(plan: LoadPlan, t: float) -> int | None:
+    """Locust users at `t` (None: the test is over)."""
+    if t >= plan.duration_s:
+        return None
+    return max(1, round(rate_at(plan, t) / plan.per_user_rps))
+
+
+# --- running it
+def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app) -> dict:
+    """Drive `endpoint` (already started; `app` its HTTP app) with Locust by `plan`; the report
+    (also written to `out_dir/report.json`, with `requests.csv`, `samples.json`, `loadtest.png`)."""
+    from serving.app import ServerThread
+    from serving.wire import pack
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    bodies = out_dir / "bodies"
+    bodies.mkdir(exist_ok=True)
+    for name, model in endpoint.models.items():  # the run's own reference inputs, as a binary body
+        with np.load(model.reference_path, allow_pickle=False) as reference:
+            inputs = {k.split(":", 1)[1]: reference[k] for k in reference.files if k.startswith("input:")}
+        (bodies / f"{name}.npz").write_bytes(pack(inputs))
+    log_path = out_dir / "requests.csv"
+    samples: list[dict] = []
+    stop = threading.Event()
+    with ServerThread(app) as url:
+        started = time.time()
+        sampler = threading.Thread(target=_sample, args=(endpoint, samples, started, stop), daemon=True)
+        sampler.start()
+        locust = _run_locust(url, plan, bodies, log_path, out_dir)
+        stop.set()
+        sampler.join()
+    (out_dir / "samples.json").write_text(json.dumps(samples))
+    requests = read_requests(log_path, started)
+    report = {"plan": asdict(plan), "locust": locust, "models": {}, "out_dir": str(out_dir)}
+    state = {row["model"]: row for row in endpoint.state()}
+    for name, model in endpoint.models.items():
+        mine = [r for r in requests if r["model"] == name]
+        observed = observed_figures(mine, samples, name, state[name])
+        predicted = predicted_figures(model.result, [r["t"] for r in mine], plan, endpoint.policy.idle_s, endpoint.policy.max_workers,
+                                      out_dir / f"arrivals-{name}.csv")
+        report["models"][name] = {"combination": model.label, "run_id": model.run_id, "observed": observed, "predicted": predicted,
+                                  "comparison": compare(observed, predicted, model.result, endpoint.policy.max_workers,
+                                                        len(endpoint.models))}
+    plot(requests, samples, plan, out_dir / "loadtest.png")
+    report["plot"] = str(out_dir / "loadtest.png")
+    (out_dir / "report.json").write_text(json.dumps(report, indent=1))
+    return report
+
+
+def _sample(endpoint, samples: list[dict], started: float, stop: threading.Event) -> None:
+    while not stop.wait(SAMPLE_S):
+        samples.append({"t": time.time() - started,
+                        "models": {r["model"]: {"workers": r["workers"], "starting": r["starting"], "queue": r["queue_depth"],
+                                                "loaded": r["loaded"]} for r in endpoint.state()}})
+
+
+def _run_locust(url: str, plan: LoadPlan, bodies: Path, log_path: Path, out_dir: Path) -> dict:
+    """Locust headless against `url` (loopback), bounded by the plan's duration (its shape),
+    `--run-time` and a timeout of its own; its exit and the tail of its output."""
+    if not url.startswith("http://127.0.0.1:"):
+        raise ValueError(f"the load test drives a loopback endpoint only, not {url}")
+    locustfile = Path(__file__).with_name("locustfile.py")
+    command = [sys.executable, "-m", "locust", "-f", str(locustfile), "--headless", "--host", url,
+               "--run-time", f"{math.ceil(plan.duration_s) + 5}s", "--stop-timeout", "5", "--only-summary", "--loglevel", "WARNING"]
+    env = {**os.environ, **plan.env(), "AYCI_LOAD_BODIES": str(bodies), "AYCI_LOAD_LOG": str(log_path),
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    with open(out_dir / "locust.log", "w+") as output:
+        try:
+            code = subprocess.run(command, env=env, stdout=output, stderr=subprocess.STDOUT, timeout=plan.duration_s + 60).returncode
+        except subprocess.TimeoutExpired:
+            code = None
+        output.seek(0)
+        tail = output.read()[-2000:]
+    return {"exit_code": code, "log": str(out_dir / "locust.log"), "tail": tail}
+
+
+def read_requests(path: Path, started: float) -> list[dict]:
+    if not path.exists():
+        return []
+    with open(path, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    return sorted(({"t": float(r["sent_at"]) - started, "model": r["model"], "status": int(r["status"]), "latency_ms": float(r["latency_ms"]),
+                    "cold": r["cold"] == "1"} for r in rows), key=lambda r: r["t"])
+
+
+# --- the figures
+def observed_figures(requests: list[dict], samples: list[dict], name: str, state: dict) -> dict:
+    answered = [r for r in requests if r["status"] == 200]
+    latencies = np.array([r["latency_ms"] for r in answered])
+    errors: dict[str, int] = {}
+    for r in requests:
+        if r["status"] != 200:
+            errors[str(r["status"] or "connection")] = errors.get(str(r["status"] or "connection"), 0) + 1
+    p50, p99 = (np.percentile(latencies, [50, 99]) if len(latencies) else (float("nan"), float("nan")))
+    waited = sum(r["cold"] for r in answered)
+    cold_starts = sum(state["loads"].values())  # workers started: each a cold start, as an instance's on Lambda
+    workers = [s["models"][name]["workers"] + s["models"][name]["starting"] for s in samples if name in s["models"]]
+    return {"requests": len(requests), "answered": len(answered), "errors": errors, "p50_ms": float(p50), "p99_ms": float(p99),
+            "cold_starts": cold_starts, "cold_share": cold_starts / len(answered) if answered else 0.0,
+            "waited_for_load": waited, "waited_share": waited / len(answered) if answered else 0.0, "loads": state["loads"],
+            "evictions": state["evictions"], "lost_workers": state["lost_workers"], "peak_workers": max(workers, default=0)}
+
+
+def predicted_figures(result: dict, sent_at: list[float], plan: LoadPlan, idle_s: float, max_workers: int, arrivals_csv: Path) -> dict | None:
+    """The simulation on the same arrivals (None: too few requests to simulate): as a Lambda
+    pool (`combination_under_traffic`, on demand: no cap on instances) and as the endpoint's pool
+    (`simulate` with the endpoint's cap on workers: requests queue at the cap)."""
+    if len(sent_at) < 2:
+        return None
+    arrivals_csv.write_text("seconds\n" + "\n".join(f"{t:.6f}" for t in sent_at) + "\n")
+    traffic = Traffic(rps=max(len(sent_at) / plan.duration_s, 1e-3), pattern=str(arrivals_csv), idle_timeout_s=idle_s,
+                      duration_s=max(60.0, plan.duration_s))
+    lambda_pool = combination_under_traffic(result, traffic)
+    times, window, cut = arrivals(traffic, np.random.default_rng(0))
+    capped = simulate(times, latency_quantiles(result["latency_ms"]), result["cold_start_ms"]["total"], idle_s,
+                      np.random.default_rng(1), window, cut, max_instances=max_workers)
+    p50, p99 = np.percentile(capped.latencies_ms, [50, 99])
+    return {"cold_share": capped.cold_share, "cold_starts": capped.cold_starts, "p50_ms": float(p50), "p99_ms": float(p99),
+            "peak_instances": capped.peak_instances, "simulated_requests": capped.requests,
+            "lambda": {k: lambda_pool[k] for k in ("cold_share", "p50_ms", "p99_ms", "peak_instances")}}
+
+
+def within(observed: float, predicted: float) -> bool:
+    if predicted == 0:
+        return observed == 0
+    return abs(observed - predicted) / predicted <= TOLERANCE
+
+
+def compare(observed: dict, predicted: dict | None, result: dict, max_workers: int, models: int) -> dict:
+    if predicted is None:
+        return {"p99_within": None, "cold_share_within": None, "explained": ["too few requests reached this model to simulate"]}
+    p99_ok = within(observed["p99_ms"], predicted["p99_ms"])
+    cold_ok = within(observed["cold_share"], predicted["cold_share"])
+    return {"p99_ratio": observed["p99_ms"] / predicted["p99_ms"] if predicted["p99_ms"] else None,
+            "cold_share_ratio": observed["cold_share"] / predicted["cold_share"] if predicted["cold_share"] else None,
+            "p99_within": p99_ok, "cold_share_within": cold_ok,
+            "explained": [] if p99_ok and cold_ok else explain(observed, predicted, result, max_workers, models)}
+
+
+def explain(observed: dict, predicted: dict, result: dict, max_workers: int, models: int) -> list[str]:
+    """The differences between the endpoint and the simulated Lambda pool behind a gap, with
+    this test's figures."""
+    reasons = []
+    measured_cold = result["cold_start_ms"]["total"]
+    lambda_pool = predicted["lambda"]
+    reasons.append(f"as a Lambda pool (no cap) the same arrivals would start up to {lambda_pool['peak_instances']} instances, "
+                   f"cold share {lambda_pool['cold_share']:.2%}, p99 {lambda_pool['p99_ms']:.1f} ms; the endpoint and the prediction "
+                   f"compared here cap a model at {max_workers} workers and queue the rest")
+    if observed["waited_for_load"] > observed["cold_starts"]:
+        reasons.append(f"{observed['waited_for_load']} requests waited for {observed['cold_starts']} cold loads: every request queued while "
+                       "the only workers load waits for them, where the simulation charges a cold start to the request that caused it")
+    if predicted["cold_starts"] > observed["cold_starts"]:
+        reasons.append(f"the simulation started {predicted['cold_starts']} instances where the endpoint loaded {observed['cold_starts']} "
+                       f"workers: a request that finds every worker busy waits in the queue, and the scaler adds a worker only if "
+                       f"requests still wait at its next look (every {TICK_S * 1000:.0f} ms), where the simulated pool starts one at once")
+    tail_rank = max(1, round(observed["answered"] * 0.01))
+    if predicted["cold_starts"] >= tail_rank:
+        reasons.append(f"with {observed['answered']} requests the p99 is about the {tail_rank}. slowest: the simulated p99 falls on its "
+                       f"{predicted['cold_starts']} cold starts ({measured_cold:.0f} ms measured), the load test's on "
+                       f"{'its cold loads' if observed['cold_starts'] >= tail_rank else 'warm requests'}")
+    overhead = observed["p50_ms"] - predicted["p50_ms"]
+    if overhead > TOLERANCE * predicted["p50_ms"]:
+        reasons.append(f"HTTP, the body's (de)serialization and Locust add about {overhead:.1f} ms a request (p50 {observed['p50_ms']:.1f} "
+                       f"ms against the simulated {predicted['p50_ms']:.1f} ms from the measurement)")
+    cores = os.cpu_count() or 1
+    reasons.append(f"this host has {cores} cores shared by Locust, the endpoint and up to {max_workers * models} workers; the warm "
+                   f"latencies and the {measured_cold:.0f} ms cold start were measured alone")
+    if observed["cold_starts"] < 10:
+        reasons.append(f"the cold shares rest on {observed['cold_starts']} cold loads observed and {predicted['cold_starts']} simulated, "
+                       f"out of {observed['answered']} requests: one load more or less moves the share by {1 / max(1, observed['answered']):.2%}")
+    return reasons
+
+
+def plot(requests: list[dict], samples: list[dict], plan: LoadPlan, path: Path) -> None:
+    """Latency of every request against time (cold loads and errors marked) above the workers
+    of each model and the traffic's rate."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(11, 7), height_ratios=[3, 2])
+    for label, chosen, style in (("warm", lambda r: r["status"] == 200 and not r["cold"], dict(s=6, color="tab:blue", alpha=0.5)),
+                                 ("waited for a cold load", lambda r: r["status"] == 200 and r["cold"], dict(s=14, color="tab:orange")),
+                                 ("refused / failed", lambda r: r["status"] != 200, dict(s=14, color="tab:red", marker="x"))):
+        picked = [r for r in requests if chosen(r)]
+        if picked:
+            top.scatter([r["t"] for r in picked], [max(r["latency_ms"], 0.1) for r in picked], label=f"{label} ({len(picked)})", **style)
+    top.set_yscale("log")
+    top.set_ylabel("latency (ms)")
+    top.set_title(f"ayci loadtest: {plan.pattern}, {plan.rps:g} req/s for {plan.duration_s:g} s")
+    top.legend(loc="upper right", fontsize=8)
+    models = sorted({m for s in samples for m in s["models"]})
+    times = [s["t"] for s in samples]
+    for name in models:
+        bottom.step(times, [s["models"].get(name, {}).get("workers", 0) + s["models"].get(name, {}).get("starting", 0) for s in samples],
+                    where="post", label=f"{name} workers")
+    bottom.set_ylabel("workers (ready + loading)")
+    bottom.set_xlabel("seconds into the test")
+    rate = bottom.twinx()
+    grid = np.linspace(0, plan.duration_s, 400)
+    rate.plot(grid, [rate_at(plan, t) for t in grid], color="grey", linestyle=":", label="planned req/s")
+    rate.set_ylabel("planned req/s")
+    bottom.legend(loc="upper left", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

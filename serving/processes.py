@@ -1,0 +1,164 @@
+"""The endpoint's side of a worker process (`worker.py`): started inside a cgroup with its
+combination's memory size's CPU share and memory cap (`services/inference/confinement.py`,
+as a measurement is; where cgroups are unavailable it runs unconfined and says so:
+`confined: false` with the reason), fed one request at a time over a Unix socket, stopped by
+killing its process group and removing its cgroup."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from schemas.reasons import from_traceback
+from serving import wire
+from serving.pool import InferenceFailed, WorkerLost
+from services.inference.confinement import ConfinementUnavailable, Limits, MeasurementGroup, unavailable_reason
+from services.inference.launcher import REPO_ROOT, engine_env
+
+_numbers = itertools.count()
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    optimizer: str
+    artifact_path: str
+    threads: int
+    memory_mb: int
+    settings: dict | None = None  # the engine settings the measurement won with
+    reference_path: str | None = None  # inputs run once before the worker says it is ready
+    confine: bool = True
+
+
+def confinement(memory_mb: int, confine: bool = True) -> tuple[MeasurementGroup | None, str | None]:
+    """A cgroup for one worker, or None and why there is none."""
+    if not confine:
+        return None, "confinement turned off"
+    reason = unavailable_reason()
+    if reason is None:
+        try:
+            return MeasurementGroup.create(Limits.for_memory(memory_mb)), None
+        except ConfinementUnavailable as exc:
+            reason = str(exc)
+    return None, reason
+
+
+class ProcessWorker:
+    def __init__(self, spec: WorkerSpec, child: subprocess.Popen, sock: socket.socket, group: MeasurementGroup | None,
+                 confinement_reason: str | None, work: Path, load_ms: float, request_timeout_s: float) -> None:
+        self.spec = spec
+        self.pid = child.pid
+        self.load_ms = load_ms
+        self.confined = group is not None
+        self.confinement_reason = confinement_reason
+        self.request_timeout_s = request_timeout_s
+        self._child, self._sock, self._group, self._work = child, sock, group, work
+        self._stopped = False
+
+    @classmethod
+    def start(cls, spec: WorkerSpec, work_dir: Path, load_timeout_s: float = 300.0, request_timeout_s: float = 60.0) -> ProcessWorker:
+        """Start a worker and wait until it has loaded its model; `RuntimeError` with the
+        reason (out of memory at its cap, a crash with its error, a timeout) if it does not."""
+        work = Path(tempfile.mkdtemp(prefix=f"w{next(_numbers)}-", dir=work_dir))
+        (work / "spec.json").write_text(json.dumps(asdict(spec)))
+        address = str(work / "s")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(address)
+        listener.listen(1)
+        listener.settimeout(0.2)
+        group, reason = confinement(spec.memory_mb, spec.confine)
+        command = [sys.executable, "-m", "serving.worker", address, str(work / "spec.json")]
+        stderr = open(work / "stderr", "w+")
+        child = subprocess.Popen(group.wrap(command) if group else command, cwd=REPO_ROOT, env=engine_env(spec.threads),
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
+        started = time.monotonic()
+        worker = cls(spec, child, listener, group, reason, work, 0.0, request_timeout_s)
+        try:
+            sock = worker._accept(listener, started + load_timeout_s)
+            worker._sock = sock
+            sock.settimeout(max(1.0, started + load_timeout_s - time.monotonic()))
+            kind, body = wire.receive(sock)
+            if kind != wire.READY:
+                raise ConnectionError(f"unexpected frame {kind!r}")
+        except (OSError, ConnectionError, TimeoutError) as exc:
+            why = worker._death(exc)
+            worker.stop()
+            raise RuntimeError(why) from None
+        finally:
+            listener.close()
+            stderr.close()
+        worker.load_ms = json.loads(body)["load_ms"]
+        sock.settimeout(request_timeout_s)
+        return worker
+
+    def _accept(self, listener: socket.socket, deadline: float) -> socket.socket:
+        while True:
+            try:
+                sock, _ = listener.accept()
+                return sock
+            except TimeoutError:
+                if self._child.poll() is not None:
+                    raise ConnectionError("the worker exited before connecting") from None
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the worker did not connect in time") from None
+
+    def _death(self, exc: BaseException) -> str:
+        """Why the worker is gone: out of memory at its cap, its exit and last error, or `exc`."""
+        try:
+            self._child.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            pass
+        if self._group is not None and self._group.outcome().oom_killed:
+            return f"out of memory at {self.spec.memory_mb} MB"
+        code = self._child.poll()
+        if code is None:
+            return f"worker {self.pid}: {exc}"
+        tail = from_traceback((self._work / "stderr").read_text()) if (self._work / "stderr").exists() else ""
+        killed = f"killed by signal {-code}" if code < 0 else f"exited with {code}"
+        return f"worker {self.pid} {killed}" + (f": {tail}" if tail else "")
+
+    def infer(self, payload: bytes) -> bytes:
+        try:
+            wire.send(self._sock, wire.INFER, payload)
+            kind, body = wire.receive(self._sock)
+        except TimeoutError:
+            self.stop()
+            raise WorkerLost(f"worker {self.pid} did not answer within {self.request_timeout_s:g} s") from None
+        except (OSError, ConnectionError) as exc:
+            raise WorkerLost(self._death(exc)) from None
+        if kind == wire.ERROR:
+            raise InferenceFailed(body.decode(errors="replace"))
+        return body
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+        try:
+            os.killpg(self._child.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self._child.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        if self._group is not None:
+            self._group.remove()
+        for path in sorted(self._work.glob("*"), reverse=True):
+            path.unlink(missing_ok=True)
+        try:
+            self._work.rmdir()
+        except OSError:
+            pass

@@ -1,0 +1,141 @@
+"""Measuring on AWS, as far as this machine allows: the inference handler hands a combination
+to the measuring function of its size (moto's Lambda control plane makes the alias and the
+version), the function's handler runs in this process with a real Lambda event and context
+(`tests/lambda_emulation.py`) on the tiny model with ONNX Runtime, and the result says
+`confined: true` "by the Lambda function itself". Every AWS action both sides called is granted
+to their role by `infra/template.yaml`."""
+
+from __future__ import annotations
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from adapters.aws import S3Store
+from adapters.aws_calls import ENV, iam_action, recorded_calls
+from adapters.lambda_sizes import LambdaSizes
+from adapters.local_store import LocalFolderStore
+from ayci.infra import TEMPLATE
+from ayci.lambda_entry import make_measuring_handler
+from engines import ConversionJob, engine_module
+from schemas import keys
+from schemas.combos import Combo, Hardware, combo_key, reference_key
+from schemas.documents import MeasuredResult
+from schemas.events import ComboFailed, Envelope, InferenceDone, ModelConverted
+from services.converter.handlers import ensure_reference
+from services.inference.handlers import InferenceDeps, on_model_converted
+from services.request.submission import store_model
+from tests.conftest import TINY_IMAGE_SIZE
+from tests.lambda_emulation import LambdaContext, fill_moto_gaps, run_invocations_in_process
+
+BUCKET = "ayci-data-123456789012"
+INTEL, ARM = "ayci-measure-intel", "ayci-measure-arm"
+
+
+@pytest.fixture(scope="module")
+def converted(tiny_image_model, tmp_path_factory) -> dict:
+    """The tiny model converted for ONNX Runtime and the base model's reference outputs."""
+    work = tmp_path_factory.mktemp("measuring-function")
+    store = LocalFolderStore(work / "store")
+    model = store_model(store, tiny_image_model, "image_classification", TINY_IMAGE_SIZE)
+    out = work / "onnx"
+    out.mkdir()
+    engine_module("onnx").convert(ConversionJob(model=model, model_path=tiny_image_model, hardware=Hardware.intel, batch_size=1, target_cpu="x86_64", out_dir=out))
+    reference = work / "reference.npz"
+    reference.write_bytes(store.get_bytes(ensure_reference(store, model, tiny_image_model, 1, work)))
+    return {"model": model, "artifact": out / "model.onnx", "reference": reference}
+
+
+@pytest.fixture
+def aws(monkeypatch, tmp_path, converted):
+    for name in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    calls = {"inference": tmp_path / "inference-calls", "measuring": tmp_path / "measuring-calls"}
+    for folder in calls.values():
+        folder.mkdir()
+    monkeypatch.setenv(ENV, str(calls["inference"]))
+    fill_moto_gaps(monkeypatch, max_memory_mb=3008)  # an account limited to 3,008 MB, as new ones are
+    with mock_aws():
+        boto3.client("s3").create_bucket(Bucket=BUCKET)
+        role = boto3.client("iam").create_role(RoleName="measure", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+        for name, arch in ((INTEL, "x86_64"), (ARM, "arm64")):
+            boto3.client("lambda").create_function(
+                FunctionName=name, Role=role, PackageType="Image", Code={"ImageUri": f"123456789012.dkr.ecr.us-east-1.amazonaws.com/ayci:{arch}"},
+                Architectures=[arch], MemorySize=1769, Timeout=840, Environment={"Variables": {"AYCI_BUCKET": BUCKET, "AYCI_LOG_FORMAT": "json"}},
+            )
+        store = S3Store(BUCKET)
+        model = converted["model"]
+        store.put_file(keys.artifact_file("art1", "model.onnx"), converted["artifact"])
+        store.put_file(keys.reference(reference_key(model, 1)), converted["reference"])
+        functions = LambdaSizes({"intel": INTEL, "arm": ARM}, BUCKET)
+        deps = InferenceDeps(store=store, time_cap_s=0.5, min_iterations=5, functions=functions,
+                             runtime_for=lambda hardware: pytest.fail("measured in the inference worker, not in a measuring function"))
+        # the measuring function records its own calls: it has a role of its own
+        with run_invocations_in_process(functions.invoker, make_measuring_handler(), boto3.client("lambda"), extra_env={ENV: str(calls["measuring"])}):
+            yield {"deps": deps, "store": store, "model": model, "calls": calls}
+
+
+def converted_event(model, memory_mb: int, hardware: str = "intel") -> Envelope:
+    combo = Combo(hardware=hardware, optimizer="onnx", batch_size=1, memory_mb=memory_mb)
+    payload = ModelConverted(model=model, combo=combo, combo_key=combo_key(model, combo), artifact_key="art1", artifact_file="model.onnx", conversion_s=1.0)
+    return Envelope.wrap(payload, run_id="r1", producer="converter")
+
+
+def role_actions(role: str) -> set[str]:
+    from cfnlint.decode import decode
+
+    template, errors = decode(str(TEMPLATE))
+    assert not errors, errors
+    granted = set()
+    for policy in template["Resources"][role]["Properties"]["Policies"]:
+        for statement in policy["PolicyDocument"]["Statement"]:
+            actions = statement["Action"]
+            granted.update([actions] if isinstance(actions, str) else actions)
+    return granted
+
+
+def test_each_size_is_measured_in_a_function_of_that_size_and_every_call_is_granted(aws):
+    lam = boto3.client("lambda")
+    for memory in (1769, 3008):
+        (done,) = on_model_converted(converted_event(aws["model"], memory), aws["deps"])
+        assert isinstance(done, InferenceDone), done
+        result = MeasuredResult.read(aws["store"].get_bytes(done.result_key))
+        assert result.confined is True and result.confinement_reason == f"by the Lambda function itself ({memory} MB)"
+        assert result.host_limited is False and result.cost is not None and not result.emulated
+        assert result.agreement.score == 1.0 and result.latency_ms.iterations >= 5
+        assert result.model_extra["function_handler_rss_mb"] > 0
+        version = lam.get_function_configuration(FunctionName=INTEL, Qualifier=f"mem-{memory}")
+        assert version["MemorySize"] == memory and version["Version"] != "$LATEST"
+    # the inference side: the Lambda control plane and S3 (artifact sizes, the lease, use stamps)
+    inference = {iam_action(*call) for call in recorded_calls(aws["calls"]["inference"])}
+    assert {"lambda:UpdateFunctionConfiguration", "lambda:PublishVersion", "lambda:CreateAlias", "lambda:InvokeFunction",
+            "lambda:GetFunctionConfiguration", "lambda:ListAliases", "s3:PutObject", "s3:DeleteObject"} <= inference, inference
+    assert sorted(inference - role_actions("ServiceFunctionRole")) == []
+    # the measuring function reads the artifact and the reference, nothing else
+    measuring = {iam_action(*call) for call in recorded_calls(aws["calls"]["measuring"])}
+    assert measuring == {"s3:GetObject"} and measuring <= role_actions("MeasureFunctionRole")
+    assert keys.artifact_file("a", "f").startswith("artifacts/") and keys.reference("r").startswith("references/")  # its granted prefixes
+
+
+def test_a_size_the_account_is_not_offered_fails_its_combination_before_anything_is_made(aws):
+    (failed,) = on_model_converted(converted_event(aws["model"], 4096), aws["deps"])
+    assert isinstance(failed, ComboFailed) and failed.stage == "inference"
+    assert "Lambda does not offer 4096 MB" in failed.reason and "3008" in failed.reason
+    assert boto3.client("lambda").list_aliases(FunctionName=INTEL)["Aliases"] == []
+
+
+def test_the_measuring_handler_refuses_a_request_for_another_size_and_a_bad_event(aws, monkeypatch):
+    monkeypatch.setenv("AYCI_BUCKET", BUCKET)  # the function's environment (invoked directly here)
+    handler = make_measuring_handler()
+    event = converted_event(aws["model"], 3008)
+    request = {"run_id": "r1", "combo_key": event.payload.combo_key, "combo_label": "intel/onnx/b1/3008MB", "optimizer": "onnx",
+               "workload": "image_classification", "artifact_object": keys.artifact_file("art1", "model.onnx"), "artifact_file": "model.onnx",
+               "reference_object": keys.reference(reference_key(aws["model"], 1)), "memory_mb": 3008, "time_cap_s": 0.5, "min_iterations": 5}
+    context = LambdaContext(INTEL, "7", 1769, f"arn:aws:lambda:us-east-1:123456789012:function:{INTEL}:mem-1769")
+    assert handler(request, context) == {"failed": "this measuring function has 1769 MB, the combination asks for 3008 MB"}
+    answer = handler({**request, "memory_mb": 3008, "artifact_object": "artifacts/missing/model.onnx"}, LambdaContext(INTEL, "8", 3008, "arn"))
+    assert answer == {"failed": "artifacts/missing/model.onnx is not in the bucket (the artifact or the reference outputs)"}
+    assert handler({"hello": "world"}, context)["failed"].startswith("not a measuring request")

@@ -1,0 +1,174 @@
+"""The endpoint's plain parts: the memory budget's LRU eviction, the scaling policy, and a
+model's pool of workers (in-process workers here; real worker processes in
+tests/e2e/test_endpoint.py)."""
+
+import threading
+import time
+
+import pytest
+
+from serving.budget import MemoryBudget
+from serving.pool import InferenceFailed, ModelPool, Overloaded, WorkerLost
+from serving.scaling import ScalingPolicy
+
+
+def test_budget_evicts_the_least_recently_used_idle_models_first():
+    budget = MemoryBudget(3000)
+    for model in ("a", "b", "c"):
+        budget.reserve(model, 1000)
+    budget.touch("a")  # b is now the least recently used
+    assert budget.evictions_for("d", 1000, idle=lambda m: True) == ["b"]
+    assert budget.evictions_for("d", 2000, idle=lambda m: True) == ["b", "c"]
+    assert budget.evictions_for("d", 1000, idle=lambda m: m != "b") == ["c"]  # a busy model is never evicted
+    assert budget.evictions_for("d", 1000, idle=lambda m: False) is None
+    assert budget.evictions_for("a", 3001, idle=lambda m: True) is None  # more than the whole budget
+    assert budget.drop("b") == 1000 and budget.free_mb == 1000
+    assert budget.evictions_for("d", 1000, idle=lambda m: False) == []
+    with pytest.raises(ValueError, match="do not fit"):
+        budget.reserve("d", 1001)
+
+
+def test_policy_scales_out_while_requests_wait_and_in_after_the_idle_time():
+    policy = ScalingPolicy(max_workers=3, idle_s=10)
+    assert policy.scale_out(queued=2, idle_workers=0, starting=0, workers=1)
+    assert not policy.scale_out(queued=1, idle_workers=1, starting=0, workers=1)  # an idle worker takes it
+    assert not policy.scale_out(queued=1, idle_workers=0, starting=1, workers=2)  # the starting worker will take it
+    assert not policy.scale_out(queued=9, idle_workers=0, starting=0, workers=3)  # at the cap
+    assert policy.scale_in(idle_for_s=[11, 12, 3], workers=3) == 2
+    assert policy.scale_in(idle_for_s=[11], workers=1) == 0  # one worker stays
+    with pytest.raises(ValueError):
+        ScalingPolicy(max_workers=0)
+
+
+class ThreadWorker:
+    """An in-process worker: echoes the payload once `gate` opens; `die` makes the next
+    request lose it, as a killed process would."""
+
+    pids = iter(range(1000, 2000))
+
+    def __init__(self, gate: threading.Event | None = None):
+        self.pid = next(self.pids)
+        self.load_ms = 0.0
+        self.gate = gate
+        self.die = False
+        self.stopped = False
+
+    def infer(self, payload: bytes) -> bytes:
+        if self.gate is not None:
+            self.gate.wait(5)
+        if self.die:
+            raise WorkerLost(f"worker {self.pid} killed")
+        if payload == b"bad":
+            raise InferenceFailed("the model raised")
+        return payload.upper()
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def recorded_workers():
+    """A worker factory and the list of the workers it started."""
+    workers = []
+
+    def start():
+        workers.append(ThreadWorker())
+        return workers[-1]
+
+    return workers, start
+
+
+def wait_for(condition, timeout_s=5.0):
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+def test_pool_serves_queues_and_refuses_beyond_its_queue():
+    gate = threading.Event()
+    started = []
+
+    def start():
+        started.append(ThreadWorker(gate))
+        return started[-1]
+
+    pool = ModelPool("m", start, ScalingPolicy(max_workers=2), max_queue=2)
+    first = pool.submit(b"a")  # queued before any worker exists: it waits for the load
+    pool.spawn("first")
+    wait_for(lambda: pool.workers == 1 and pool.busy == 1)
+    queued = [pool.submit(b"b"), pool.submit(b"c")]
+    with pytest.raises(Overloaded) as refused:
+        pool.submit(b"d")
+    assert refused.value.retry_after_s >= 1
+    assert pool.wants_worker()  # two wait, no worker starting
+    gate.set()
+    assert first.result(5).payload == b"A" and first.result().cold
+    assert [f.result(5).payload for f in queued] == [b"B", b"C"]
+    assert not queued[0].result().cold  # the worker was ready when it came
+    assert pool.loads == {"first": 1} and len(started) == 1
+
+
+def test_a_lost_worker_is_replaced_and_its_request_retried_once():
+    workers, start = recorded_workers()
+    pool = ModelPool("m", start, ScalingPolicy(max_workers=1))
+    pool.spawn("first")
+    wait_for(lambda: pool.workers == 1)
+    workers[0].die = True
+    answer = pool.submit(b"x").result(5)  # retried on the replacement
+    assert answer.payload == b"X" and answer.worker_pid == workers[1].pid
+    assert workers[0].stopped and pool.lost_workers == 1 and pool.loads == {"first": 1, "replacement": 1}
+    with pytest.raises(InferenceFailed):  # the model's error is the request's, the worker lives on
+        pool.submit(b"bad").result(5)
+    assert pool.workers == 1 and pool.lost_workers == 1
+
+
+def test_a_request_that_loses_two_workers_fails():
+    def start():
+        worker = ThreadWorker()
+        worker.die = True
+        return worker
+
+    pool = ModelPool("m", start, ScalingPolicy(max_workers=1))
+    pool.spawn("first")
+    with pytest.raises(WorkerLost, match="died twice"):
+        pool.submit(b"x").result(5)
+
+
+def test_idle_workers_retire_down_to_one_and_close_stops_them():
+    workers, start = recorded_workers()
+    pool = ModelPool("m", start, ScalingPolicy(max_workers=3, idle_s=10))
+    for _ in range(3):
+        pool.spawn("scale-out")
+    wait_for(lambda: pool.workers == 3)
+    assert pool.retire_idle(time.monotonic()) == 0  # not idle long enough
+    assert pool.retire_idle(time.monotonic() + 11) == 2
+    wait_for(lambda: sum(w.stopped for w in workers) == 2)
+    assert pool.workers == 1 and pool.reserved_workers == 1
+    pool.close()
+    wait_for(lambda: all(w.stopped for w in workers))
+    with pytest.raises(Overloaded):
+        pool.submit(b"x")
+
+
+def test_a_failed_first_load_fails_the_waiting_requests_with_the_reason():
+    def start():
+        raise RuntimeError("out of memory at 128 MB")
+
+    pool = ModelPool("m", start, ScalingPolicy())
+    waiting = pool.submit(b"x")
+    pool.spawn("first")
+    with pytest.raises(Exception, match="could not be loaded: out of memory at 128 MB"):
+        waiting.result(5)
+    assert pool.reserved_workers == 0 and pool.failed_loads == ["out of memory at 128 MB"]
+
+
+def test_the_worker_freed_last_takes_the_next_request_so_the_others_idle_out():
+    workers, start = recorded_workers()
+    pool = ModelPool("m", start, ScalingPolicy(max_workers=2, idle_s=10))
+    pool.spawn("first")
+    wait_for(lambda: pool.workers == 1)
+    pool.spawn("scale-out")
+    wait_for(lambda: pool.workers == 2)
+    served_by = {pool.submit(b"x").result(5).worker_pid for _ in range(20)}
+    assert served_by == {workers[1].pid}  # ready last, freed last: it takes every request in turn
+    assert pool.retire_idle(time.monotonic() + 5) == 0

@@ -365,18 +365,27 @@ def side_by_side_of(store, summary) -> dict:
     return table
 
 
-def test_onnx_int8_is_quantized_measured_with_its_agreement_and_never_recommended_below_the_minimum(app, tiny_image_model):
+def test_onnx_int8_is_quantized_measured_with_its_agreement_and_never_recommended_below_the_minimum(app, tiny_image_model, tmp_path):
     """`onnx_int8`: the model statically quantized at conversion (a smaller artifact whose
-    outputs differ from base's), measured like `onnx`; a run asking for exact agreement lists
-    it with the reason and never recommends it."""
-    summary, _ = run(app, request_for(app, tiny_image_model, ["onnx", "onnx_int8"], min_agreement=1.0))
+    outputs differ from base's), measured like `onnx`; below the run's minimum agreement it
+    is listed with the reason and never recommended, where float ONNX Runtime still is."""
+    summary, _ = run(app, request_for(app, tiny_image_model, ["onnx", "onnx_int8"]))
     assert summary["status"] == "complete", summary["failures"]
     by = {r["combo"]["optimizer"]: r for r in summary["results"]}
     int8, float32 = by["onnx_int8"], by["onnx"]
     assert int8["cold_start_ms"]["artifact_bytes"] < float32["cold_start_ms"]["artifact_bytes"] / 2  # int8 weights
-    assert int8["agreement"]["max_abs_diff"] > float32["agreement"]["max_abs_diff"]  # quantization changed the outputs
+    assert int8["agreement"]["max_abs_diff"] > 100 * max(float32["agreement"]["max_abs_diff"], 1e-7)  # quantization changed the outputs
     assert int8["latency_ms"]["p50"] > 0 and "engine_settings" in int8
+    # the text encoder's outputs: float agrees to ~1e-12 in cosine, int8 to ~1e-3
+    from workloads.examples import export_example
+
+    encoder = export_example("nlp", [16], tmp_path / "encoder.pt2")
+    model = store_model(app.store, encoder, "nlp", [16])
+    matrix = Matrix(optimizers={"intel": ["onnx", "onnx_int8"]}, batch_sizes=[1], memory_sizes_mb=[1769])
+    summary, _ = run(app, RequestSubmitted(model=model, matrix=matrix, min_agreement=0.99999))
+    assert summary["status"] == "complete", summary["failures"]
+    by = {r["combo"]["optimizer"]: r for r in summary["results"]}
+    assert by["onnx"]["agreement"]["score"] >= 0.99999 > by["onnx_int8"]["agreement"]["score"] > 0.9
     rec = summary["recommendation"]
-    picks = {rec[kind] for kind in ("fastest", "cheapest", "balanced")}
-    if int8["agreement"]["score"] < 1.0:
-        assert "intel/onnx_int8/b1/1769MB" not in picks and "agreement" in rec["excluded"]["intel/onnx_int8/b1/1769MB"]
+    assert {rec[kind] for kind in ("fastest", "cheapest", "balanced")} == {"intel/onnx/b1/1769MB"}
+    assert "below the threshold 0.99999" in rec["excluded"]["intel/onnx_int8/b1/1769MB"]

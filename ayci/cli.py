@@ -717,7 +717,7 @@ def parser() -> argparse.ArgumentParser:
         command.add_argument("--workload", default="image_classification", help="image_classification | nlp | object_detection | custom")
         command.add_argument("--inputs", help="your own example inputs: an .npz with one array per model input, batch first (required by --workload custom)")
         command.add_argument("--input-size", help="H,W for images and detection; sequence length for nlp")
-        command.add_argument("--matrix", nargs="+", default=["intel=base,onnx"], help="HARDWARE=OPT[,OPT] ... e.g. intel=base,onnx,tvm arm=onnx")
+        command.add_argument("--matrix", nargs="+", default=["intel=base,onnx"], help="HARDWARE=OPT[,OPT] ... (OPT: base, onnx, tvm, onnx_int8) e.g. intel=base,onnx,tvm arm=onnx")
         command.add_argument("--batch", default="1", help="batch sizes, e.g. 1,4")
         command.add_argument("--memory", default="1769", help="Lambda memory sizes in MB, e.g. 1024,1769,3538, or a range: 128-10240 "
                              "(Lambda's common sizes within it)")

@@ -189,7 +189,7 @@ def _end_of(key: str, arrived: Arrived, missing: Outcome | None) -> tuple[Outcom
     if outcome is None or outcome.status != "done":
         return outcome, None
     try:
-        return outcome, arrived.result(outcome).to_dict()
+        return outcome, arrived.result_document(outcome)
     except (NotFound, SchemaError) as exc:  # one unreadable result fails its combination, not the run
         return Outcome(status="failed", stage=FailureStage.inference, reason=f"its stored result cannot be read: {exc}"[:2000]), None
 

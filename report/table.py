@@ -73,6 +73,9 @@ def _notes(result: dict) -> list[str]:
     if payoff:
         notes.append(f"tuned {payoff['tuning_s']:.0f} s: " + (f"pays off after {payoff['inferences']:,} inferences against {payoff['against']}"
                                                             if payoff["inferences"] is not None else f"never pays off (not faster than {payoff['against']})"))
+    agreement = result.get("agreement") or {}
+    if (result.get("combo") or {}).get("optimizer") == "onnx_int8" and agreement.get("max_abs_diff") is not None:
+        notes.append(f"quantized: outputs differ from base by up to {agreement['max_abs_diff']:.3g}")
     if result.get("reused"):
         notes.append("reused")
     if result.get("emulated"):

@@ -87,6 +87,18 @@ def test_the_table_says_host_limited_and_estimated_tails():
     assert summary["recommendation"]["fastest"] == "intel/onnx/b1/1769MB"
 
 
+def test_the_table_says_how_far_a_quantized_model_s_outputs_moved():
+    from report.table import summary_rows
+    from tests.conftest import archived_summary
+
+    int8 = measured_result("intel/onnx_int8/b1/1769MB", p99=1.0, cost=0.1)
+    int8["agreement"] |= {"max_abs_diff": 0.0023}
+    summary = archived_summary("run-1", "complete", [int8, measured_result("intel/onnx/b1/1769MB", p99=5.0, cost=1.0)], [])
+    rows = {r["combination"]: r["note"] for r in summary_rows(summary)}
+    assert "quantized: outputs differ from base by up to 0.0023" in rows["intel/onnx_int8/b1/1769MB"]
+    assert "quantized" not in rows["intel/onnx/b1/1769MB"]
+
+
 def test_a_resubmission_reads_the_result_packs_not_one_object_per_combination():
     """`latest_results` takes what a model's packs hold (newest pack first, stale entries
     skipped) and reads by key only what no pack holds."""

@@ -29,11 +29,11 @@ from engines.targets import native_hardware
 from schemas.combos import MEASUREMENT_VERSION, Hardware, reference_key
 from schemas.cost import cost_block
 from schemas.cost import default_region as default_price_region
-from schemas.events import ComboFailed, Envelope, FailureStage, ModelConverted, Payload, ProfileRequested, RunPlanned
+from schemas.events import ComboFailed, Envelope, FailureStage, ModelConverted, Payload, ProfileRequested, RunPlanned, SchemaError
 from core.results import keep_result
 from schemas import keys
 from core.ports import NotFound
-from schemas.documents import MeasuredResult
+from schemas.documents import MeasuredResult, RunRecord
 from schemas.measuring import MeasureRequest
 from services.inference.launcher import MachineBusy, MeasureSpec, MeasurementFailed, measure
 from services.inference.profiling import profile_result
@@ -125,11 +125,16 @@ def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload | D
 
 
 def _asks_profile(store: ObjectStore, run_id: str) -> bool:
-    """Whether the run's request asks for profiles (read from its stored plan; a plan not yet
+    """Whether the run's request asks for profiles: read from its stored plan, or, when the
+    archiver has not stored it yet, from the run record the API wrote at submission (neither
     stored reads as no)."""
     try:
         return RunPlanned.model_validate_json(store.get_bytes(keys.plan(run_id))).request.profile
     except NotFound:
+        pass
+    try:
+        return bool((RunRecord.read(store.get_bytes(keys.run_record(run_id))).request or {}).get("profile"))
+    except (NotFound, SchemaError):
         return False
 
 

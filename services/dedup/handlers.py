@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from core.ports import ObjectStore
-from schemas.combos import Hardware, Optimizer, artifact_key, combo_key, reference_key
+from schemas.combos import Combo, Hardware, Optimizer, artifact_key, combo_key, reference_key
 from schemas.events import (
     REUSED_PER_EVENT,
     ComboFailed,
@@ -44,11 +44,11 @@ class DedupDeps:
     target_cpu: Callable[[Hardware, Optimizer], str]
 
 
-def impossible_combos(store: ObjectStore, request: RequestSubmitted, combos: list) -> dict[str, str]:
+def impossible_combos(store: ObjectStore, request: RequestSubmitted, combos: dict[str, Combo]) -> dict[str, str]:
     """Combination key -> why it cannot run, from the model's stored signature and size."""
     signature = model_signature(store, request.model.sha256)
     shapes = request_shapes(store, request)
-    reasons = {combo_key(request.model, c): impossible_reason(signature, request, c, shapes) for c in combos}
+    reasons = {key: impossible_reason(signature, request, c, shapes) for key, c in combos.items()}
     return {key: reason for key, reason in reasons.items() if reason}
 
 
@@ -57,9 +57,9 @@ def on_request_submitted(event: Envelope, deps: DedupDeps) -> list[Payload]:
     model = request.model
     model_stored = deps.store.exists(keys.model(model.sha256))
     measured, predicted = measured_and_predicted(request)
-    impossible = impossible_combos(deps.store, request, [*measured, *predicted]) if model_stored else {}
     measured_keys = {combo_key(model, c): c for c in measured}
     predicted_keys = {combo_key(model, c): c for c in predicted}
+    impossible = impossible_combos(deps.store, request, measured_keys | predicted_keys) if model_stored else {}
     # the stored results (from the model's result packs, then by key); a stored result is
     # reused rather than predicted
     lookups = [k for k in {**measured_keys, **predicted_keys} if model_stored and not request.force and k not in impossible]

@@ -8,10 +8,14 @@ measure p50 latency of base (torch), onnx and tvm at the same thread count, each
 own child process (so one engine's idle spinning thread pool never slows another), in
 interleaved rounds (so a burst of other work on the machine hits every engine alike).
 
-    .venv/bin/python bench/bench_optimizers.py [--trials 200] [--threads 2] [--models resnet18 bert]
+    .venv/bin/python bench/bench_optimizers.py [--trials 200] [--threads 1 2] [--models resnet18 bert]
+        [--curve 100 200 400]
 
-Prints a table with the ratios tvm/ort, tvm/torch, ort/torch, the conversion and tuning times
-and the time of the second conversion; writes results.json into the work dir. Before a fresh
+Prints a table per thread count (1 = the one vCPU of 1,769 MB, 2 = the two of 3,538 MB) with the
+ratios tuned ORT / ORT, TVM / tuned ORT, torch / tuned ORT, int8 / tuned ORT, the tuning time,
+the time of the second conversion, the layout TVM chose and what it timed; with `--curve`, TVM
+compiled from the first K records of the same search, measured in the same rounds (the
+trials-vs-latency curve); writes results.json into the work dir. Before a fresh
 run, delete the work dir's `tuning/` (or pass another --workdir): stored records are reused.
 """
 
@@ -69,7 +73,7 @@ def _model_ref(path: Path, workload: str, input_size: list[int]):
     return ModelRef(sha256=hashlib.sha256(path.read_bytes()).hexdigest(), size_bytes=path.stat().st_size, format="pt2", workload=workload, input_size=input_size)
 
 
-def convert_all(name: str, workdir: Path, trials: int, threads: int) -> dict:
+def convert_all(name: str, workdir: Path, trials: int) -> dict:
     """Export the example model, convert it for onnx and tvm (twice), return paths and times."""
     from engines import ConversionJob, onnx_engine, onnx_int8_engine, tvm_engine
     from workloads.examples import export_example
@@ -92,7 +96,7 @@ def convert_all(name: str, workdir: Path, trials: int, threads: int) -> dict:
             tuning_trials=trials_, tuning_dir=tuning, progress=lambda m: print(f"  [{name}] {m}", file=sys.stderr, flush=True),
         )
 
-    result: dict = {"workload": workload, "input_size": size, "pt2": str(pt2), "target_cpu": cpu}
+    result: dict = {"workload": workload, "input_size": size, "pt2": str(pt2), "target_cpu": cpu, "tuning_dir": str(tuning_dir)}
     started = time.perf_counter()
     onnx = onnx_engine.convert(job(model_dir / "onnx", 0, None))
     result["onnx"] = {"artifact": str(model_dir / "onnx" / onnx.artifact_file), "conversion_s": time.perf_counter() - started}
@@ -119,8 +123,40 @@ def convert_all(name: str, workdir: Path, trials: int, threads: int) -> dict:
     return result
 
 
-def measure(name: str, converted: dict, workdir: Path, threads: int, iterations: int, rounds: int) -> dict:
-    """p50 latency (ms) per engine, each round running every engine once in its own process."""
+def curve_artifacts(name: str, converted: dict, workdir: Path, checkpoints: list[int]) -> dict[int, str]:
+    """TVM artifacts compiled from the first k tuning records of the run (k in `checkpoints`):
+    the schedules the search had found after k measured candidates. (A search given only k
+    trials would split them over the tasks differently: this is the curve of this one search.)"""
+    from engines import ConversionJob, tvm_engine
+
+    source = Path(converted["tuning_dir"])
+    model = _model_ref(Path(converted["pt2"]), converted["workload"], converted["input_size"])
+    lines = (source / "database_tuning_record.json").read_text().splitlines()
+    artifacts = {}
+    for k in checkpoints:
+        if k >= len(lines):
+            continue
+        records = workdir / name / f"curve-{k}" / "tuning"
+        shutil.rmtree(records.parent, ignore_errors=True)
+        records.mkdir(parents=True)
+        shutil.copy(source / "database_workload.json", records / "database_workload.json")
+        (records / "database_tuning_record.json").write_text("\n".join(lines[:k]) + "\n")
+        meta = json.loads((source / "ayci_tuning.json").read_text())
+        (records / "ayci_tuning.json").write_text(json.dumps({**meta, "trials": k}))
+        out = records.parent / "tvm"
+        out.mkdir()
+        print(f"  [{name}] compiling from the first {k} records", file=sys.stderr, flush=True)
+        conversion = tvm_engine.convert(ConversionJob(
+            model=model, model_path=Path(converted["pt2"]), hardware="intel", batch_size=1, target_cpu=converted["target_cpu"],
+            out_dir=out, tuning_trials=k, tuning_dir=records))
+        artifacts[k] = {"artifact": str(out / conversion.artifact_file), "layout": conversion.details.get("layout"),
+                        "layouts_p50_ms": conversion.details.get("layouts_p50_ms")}
+    return artifacts
+
+
+def measure(name: str, converted: dict, workdir: Path, threads_list: list[int], iterations: int, rounds: int) -> dict:
+    """p50 latency (ms) per engine and thread count, each round running every engine at every
+    thread count once, each in its own process."""
     import numpy as np
 
     from engines import base_engine, onnx_engine, onnx_int8_engine, tvm_engine
@@ -133,27 +169,31 @@ def measure(name: str, converted: dict, workdir: Path, threads: int, iterations:
 
     artifacts = {"base": converted["pt2"], "onnx": converted["onnx"]["artifact"], "tvm": converted["tvm"]["artifact"],
                  "onnx_int8": converted["onnx_int8"]["artifact"]}
-    reference = base_engine.load(Path(artifacts["base"]), threads)(inputs)
-    tuned = tuned_settings(converted, inputs, reference, threads, workdir / name)
+    most = max(threads_list)
+    reference = base_engine.load(Path(artifacts["base"]), most)(inputs)
     agreement = {
-        "onnx": module.agreement(reference, onnx_engine.load(Path(artifacts["onnx"]), threads)(inputs)).as_dict(),
-        "tvm": module.agreement(reference, tvm_engine.load(Path(artifacts["tvm"]), threads)(inputs)).as_dict(),
-        "onnx_int8": module.agreement(reference, onnx_int8_engine.load(Path(artifacts["onnx_int8"]), threads)(inputs)).as_dict(),
+        "onnx": module.agreement(reference, onnx_engine.load(Path(artifacts["onnx"]), most)(inputs)).as_dict(),
+        "tvm": module.agreement(reference, tvm_engine.load(Path(artifacts["tvm"]), most)(inputs)).as_dict(),
+        "onnx_int8": module.agreement(reference, onnx_int8_engine.load(Path(artifacts["onnx_int8"]), most)(inputs)).as_dict(),
     }
-    runs = {**{engine: (engine, artifact, []) for engine, artifact in artifacts.items()},
-            "onnx_tuned": ("onnx", artifacts["onnx"], [json.dumps(tuned["settings"])])}
-    samples: dict[str, list[float]] = {name: [] for name in runs}
+    tuned = {threads: tuned_settings(converted, inputs, reference, threads, workdir / name)["settings"] for threads in threads_list}
+    runs = {label: (engine, artifact, []) for label, (engine, artifact) in
+            {**{engine: (engine, artifact) for engine, artifact in artifacts.items()},
+             **{f"tvm@{k}": ("tvm", curve["artifact"]) for k, curve in converted.get("curve", {}).items()}}.items()}
+    samples: dict[tuple[str, int], list[float]] = {(label, threads): [] for label in [*runs, "onnx_tuned"] for threads in threads_list}
     loads = []
     for _ in range(rounds):
-        for name, (engine, artifact, extra) in runs.items():
-            loads.append(_load_average())
-            out = subprocess.run(
-                [sys.executable, "-c", CHILD, str(ROOT), engine, artifact, str(inputs_path), str(threads), str(iterations), *extra],
-                capture_output=True, text=True, check=True, env={**os.environ, "OMP_NUM_THREADS": str(threads)},
-            )
-            samples[name].extend(json.loads(out.stdout.strip().splitlines()[-1]))
-    p50 = {engine: float(np.percentile(values, 50)) for engine, values in samples.items()}
-    return {"p50_ms": p50, "agreement": agreement, "onnx_tuned_settings": tuned["settings"],
+        for threads in threads_list:
+            per_thread = {**runs, "onnx_tuned": ("onnx", artifacts["onnx"], [json.dumps(tuned[threads])])}
+            for label, (engine, artifact, extra) in per_thread.items():
+                loads.append(_load_average())
+                out = subprocess.run(
+                    [sys.executable, "-c", CHILD, str(ROOT), engine, artifact, str(inputs_path), str(threads), str(iterations), *extra],
+                    capture_output=True, text=True, check=True, env={**os.environ, "OMP_NUM_THREADS": str(threads)},
+                )
+                samples[(label, threads)].extend(json.loads(out.stdout.strip().splitlines()[-1]))
+    p50 = {threads: {label: float(np.percentile(samples[(label, t)], 50)) for (label, t) in samples if t == threads} for threads in threads_list}
+    return {"p50_ms": p50, "agreement": agreement, "onnx_tuned_settings": tuned,
             "load_average": {"min": min(loads), "max": max(loads)}}
 
 
@@ -175,7 +215,10 @@ def tuned_settings(converted: dict, inputs: dict, reference: list, threads: int,
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=200, help="TVM MetaSchedule trials per model")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2],
+                        help="thread counts measured (1 = Lambda at 1,769 MB, 2 = at 3,538 MB)")
+    parser.add_argument("--curve", type=int, nargs="*", default=[],
+                        help="also measure TVM compiled from the first K tuning records (the trials-vs-latency curve)")
     parser.add_argument("--iterations", type=int, default=50, help="timed runs per engine per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
@@ -185,27 +228,39 @@ def main() -> int:
     results = {"trials": args.trials, "threads": args.threads, "cpu_count": os.cpu_count(), "models": {}}
     for name in args.models:
         print(f"{name}: converting (tvm trials {args.trials}) ...", file=sys.stderr, flush=True)
-        converted = convert_all(name, args.workdir, args.trials, args.threads)
+        converted = convert_all(name, args.workdir, args.trials)
+        converted["curve"] = curve_artifacts(name, converted, args.workdir, sorted(args.curve))
         print(f"{name}: measuring ...", file=sys.stderr, flush=True)
         measured = measure(name, converted, args.workdir, args.threads, args.iterations, args.rounds)
         results["models"][name] = {**converted, **measured}
         (args.workdir / "results.json").write_text(json.dumps(results, indent=2, default=str))
 
-    print(f"\ntrials per model {args.trials}, threads {args.threads}, {os.cpu_count()} CPUs")
-    header = (f"{'model':10} {'torch ms':>9} {'ort ms':>8} {'tuned ms':>8} {'tvm ms':>8} {'int8 ms':>8} {'tuned/ort':>9} {'tvm/tuned':>9} {'torch/tuned':>11} {'int8/tuned':>10} "
-              f"{'ort conv s':>10} {'tvm conv s':>10} {'tvm tune s':>10} {'2nd conv s':>10} {'load':>9}")
+    print(f"\ntrials per model {args.trials}, {os.cpu_count()} CPUs; p50 ms, engines measured side by side in interleaved rounds")
+    header = (f"{'model':10} {'thr':>3} {'torch':>7} {'ort':>7} {'tuned':>7} {'tvm':>7} {'int8':>7} {'tuned/ort':>9} {'tvm/tuned':>9} "
+              f"{'torch/tuned':>11} {'int8/tuned':>10} {'tvm tune s':>10} {'2nd conv s':>10} {'load':>9}")
     print(header)
     for name, r in results["models"].items():
-        p = r["p50_ms"]
-        print(
-            f"{name:10} {p['base']:9.2f} {p['onnx']:8.2f} {p['onnx_tuned']:8.2f} {p['tvm']:8.2f} {p['onnx_int8']:8.2f} {p['onnx_tuned'] / p['onnx']:9.2f} "
-            f"{p['tvm'] / p['onnx_tuned']:9.2f} {p['base'] / p['onnx_tuned']:11.2f} {p['onnx_int8'] / p['onnx_tuned']:10.2f} "
-            f"{r['onnx']['conversion_s']:10.1f} {r['tvm']['conversion_s']:10.1f} "
-            f"{r['tvm']['tuning_s']:10.1f} {r['tvm_second']['wall_s']:10.1f} {r['load_average']['min']:4.1f}-{r['load_average']['max']:.1f}"
-        )
+        for threads in args.threads:
+            p = r["p50_ms"][threads]
+            print(
+                f"{name:10} {threads:3d} {p['base']:7.2f} {p['onnx']:7.2f} {p['onnx_tuned']:7.2f} {p['tvm']:7.2f} {p['onnx_int8']:7.2f} "
+                f"{p['onnx_tuned'] / p['onnx']:9.2f} {p['tvm'] / p['onnx_tuned']:9.2f} {p['base'] / p['onnx_tuned']:11.2f} "
+                f"{p['onnx_int8'] / p['onnx_tuned']:10.2f} {r['tvm']['tuning_s']:10.1f} {r['tvm_second']['wall_s']:10.1f} "
+                f"{r['load_average']['min']:4.1f}-{r['load_average']['max']:.1f}"
+            )
+        details = r["tvm"]["details"]
+        print(f"{'':10} tvm: {details.get('trials')} trials, {details.get('tasks')} tasks, layout {details.get('layout')} "
+              f"(timed at conversion: {details.get('layouts_p50_ms')}), {details.get('kernels_tuned')}/{details.get('kernels')} kernels tuned")
         print(f"{'':10} tuned ORT settings {r['onnx_tuned_settings']}")
-        print(f"{'':10} agreement onnx {r['agreement']['onnx']}, tvm {r['agreement']['tvm']}, onnx_int8 {r['agreement']['onnx_int8']}; "
-              f"tvm tasks tuned {r['tvm']['details'].get('tasks')}")
+        print(f"{'':10} agreement onnx {r['agreement']['onnx']}, tvm {r['agreement']['tvm']}, onnx_int8 {r['agreement']['onnx_int8']}")
+        if r["curve"]:
+            print(f"{'':10} trials-vs-latency (first K records of this search; tuning s pro rata):")
+            for k in [*sorted(r["curve"]), args.trials]:
+                label = f"tvm@{k}" if k in r["curve"] else "tvm"
+                cells = "  ".join(f"{threads} thr {r['p50_ms'][threads][label]:7.2f} ms = {r['p50_ms'][threads][label] / r['p50_ms'][threads]['onnx_tuned']:5.2f}x tuned ORT"
+                                  for threads in args.threads)
+                layout = r["curve"][k]["layout"] if k in r["curve"] else details.get("layout")
+                print(f"{'':12} K={k:5d} (~{r['tvm']['tuning_s'] * k / max(1, args.trials):6.0f} s, {layout}): {cells}")
     return 0
 
 

@@ -15,7 +15,17 @@ Tuning (`job.tuning_trials` measured candidates in total; 0 = none):
   task. A kernel without a schedule runs as naive loops (single-threaded, scalar: untuned TVM is
   ~100x slower than ONNX Runtime on the BERT example), so a budget spread over all the big kernels
   beats one spent deeply on a few. `details` says how many kernels got a tuned schedule.
-- Convolutions are converted to NHWC first (measured: better kernels for fewer trials).
+- Layouts, chosen per model by measurement (`_prepare`, `_choose_layout`): convolutions are
+  converted to NHWC (measured: better kernels for fewer trials than NCHW), and a model with 3x3
+  stride-1 convolutions is built twice, once with them computed directly (`nhwc`) and once with
+  Winograd F(4x4, 3x3) (`nhwc-winograd`, `engines/tvm_winograd.py`). The tasks of both are tuned
+  in one search (the kernels they share once); both are compiled and timed on this host in
+  turns, and the faster is shipped. `details` gives the layout and both times.
+- Schedules shared across models: `job.shared_tuning_dirs` holds other models' records for the
+  same CPU. A kernel they hold (same computation, shapes and fused operators, e.g. a fine-tuned
+  copy, or ResNet-18 and ResNet-34's common layers), searched at least as deeply as this budget
+  would per task, takes their best schedules and is not searched again
+  (`details["kernels_from_other_models"]`).
 - Weights are layout-free: tuned kernels may ask for a packed weight layout, and the packing is
   folded into the constants at compile time (nothing is repacked per call).
 - Records: `job.tuning_dir` holds MetaSchedule's JSON database (`database_workload.json`,
@@ -140,13 +150,15 @@ def convert(job: ConversionJob) -> Conversion:
     job.progress("tvm: importing the model")
     import tvm  # noqa: F401  (the compiler: imported only on the conversion side)
 
-    mod = _import_model(job)
-    mod = _prepare(mod, spec)
+    from engines.inputs import conversion_inputs
 
-    tuning = _tune(mod, job, tune_spec) if job.tuning_trials > 0 else _no_tuning()
+    examples = conversion_inputs(job)  # their shapes are compiled in
+    variants = _prepare(_import_model(job, examples), spec, measured=job.tuning_trials > 0)
+
+    tuning = _tune(variants, job, tune_spec) if job.tuning_trials > 0 else _no_tuning()
     job.progress("tvm: compiling")
     try:
-        executable, scheduled = _compile(mod, spec, tuning.database)
+        layout, executable, scheduled = _choose_layout(variants, spec, tune_spec, tuning.database, examples, job)
         out = Path(job.out_dir) / ARTIFACT
         if hardware == "arm":
             from tvm.support.cc import cross_compiler
@@ -168,14 +180,16 @@ def convert(job: ConversionJob) -> Conversion:
         "trials": tuning.trials,
         "tasks": tuning.tasks,
         "records_reused": tuning.reused,
+        "kernels_from_other_models": tuning.borrowed,
+        **layout,
         **scheduled,
-        "tuned": tuning.trials > 0 and hardware != "arm",
+        "tuned": (tuning.trials > 0 or tuning.borrowed > 0) and hardware != "arm",
     }
     if hardware == "arm":
         details["tuning_note"] = (
             "no aarch64 CPU to measure on (qemu does not time like hardware): kernels were tuned on the "
             f"x86 host under a 128-bit-vector proxy target ({ARM_PROXY_CPU}) and the schedules applied to aarch64"
-            if tuning.trials > 0
+            if tuning.trials > 0 or tuning.borrowed
             else "not tuned (tuning_trials = 0): kernels run as naive loops"
         )
     return Conversion(
@@ -190,11 +204,8 @@ def _first_line(exc: BaseException) -> str:
     return whole(exc)
 
 
-def _import_model(job: ConversionJob):
-    """The model as a Relax IRModule with static shapes and its weights as constants."""
-    from engines.inputs import conversion_inputs
-
-    examples = conversion_inputs(job)  # their shapes are compiled in
+def _import_model(job: ConversionJob, examples: dict[str, np.ndarray]):
+    """The model as a Relax IRModule at the shapes of `examples`, its weights as constants."""
     if str(getattr(job.model.format, "value", job.model.format)) == "onnx":
         return _import_onnx(Path(job.model_path), examples)
     return _import_pt2(Path(job.model_path), examples)
@@ -291,36 +302,58 @@ def _folded_at(model, shapes: dict[str, list[int]]):
         return onnx.load(options.optimized_model_filepath)
 
 
-def _prepare(mod, spec: dict):
-    """Legalize to TIR, fuse, and mark the weights layout-free; the module tuning sees.
+def _prepare(mod, spec: dict, measured: bool) -> dict:
+    """The model lowered in each layout worth measuring: `{layout: module tuning sees}`.
 
-    Convolutions go NHWC when TVM's layout conversion handles the graph; when it does not
-    (it fails on the example detector's post-processing), the model stays NCHW."""
+    Convolutions go NHWC (channels innermost, so they vectorize over channels; measured on
+    ResNet-18 b1, 2 cores: NHWC 12.8 ms after 500 trials and 12.3 ms after 1500, where NCHW gave
+    15.7 ms after 2000), computed directly (`nhwc`) or, for 3x3 stride-1 convolutions, with
+    Winograd F(4x4, 3x3) (`nhwc-winograd`, `engines.tvm_winograd`); both are tuned and the faster
+    compiled model is kept (`_choose_layout`); untuned (`measured` False), kernels are naive loops
+    whatever the layout, so only `nhwc` is built. A model TVM's layout conversion cannot handle
+    (it fails on the example detector's post-processing) stays `nchw`. Channel-blocked layouts
+    (NCHWc) are not candidates: Relax's convolution legalization rejects them."""
     try:
-        return _lower(mod, spec, _layout_passes())
-    except Exception:  # noqa: BLE001 - the conversion's own failure: retry without it
-        pass
-    try:
-        return _lower(mod, spec, [])
-    except Exception as exc:
-        raise ConversionError(f"TVM cannot lower the model: {_unsupported_ops(exc)}") from exc
+        variants = {"nhwc": _lower(mod, spec, nhwc=True, winograd=False)}
+    except Exception:  # noqa: BLE001 - the layout conversion's own failure: stay NCHW
+        try:
+            return {"nchw": _lower(mod, spec, nhwc=False, winograd=False)}
+        except Exception as exc:
+            raise ConversionError(f"TVM cannot lower the model: {_unsupported_ops(exc)}") from exc
+    if not measured:
+        return variants
+    winograd = _lower(mod, spec, nhwc=True, winograd=True)
+    if _winograd_kernels(winograd):
+        variants["nhwc-winograd"] = winograd
+    return variants
 
 
-def _lower(mod, spec: dict, layout_passes: list):
+def _winograd_kernels(mod) -> int:
+    from tvm import tirx
+
+    return sum(1 for gv, f in mod.functions_items() if isinstance(f, tirx.PrimFunc) and "conv2d_winograd" in gv.name_hint)
+
+
+def _lower(mod, spec: dict, *, nhwc: bool, winograd: bool):
     import tvm
     from tvm import relax
 
+    from engines import tvm_winograd
+
     target = tvm.target.Target(spec)
+    layout = [relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]}), relax.transform.FoldConstant()] if nhwc else []
+    legalize = {"relax.nn.conv2d": tvm_winograd.legalize_conv2d} if winograd else None
     with target:
         return tvm.transform.Sequential(
             [
                 relax.transform.DecomposeOpsForInference(),
                 relax.transform.CanonicalizeBindings(),
-                *layout_passes,
+                *layout,  # OHWI weights folded into constants (Winograd needs constant weights)
                 *relax.pipeline.library_dispatch_passes(target),
-                relax.transform.LegalizeOps(),
+                relax.transform.LegalizeOps(customize_legalize_map=legalize),
                 relax.transform.AnnotateTIROpPattern(),
-                relax.transform.FoldConstant(),
+                *([tvm_winograd.kept_unfused()] if winograd else []),
+                relax.transform.FoldConstant(),  # also the Winograd weight transforms, once
                 relax.transform.FuseOps(),
                 relax.transform.FuseTIR(),
                 relax.transform.AttachAttrLayoutFreeBuffers(),
@@ -328,13 +361,48 @@ def _lower(mod, spec: dict, layout_passes: list):
         )(mod)
 
 
-def _layout_passes() -> list:
-    """Convolutions in NHWC (channels innermost, so they vectorize over channels) with OHWI
-    weights (folded into the constants). Measured on ResNet-18 b1, 2 cores: NHWC 12.8 ms after
-    500 trials and 12.3 ms after 1500, where NCHW gave 15.7 ms after 2000 (ONNX Runtime 9-10 ms)."""
+def _choose_layout(variants: dict, spec: dict, tune_spec: dict, database, examples: dict, job: ConversionJob):
+    """The layout to ship, its executable for `spec`, and its kernel counts.
+
+    With one candidate, that one. With several, each is compiled with its tuned kernels for the
+    tuning target and timed on this host (interleaved rounds, the same inputs), and the fastest
+    is kept: its measured time, and the others', go into the details."""
+    if len(variants) == 1:
+        (layout, mod), = variants.items()
+        executable, scheduled = _compile(mod, spec, database)
+        return {"layout": layout}, executable, scheduled
+    compiled = {layout: _compile(mod, tune_spec, database) for layout, mod in variants.items()}
+    job.progress(f"tvm: timing the layouts {', '.join(compiled)}")
+    p50 = _time_executables({layout: executable for layout, (executable, _) in compiled.items()}, examples)
+    layout = min(p50, key=p50.get)
+    job.progress(f"tvm: {layout} is the fastest ({', '.join(f'{k} {v:.2f} ms' for k, v in p50.items())})")
+    executable, scheduled = compiled[layout] if tune_spec == spec else _compile(variants[layout], spec, database)
+    return {"layout": layout, "layouts_p50_ms": {k: round(v, 3) for k, v in p50.items()}}, executable, scheduled
+
+
+def _time_executables(executables: dict, examples: dict[str, np.ndarray], budget_s: float = 6.0, most: int = 15) -> dict[str, float]:
+    """Median ms of each executable on `examples`, run in turns (so a burst of other work on the
+    machine hits each alike): at least 3 runs each, at most `most`, stopping after `budget_s`."""
+    import tvm
     from tvm import relax
 
-    return [relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})]
+    device = tvm.cpu()
+    calls = {}
+    for layout, executable in executables.items():
+        main = relax.VirtualMachine(executable, device)["main"]
+        args = [tvm.runtime.tensor(np.ascontiguousarray(value), device) for value in examples.values()]
+        main(*args)  # the first call sets things up
+        calls[layout] = (main, args)
+    samples: dict[str, list[float]] = {layout: [] for layout in calls}
+    deadline = time.perf_counter() + budget_s
+    while True:
+        for layout, (main, args) in calls.items():
+            started = time.perf_counter()
+            main(*args)
+            samples[layout].append((time.perf_counter() - started) * 1000)
+        count = len(samples[layout])
+        if count >= most or (count >= 3 and time.perf_counter() > deadline):
+            return {layout: float(np.median(values)) for layout, values in samples.items()}
 
 
 def _compile(mod, spec: dict, database):
@@ -394,8 +462,9 @@ def _split_weight_packing(mod):
 
 
 class _Tuning:
-    def __init__(self, database=None, trials: int = 0, tasks: int = 0, seconds: float = 0.0, reused: bool = False, scratch: str | None = None):
+    def __init__(self, database=None, trials: int = 0, tasks: int = 0, seconds: float = 0.0, reused: bool = False, scratch: str | None = None, borrowed: int = 0):
         self.database, self.trials, self.tasks, self.seconds, self.reused = database, trials, tasks, seconds, reused
+        self.borrowed = borrowed  # kernels whose schedules came from other models' records
         self._scratch = scratch
 
     def close(self) -> None:
@@ -428,7 +497,27 @@ def _read_meta(directory: Path) -> dict:
         return {}
 
 
-def _tune(mod, job: ConversionJob, tune_spec: dict) -> _Tuning:
+def _extract_tasks(variants: dict, target) -> list:
+    """The kernels to tune across every layout candidate, each once (the kernels the layouts
+    share, such as a strided convolution or the classifier, are one task), weighted by the most
+    calls any candidate makes; kernels already scheduled (e.g. `topk`) are not tasks."""
+    import tvm_ffi
+    from tvm.s_tir import meta_schedule as ms
+
+    tasks: list = []
+    for mod in variants.values():
+        for task in ms.relax_integration.extract_tasks(mod, target, module_equality=MODULE_EQUALITY):
+            if task.mod.attrs and task.mod.attrs.get("tirx.is_scheduled", False):
+                continue
+            same = next((t for t in tasks if tvm_ffi.structural_equal(t.mod, task.mod)), None)
+            if same is None:
+                tasks.append(task)
+            elif int(task.weight) > int(same.weight):
+                tasks[tasks.index(same)] = task
+    return tasks
+
+
+def _tune(variants: dict, job: ConversionJob, tune_spec: dict) -> _Tuning:
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
@@ -440,26 +529,64 @@ def _tune(mod, job: ConversionJob, tune_spec: dict) -> _Tuning:
     target = tvm.target.Target(tune_spec)
 
     meta = _read_meta(records_dir)
-    have = int(meta.get("trials", 0)) if meta.get("target") == tune_spec else 0
+    same_target = meta.get("target") == tune_spec
+    if not same_target:  # records of another target: searched again from nothing
+        for stale in records_dir.glob("database_*.json"):
+            stale.unlink()
+    have = int(meta.get("trials", 0)) if same_target else 0
     record_file = records_dir / "database_tuning_record.json"
     database = ms.database.JSONDatabase(work_dir=str(records_dir), module_equality=MODULE_EQUALITY)
-    extracted = ms.relax_integration.extract_tasks(mod, target, module_equality=MODULE_EQUALITY)
-    extracted = [t for t in extracted if not t.mod.attrs or not t.mod.attrs.get("tirx.is_scheduled", False)]
+    extracted = _extract_tasks(variants, target)
     if have >= job.tuning_trials and record_file.exists() and record_file.stat().st_size > 0:
         tasks = int(meta.get("tasks", len(extracted)))
         job.progress(f"tvm: applying stored tuning records ({have} trials, {tasks} tasks)")
         return _Tuning(database, trials=have, tasks=tasks, seconds=time.perf_counter() - started, reused=True, scratch=scratch)
+    borrowed = _borrow_schedules(database, extracted, job, tune_spec)
+    extracted = [task for task in extracted if task not in borrowed]
+    if borrowed:
+        job.progress(f"tvm: {len(borrowed)} of {len(borrowed) + len(extracted)} kernels take schedules tuned for other models")
     if not extracted:
-        return _Tuning(database, scratch=scratch, seconds=time.perf_counter() - started)
+        return _Tuning(database, trials=have, tasks=0, borrowed=len(borrowed), seconds=time.perf_counter() - started, scratch=scratch)
 
     try:
-        return _search(job, database, extracted, have, records_dir, scratch, tune_spec, started)
+        return _search(job, database, extracted, have, records_dir, scratch, tune_spec, started, len(borrowed))
     except Exception as exc:
         shutil.rmtree(scratch, ignore_errors=True)
         raise ConversionError(f"TVM tuning failed: {_first_line(exc)}") from exc
 
 
-def _search(job, database, extracted, have, records_dir, scratch, tune_spec, started) -> _Tuning:
+def _borrow_schedules(database, tasks: list, job: ConversionJob, tune_spec: dict) -> list:
+    """The tasks another model's records already hold a schedule for, searched at least as deeply
+    as this conversion would (its trials per task >= this budget's): their best records are
+    copied into `database`, and the search skips them (kernels share a workload when their
+    computation, shapes and fused operators are the same: ResNet-18 and ResNet-34 share most).
+    Records of another tuning target are not read."""
+    from tvm.s_tir import meta_schedule as ms
+
+    depth = job.tuning_trials / max(1, len(tasks))
+    borrowed: list = []
+    for folder in job.shared_tuning_dirs:
+        meta = _read_meta(Path(folder))
+        if meta.get("target") != tune_spec:
+            continue
+        if int(meta.get("trials", 0)) / max(1, int(meta.get("tasks", 1))) < depth:
+            continue
+        other = ms.database.JSONDatabase(work_dir=str(folder), module_equality=MODULE_EQUALITY)
+        for task in tasks:
+            if task in borrowed or not other.has_workload(task.mod):
+                continue
+            best = other.get_top_k(other.commit_workload(task.mod), 8)
+            if not best:
+                continue
+            workload = database.commit_workload(task.mod)
+            for record in best:
+                database.commit_tuning_record(ms.database.TuningRecord(
+                    record.trace, workload, record.run_secs, record.target, record.args_info))
+            borrowed.append(task)
+    return borrowed
+
+
+def _search(job, database, extracted, have, records_dir, scratch, tune_spec, started, borrowed: int) -> _Tuning:
     """Run MetaSchedule on `extracted` with what is left of the budget; records go to `database`."""
     from tvm.s_tir import meta_schedule as ms
 
@@ -494,8 +621,9 @@ def _search(job, database, extracted, have, records_dir, scratch, tune_spec, sta
         measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), _progress_callback(job, budget, have)],
         module_equality=MODULE_EQUALITY,
     )
-    (records_dir / TUNING_META).write_text(json.dumps({"target": tune_spec, "trials": have + budget, "tasks": len(contexts)}))
-    return _Tuning(database, trials=have + budget, tasks=len(contexts), seconds=time.perf_counter() - started, scratch=scratch)
+    meta = {"target": tune_spec, "trials": have + budget, "tasks": len(contexts)}
+    (records_dir / TUNING_META).write_text(json.dumps(meta))
+    return _Tuning(database, trials=have + budget, tasks=len(contexts), borrowed=borrowed, seconds=time.perf_counter() - started, scratch=scratch)
 
 
 def _register_cpu_tensor_intrinsics_only() -> None:

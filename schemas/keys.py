@@ -12,7 +12,8 @@ artifacts/{artifact key}/{file}              a converted artifact
 artifacts/{artifact key}/manifest.json       written last, once: the artifact is complete
 references/{reference key}.npz               the base model's outputs on the example inputs
 artifacts/{artifact key}/lease.json          who converts it now, until when (one conversion per artifact)
-tuning/{sha256}/{target cpu}/b{batch}-{HxW}.tar.gz  TVM MetaSchedule records (one archive), reused by later conversions
+tuning/{target cpu}/{sha256}-b{batch}-{HxW}.tar.gz  TVM MetaSchedule records (one archive), reused by later conversions
+                                             (of this model; other models take the kernels they share)
 results/{combination key}.json               the latest measurement of a combination (what later runs reuse)
 results/{combination key}/{run id}.json      each measurement, written once: summaries name these
 results/{combination key}/{run id}.profile.json  its profiled pass (`ayci profile`, `--profile`): operator table, names the trace
@@ -80,7 +81,12 @@ def conversion_lease(artifact_key: str) -> str:
 
 def tuning_records(sha256: str, target_cpu: str, batch_size: int, input_size: list[int] | tuple[int, ...]) -> str:
     shape = "x".join(str(dim) for dim in input_size)
-    return f"tuning/{sha256}/{target_cpu}/b{batch_size}-{shape}.tar.gz"
+    return f"{tuning_records_for(target_cpu)}{sha256}-b{batch_size}-{shape}.tar.gz"
+
+
+def tuning_records_for(target_cpu: str) -> str:
+    """The prefix of every model's tuning records for one target CPU."""
+    return f"tuning/{target_cpu}/"
 
 
 def result(combo_key: str) -> str:

@@ -30,6 +30,7 @@ from schemas.documents import ArtifactManifest
 from services.converter.reference import ReferenceFailed, compute_reference
 
 log = structlog.get_logger()
+SHARED_TUNING_RECORDS = 8  # other models' records read per TVM conversion (each ~1 MB per 600 trials)
 
 
 @dataclass
@@ -74,11 +75,11 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
             return [Delayed(pending, deps.now() + timedelta(seconds=deps.lease_retry_s))]
         out_dir = work / "artifact"
         out_dir.mkdir()
-        tuning_dir = _fetch_tuning_records(deps.store, pending, work) if combo.optimizer == Optimizer.tvm else None
+        tuning_dir, shared_tuning = _fetch_tuning_records(deps.store, pending, work) if combo.optimizer == Optimizer.tvm else (None, [])
         job = ConversionJob(
             model=model, model_path=model_path, hardware=combo.hardware, batch_size=combo.batch_size,
             target_cpu=pending.target_cpu, out_dir=out_dir, tuning_trials=pending.tuning_trials,
-            tuning_dir=tuning_dir, inputs_path=inputs_path, progress=lambda message: _progress(deps, pending.artifact_key, event.event_id, bound, message),
+            tuning_dir=tuning_dir, shared_tuning_dirs=shared_tuning, inputs_path=inputs_path, progress=lambda message: _progress(deps, pending.artifact_key, event.event_id, bound, message),
         )
         bound.info("conversion_started", optimizer=combo.optimizer.value, hardware=combo.hardware.value)
         try:
@@ -159,18 +160,31 @@ def _progress(deps: ConverterDeps, artifact_key: str, holder: str, bound, messag
     )
 
 
-def _fetch_tuning_records(store: ObjectStore, pending: ComboPending, work: Path) -> Path:
+def _fetch_tuning_records(store: ObjectStore, pending: ComboPending, work: Path) -> tuple[Path, list[Path]]:
     """The stored TVM tuning records of this model, target, batch and input size (one archive,
-    written whole once the search ended: never half-written), unpacked into a folder."""
+    written whole once the search ended: never half-written), unpacked into a folder; and those
+    of up to `SHARED_TUNING_RECORDS` other models (or batches, or sizes) for the same target CPU,
+    whose kernels this model may share."""
     tuning_dir = work / "tuning"
     tuning_dir.mkdir()
     key = keys.tuning_records(pending.model.sha256, pending.target_cpu, pending.combo.batch_size, pending.model.input_size)
     if store.exists(key):
-        archive = work / "tuning.tar.gz"
-        store.get_file(key, archive)
-        with tarfile.open(archive) as tar:
-            tar.extractall(tuning_dir, filter="data")  # no absolute paths, no links out, no devices
-    return tuning_dir
+        _unpack(store, key, tuning_dir)
+    others = [k for k in store.list_keys(keys.tuning_records_for(pending.target_cpu)) if k != key][-SHARED_TUNING_RECORDS:]
+    shared = []
+    for index, other in enumerate(others):
+        shared.append(work / "shared-tuning" / str(index))
+        shared[-1].mkdir(parents=True)
+        _unpack(store, other, shared[-1])
+    return tuning_dir, shared
+
+
+def _unpack(store: ObjectStore, key: str, folder: Path) -> None:
+    archive = folder.parent / f"{folder.name}.tar.gz"
+    store.get_file(key, archive)
+    with tarfile.open(archive) as tar:
+        tar.extractall(folder, filter="data")  # no absolute paths, no links out, no devices
+    archive.unlink()
 
 
 def _store_tuning_records(store: ObjectStore, pending: ComboPending, tuning_dir: Path) -> None:

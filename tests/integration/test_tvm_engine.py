@@ -74,6 +74,11 @@ def test_tuned_conversion_loads_agrees_and_reuses_records(tiny_image_model, tmp_
     assert first.details["target"]["mcpu"] == _host_cpu()
     assert any("tuned" in m for m in messages), messages
     assert (tuning / "database_tuning_record.json").stat().st_size > 0
+    # ResNet's 3x3 convolutions: direct and Winograd both tuned and timed, the faster shipped.
+    timed = first.details["layouts_p50_ms"]
+    assert set(timed) == {"nhwc", "nhwc-winograd"} and all(ms > 0 for ms in timed.values())
+    assert first.details["layout"] == min(timed, key=timed.get)
+    assert any("fastest" in m for m in messages), messages
 
     module = workload_module("image_classification")
     inputs = module.example_inputs(2, size)
@@ -90,6 +95,60 @@ def test_tuned_conversion_loads_agrees_and_reuses_records(tiny_image_model, tmp_
     assert second_wall < first_wall
     again = tvm_engine.load(tmp_path / "b" / "model.so", 1)(inputs)
     assert module.agreement(reference, again).score == 1.0
+
+
+def test_a_model_with_the_same_kernels_takes_their_schedules_from_the_others_records(tiny_image_model, tmp_path):
+    """A fine-tuned copy (other weights, same operators and shapes) needs no search for the
+    kernels another model's records hold, searched at least as deeply."""
+    import torch
+
+    module = workload_module("image_classification")
+    model = module.build_example_model([32, 32])
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.mul_(1.01)
+    inputs = {name: torch.from_numpy(value) for name, value in module.example_inputs(2, [32, 32]).items()}
+    copy = tmp_path / "fine-tuned.pt2"
+    torch.export.save(torch.export.export(model, (), inputs, dynamic_shapes={name: {0: torch.export.Dim("batch", min=1, max=64)} for name in inputs}), str(copy))
+    size = [32, 32]
+    first = tvm_engine.convert(_job(_model_ref(tiny_image_model, "image_classification", size), tiny_image_model, tmp_path / "a",
+                                    trials=2 * TRIALS, tuning_dir=tmp_path / "tuning-a"))
+    assert first.details["kernels_from_other_models"] == 0 and first.details["tasks"] == 2
+
+    messages: list[str] = []
+    job = _job(_model_ref(copy, "image_classification", size), copy, tmp_path / "b", trials=2 * TRIALS, tuning_dir=tmp_path / "tuning-b", messages=messages)
+    job.shared_tuning_dirs = [tmp_path / "tuning-a"]
+    second = tvm_engine.convert(job)
+    assert second.details["kernels_from_other_models"] == 2, second.details
+    assert any("tuned for other models" in m for m in messages), messages
+    assert second.details["kernels_tuned"] >= first.details["kernels_tuned"]
+
+
+def test_winograd_convolutions_compute_what_direct_ones_do():
+    """3x3 stride-1 convolutions at sizes that do and do not divide into 4x4 tiles, with and
+    without padding, followed by other convolutions Winograd does not take (stride 2, 1x1)."""
+    import torch
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.torch import from_exported_program
+
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 16, 3, padding=0), torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 16, 3, stride=2, padding=1),
+        torch.nn.Conv2d(16, 8, 1),
+        torch.nn.Conv2d(8, 8, 3, padding=1),
+    ).eval()
+    x = torch.randn(2, 3, 15, 13)
+    expected = model(x).detach().numpy()
+    program = from_exported_program(torch.export.export(model, (x,)), keep_params_as_input=False)
+    spec = tvm_engine.target_spec("intel", _host_cpu())
+    lowered = tvm_engine._lower(program, spec, nhwc=True, winograd=True)
+    assert tvm_engine._winograd_kernels(lowered) == 3
+    vm = relax.VirtualMachine(tvm.compile(lowered, target=tvm.target.Target(spec)), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x.numpy()))[0].numpy()
+    assert got.shape == expected.shape
+    assert np.max(np.abs(got - expected)) < 1e-4 * max(1.0, float(np.max(np.abs(expected))))
 
 
 def test_load_does_not_import_torch(tiny_image_model, tmp_path):

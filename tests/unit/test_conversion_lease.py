@@ -51,5 +51,31 @@ def test_tuning_records_are_stored_as_one_object_and_come_back_whole(tmp_path):
     _store_tuning_records(store, pending, records)
     assert list(store.objects) == [keys.tuning_records(model.sha256, "znver3", 2, [32, 32])]  # one object, written at once
     (tmp_path / "in").mkdir()
-    fetched = _fetch_tuning_records(store, pending, tmp_path / "in")
+    fetched, shared = _fetch_tuning_records(store, pending, tmp_path / "in")
     assert {p.name: p.read_text() for p in fetched.iterdir()} == {p.name: p.read_text() for p in records.iterdir()}
+    assert shared == []  # its own records are not "another model's"
+
+
+def test_other_models_tuning_records_for_the_same_cpu_come_along(tmp_path):
+    from schemas import keys
+    from schemas.combos import Combo, ModelRef
+    from schemas.events import ComboPending
+    from services.converter.handlers import SHARED_TUNING_RECORDS, _fetch_tuning_records, _store_tuning_records
+
+    def pending_for(sha: str, cpu: str, batch: int = 1) -> ComboPending:
+        model = ModelRef(sha256=sha * 32, size_bytes=1, format="pt2", workload="image_classification", input_size=[32, 32])
+        return ComboPending(model=model, combo=Combo(hardware="intel", optimizer="tvm", batch_size=batch, memory_mb=1769), combo_key="k", artifact_key="a", target_cpu=cpu)
+
+    store = MemoryStore()
+    for index in range(SHARED_TUNING_RECORDS + 2):
+        records = tmp_path / f"out{index}"
+        records.mkdir()
+        (records / "database_tuning_record.json").write_text(f"records of model {index}")
+        _store_tuning_records(store, pending_for(f"{index:02d}", "znver4"), records)
+    _store_tuning_records(store, pending_for("ee", "neoverse-n1"), records)  # another CPU: never shared
+    (tmp_path / "in").mkdir()
+    own, shared = _fetch_tuning_records(store, pending_for("00", "znver4"), tmp_path / "in")
+    assert (own / "database_tuning_record.json").read_text() == "records of model 0"
+    texts = [(folder / "database_tuning_record.json").read_text() for folder in shared]
+    assert len(texts) == SHARED_TUNING_RECORDS and "records of model 0" not in texts
+    assert all(text.startswith("records of model ") for text in texts)

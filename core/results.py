@@ -30,12 +30,17 @@ def keep_result(store: ObjectStore, result: MeasuredResult) -> str:
 
 
 class StoredResult(NamedTuple):
-    """A stored result a run may reuse: the key of its exact version, the result, and its
-    document as stored (validated: what a reuse keeps, without serializing the result again)."""
+    """A stored result a run may reuse: the key of its exact version and its document as
+    stored, validated when found. Kept as read, not as a model: a reuse writes the documents
+    again as they are, and 1,536 models would more than double what a resubmission keeps
+    alive (and the garbage collector scans)."""
 
     version: str
-    result: MeasuredResult
     document: dict[str, Any]
+
+    def inference_done(self) -> InferenceDone:
+        """The `InferenceDone` that reuses this result, naming its exact version."""
+        return MeasuredResult.read(self.document).inference_done(result_key=self.version, reused=True)
 
 
 def latest_result(store: ObjectStore, combo_key: str) -> StoredResult | None:
@@ -59,7 +64,7 @@ def _fresh(combo_key: str, stored: bytes | dict[str, Any]) -> StoredResult | Non
     if latest.measurement_version != MEASUREMENT_VERSION or latest.environment is None:
         log.info("stored_result_stale", combo_key=combo_key, measurement_version=latest.measurement_version)
         return None
-    return StoredResult(keys.result_version(combo_key, latest.run_id), latest, document)
+    return StoredResult(keys.result_version(combo_key, latest.run_id), document)
 
 
 LOOKUPS = 16  # concurrent reads of stored results
@@ -100,7 +105,7 @@ def reused_result(store: ObjectStore, combo_key: str) -> InferenceDone | None:
     """The `InferenceDone` that reuses the latest stored result of `combo_key` (None if none
     or stale, `latest_result`), naming its exact version."""
     found = latest_result(store, combo_key)
-    return None if found is None else found.result.inference_done(result_key=found.version, reused=True)
+    return None if found is None else found.inference_done()
 
 
 def stored_profile(store: ObjectStore, result: dict) -> CombinationProfile | None:

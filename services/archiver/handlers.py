@@ -46,7 +46,7 @@ from schemas.events import (
 from schemas.cost import UnknownPriceRegion, cost_block
 from schemas import keys
 from schemas.combos import Hardware, Optimizer, artifact_key, combo_key
-from schemas.documents import FailedCombination, Outcome, PickChecks, ReusedOutcomes, RunSummary, json_object
+from schemas.documents import FailedCombination, Outcome, PickChecks, ReusedOutcomes, RunSummary
 from report import RECOMMENDATION_KINDS, recommend
 from report.recommendation import label as combination_label, with_break_even
 
@@ -288,9 +288,8 @@ def _announce_again(event: Envelope, deps: ArchiverDeps) -> list[Payload]:
     gone out (the worker died between the summary's write and the publish): announce again,
     with the same event id, so the email is never lost and never sent twice. Any other
     event announces nothing."""
-    stored = json_object(deps.store.get_bytes(keys.summary(event.run_id)), "RunSummary")
-    # read as a summary only to announce it (most events only learn it is not theirs)
-    return [_announcement(RunSummary.read(stored))] if stored.get("archived_by") == event.event_id else []
+    stored = deps.store.get_bytes(keys.summary(event.run_id))
+    return [_announcement(RunSummary.read(stored))] if RunSummary.archived_by_in(stored) == event.event_id else []
 
 
 def priced_for_region(result: dict, region: str) -> dict:

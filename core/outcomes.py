@@ -51,6 +51,12 @@ class Arrived:
             return dict(document)
         return self.result(outcome).to_dict()
 
+    def at_hand(self, combo_key: str) -> bool:
+        """Whether the combination's outcome and result are here without reading the store
+        (reused, its document read with its bundle)."""
+        outcome = self.reused.get(combo_key)
+        return outcome is not None and combo_key not in self.own and outcome.result_key in self.documents
+
     def __len__(self) -> int:
         return len(self.own) + len(self.reused)
 

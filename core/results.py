@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from typing import Any, NamedTuple
 
 import structlog
 
 from core.ports import NotFound, ObjectStore
 from schemas import keys
 from schemas.combos import MEASUREMENT_VERSION
-from schemas.documents import CombinationProfile, MeasuredResult, ResultBundle
+from schemas.documents import CombinationProfile, MeasuredResult, ResultBundle, json_object
 from schemas.events import InferenceDone, SchemaError
 
 log = structlog.get_logger()
@@ -28,19 +29,34 @@ def keep_result(store: ObjectStore, result: MeasuredResult) -> str:
     return version
 
 
-def latest_result(store: ObjectStore, combo_key: str) -> tuple[str, MeasuredResult] | None:
-    """The latest stored result of `combo_key` and the key of its exact version, or None if
-    there is none or it is stale: of another measurement version, without the environment it
-    was measured in, or unreadable (measure again). One read: a result of the current
-    measurement version was written by `keep_result`, so its version exists."""
+class StoredResult(NamedTuple):
+    """A stored result a run may reuse: the key of its exact version and its document as
+    stored, validated when found. Kept as read, not as a model: a reuse writes the documents
+    again as they are, and 1,536 models would more than double what a resubmission keeps
+    alive (and the garbage collector scans)."""
+
+    version: str
+    document: dict[str, Any]
+
+    def inference_done(self) -> InferenceDone:
+        """The `InferenceDone` that reuses this result, naming its exact version."""
+        return MeasuredResult.read(self.document).inference_done(result_key=self.version, reused=True)
+
+
+def latest_result(store: ObjectStore, combo_key: str) -> StoredResult | None:
+    """The latest stored result of `combo_key`, or None if there is none or it is stale: of
+    another measurement version, without the environment it was measured in, or unreadable
+    (measure again). One read: a result of the current measurement version was written by
+    `keep_result`, so its version exists."""
     try:
         return _fresh(combo_key, store.get_bytes(keys.result(combo_key)))
     except NotFound:
         return None
 
 
-def _fresh(combo_key: str, document: bytes | dict) -> tuple[str, MeasuredResult] | None:
+def _fresh(combo_key: str, stored: bytes | dict[str, Any]) -> StoredResult | None:
     try:
+        document = stored if isinstance(stored, dict) else json_object(stored, "MeasuredResult")
         latest = MeasuredResult.read(document)
     except (ValueError, KeyError, TypeError) as exc:
         log.info("stored_result_stale", combo_key=combo_key, reason=f"unreadable: {type(exc).__name__}")
@@ -48,18 +64,18 @@ def _fresh(combo_key: str, document: bytes | dict) -> tuple[str, MeasuredResult]
     if latest.measurement_version != MEASUREMENT_VERSION or latest.environment is None:
         log.info("stored_result_stale", combo_key=combo_key, measurement_version=latest.measurement_version)
         return None
-    return keys.result_version(combo_key, latest.run_id), latest
+    return StoredResult(keys.result_version(combo_key, latest.run_id), document)
 
 
 LOOKUPS = 16  # concurrent reads of stored results
 PACKS_READ = 8  # at most this many of a model's newest packs, then one read per combination left
 
 
-def latest_results(store: ObjectStore, model_sha256: str, combo_keys: list[str]) -> dict[str, tuple[str, MeasuredResult]]:
+def latest_results(store: ObjectStore, model_sha256: str, combo_keys: list[str]) -> dict[str, StoredResult]:
     """`latest_result` of many combinations of one model: first from the model's result packs,
     newest first (the latest result of a finished run: a handful of reads for a resubmitted
     matrix), then one read per combination no pack holds, concurrently."""
-    found: dict[str, tuple[str, MeasuredResult]] = {}
+    found: dict[str, StoredResult] = {}
     wanted = set(combo_keys)
     for pack_key in sorted(store.list_keys(keys.result_packs_prefix(model_sha256)), reverse=True)[:PACKS_READ]:
         if not wanted - found.keys():
@@ -89,7 +105,7 @@ def reused_result(store: ObjectStore, combo_key: str) -> InferenceDone | None:
     """The `InferenceDone` that reuses the latest stored result of `combo_key` (None if none
     or stale, `latest_result`), naming its exact version."""
     found = latest_result(store, combo_key)
-    return None if found is None else found[1].inference_done(result_key=found[0], reused=True)
+    return None if found is None else found.inference_done()
 
 
 def stored_profile(store: ObjectStore, result: dict) -> CombinationProfile | None:

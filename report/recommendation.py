@@ -122,7 +122,7 @@ def with_break_even(results: list[dict], region: str) -> list[dict]:
     the fastest engine without tuning at the same hardware, batch and memory size (by p50);
     `inferences` None: never (not faster). Without an untuned engine to compare, none."""
     from core.profiles import break_even
-    from schemas.cost import UnknownPriceRegion, build_cost_usd, inference_cost_usd
+    from schemas.cost import UnknownPriceRegion, build_cost_usd, inference_cost_usd, load_prices
 
     untuned: dict[tuple, dict] = {}
     for result in results:
@@ -131,7 +131,7 @@ def with_break_even(results: list[dict], region: str) -> list[dict]:
         if c["optimizer"] not in TUNED_OPTIMIZERS and not result.get("predicted"):
             if where not in untuned or result["latency_ms"]["p50"] < untuned[where]["latency_ms"]["p50"]:
                 untuned[where] = result
-    out = []
+    out, table = [], load_prices()  # once, not twice per tuned result
     for result in results:
         c = result["combo"]
         best = untuned.get((c["hardware"], c["batch_size"], c["memory_mb"]))
@@ -140,8 +140,8 @@ def with_break_even(results: list[dict], region: str) -> list[dict]:
             continue
         tuned_ms, untuned_ms = result["latency_ms"]["p50"], best["latency_ms"]["p50"]
         try:
-            tuning_usd = build_cost_usd(result.get("tuning_s") or 0.0, region)
-            saved = inference_cost_usd(untuned_ms - tuned_ms, c["memory_mb"], c["hardware"], c["batch_size"], region)
+            tuning_usd = build_cost_usd(result.get("tuning_s") or 0.0, region, table)
+            saved = inference_cost_usd(untuned_ms - tuned_ms, c["memory_mb"], c["hardware"], c["batch_size"], region, table)
         except UnknownPriceRegion:
             out.append(result)
             continue

@@ -138,8 +138,8 @@ def _archive(event: Envelope, deps: ArchiverDeps, *, at_deadline: bool, missing:
     # closes in seconds on S3, not in one round trip per object; reused ones a bundle at a time
     arrived = arrived_outcomes(deps.store, run_id)
     with ThreadPoolExecutor(max_workers=ARCHIVE_READERS) as pool:
-        ends = list(pool.map(lambda key: _end_of(key, arrived, missing_outcome), plan.combos))
-        checked = list(pool.map(lambda key: _end_of(key, arrived, None), checks.combos)) if checks else []
+        ends = _ends_of(list(plan.combos), arrived, missing_outcome, pool)
+        checked = _ends_of(list(checks.combos), arrived, None, pool) if checks else []
     results, failures = [], []
     for (key, combo), (outcome, result) in zip(plan.combos.items(), ends, strict=True):
         if result is not None:
@@ -181,6 +181,15 @@ def _archive(event: Envelope, deps: ArchiverDeps, *, at_deadline: bool, missing:
         return _announce_again(event, deps)  # another archiver got there first
     log.info("run_archived", run_id=run_id, status=status.value, succeeded=len(results), failed=len(failures))
     return [_announcement(summary)]
+
+
+def _ends_of(combo_keys: list[str], arrived: Arrived, missing: Outcome | None, pool: ThreadPoolExecutor) -> list[tuple[Outcome | None, dict | None]]:
+    """`_end_of` each combination: concurrently those the store is read for, directly those
+    whose end is at hand (reused, with their bundle: a resubmitted 1,536 matrix queues no
+    task, each a future, a lock and a condition)."""
+    read = [key for key in combo_keys if not arrived.at_hand(key)]
+    ends = dict(zip(read, pool.map(lambda key: _end_of(key, arrived, missing), read), strict=True))
+    return [ends[key] if key in ends else _end_of(key, arrived, missing) for key in combo_keys]
 
 
 def _end_of(key: str, arrived: Arrived, missing: Outcome | None) -> tuple[Outcome | None, dict | None]:
@@ -279,8 +288,8 @@ def _announce_again(event: Envelope, deps: ArchiverDeps) -> list[Payload]:
     gone out (the worker died between the summary's write and the publish): announce again,
     with the same event id, so the email is never lost and never sent twice. Any other
     event announces nothing."""
-    summary = RunSummary.read(deps.store.get_bytes(keys.summary(event.run_id)))
-    return [_announcement(summary)] if summary.archived_by == event.event_id else []
+    stored = deps.store.get_bytes(keys.summary(event.run_id))
+    return [_announcement(RunSummary.read(stored))] if RunSummary.archived_by_in(stored) == event.event_id else []
 
 
 def priced_for_region(result: dict, region: str) -> dict:

@@ -31,9 +31,9 @@ from schemas.events import (
 from core.deadlines import run_deadline_s
 from core.planning import impossible_reason, model_signature, request_shapes
 from core.prediction import measured_and_predicted
-from core.results import latest_results
+from core.results import StoredResult, latest_results
 from schemas import keys
-from schemas.documents import ArtifactManifest, MeasuredResult, ResultBundle
+from schemas.documents import ArtifactManifest, ResultBundle
 
 
 
@@ -93,15 +93,16 @@ def on_request_submitted(event: Envelope, deps: DedupDeps) -> list[Payload]:
     return out + _reuse(event.run_id, [(key, stored[key]) for key in combos if key in stored], deps.store)
 
 
-def _reuse(run_id: str, reused: list[tuple[str, tuple[str, MeasuredResult]]], store: ObjectStore) -> list[CombosReused]:
+def _reuse(run_id: str, reused: list[tuple[str, StoredResult]], store: ObjectStore) -> list[CombosReused]:
     """The stored results a run reuses, `REUSED_PER_EVENT` per `CombosReused`; the documents
-    read for each event kept in one object it names, so the archiver reads them once."""
+    read for each event (as stored, validated) kept in one object it names, so the archiver
+    reads them once."""
     out = []
     for part, start in enumerate(range(0, len(reused), REUSED_PER_EVENT)):
         chunk = reused[start:start + REUSED_PER_EVENT]
         bundle = keys.reused_bundle(run_id, part)
-        store.put_bytes(bundle, ResultBundle(results={version: result.to_dict() for _, (version, result) in chunk}).to_bytes())
-        out.append(CombosReused(results={key: version for key, (version, _) in chunk}, bundle=bundle))
+        store.put_bytes(bundle, ResultBundle(results={stored.version: stored.document for _, stored in chunk}).to_bytes())
+        out.append(CombosReused(results={key: stored.version for key, stored in chunk}, bundle=bundle))
     return out
 
 

@@ -286,6 +286,25 @@ def test_a_resubmitted_matrix_is_reused_in_a_few_events(app, fakes):
     assert {r["combo_key"]: r["latency_ms"] for r in second["results"]} == first_rows
 
 
+def test_a_reuse_keeps_the_documents_as_stored_and_the_summary_has_them_in_the_current_version(app, fakes):
+    """Dedup's bundle holds each reused document as it was stored (validated, not written
+    again); one of an older version (here: written before versioning) is upcast by the
+    archiver, so the summary's rows are all of the current version."""
+    from schemas.documents import MeasuredResult, ResultBundle
+
+    first = run(app, request(app, memory=(1024, 1088)))
+    (pack_key,) = app.store.list_keys("result-packs/")
+    pack = json.loads(app.store.get_bytes(pack_key))
+    for document in pack["results"].values():
+        del document["document_version"]
+    app.store.put_bytes(pack_key, json.dumps(pack).encode())
+    second = run(app, request(app, memory=(1024, 1088)))
+    bundled = [ResultBundle.read(app.store.get_bytes(k)).results for k in app.store.list_keys(f"runs/{second['run_id']}/reused/")]
+    assert [d for b in bundled for d in b.values()] == list(pack["results"].values())
+    assert all(r["reused"] and r["document_version"] == MeasuredResult.VERSION for r in second["results"])
+    assert {r["combo_key"]: r["latency_ms"] for r in second["results"]} == {r["combo_key"]: r["latency_ms"] for r in first["results"]}
+
+
 def test_a_reuse_whose_bundle_is_lost_reads_each_result_and_an_old_batch_event_still_reads(app, fakes):
     """The bundle is an optimisation: without it (lost, or a v1 `CombosReused` without one)
     the archiver reads each result by its key; the run is the same."""

@@ -25,7 +25,7 @@ from core.prediction import measured_combos
 from ayci.settings import Settings
 from engines.model_files import NotAModelError
 from schemas.combos import Matrix, Workload, parse_memory_sizes
-from schemas.events import RequestSubmitted
+from schemas.events import DEFAULT_TUNING_TRIALS, RequestSubmitted
 from schemas import keys
 from schemas.documents import RunSummary
 
@@ -723,7 +723,7 @@ def parser() -> argparse.ArgumentParser:
                              "(Lambda's common sizes within it)")
         command.add_argument("--predict", action="store_true", help="measure at most 3 memory sizes per hardware, optimizer and "
                              "batch, and predict the others with an interval (needs at least 4 sizes)")
-        command.add_argument("--trials", type=int, default=64, help="TVM tuning trials per model (MetaSchedule)")
+        command.add_argument("--trials", type=int, default=DEFAULT_TUNING_TRIALS, help=f"TVM tuning trials per model (MetaSchedule; default {DEFAULT_TUNING_TRIALS})")
         command.add_argument("--slo", type=float, help="p99 SLO in ms")
         command.add_argument("--min-agreement", type=float, default=0.99)
         command.add_argument("--balance-weight", type=float, default=0.5, help="weight of cost against p99 in the balanced pick, 0..1")

@@ -8,11 +8,12 @@ weights. Operators, after legalization, are fused into TIR kernels; MetaSchedule
 An operator the importer lacks is a `ConversionError` naming it (e.g. `aten.amax`).
 
 Tuning (`job.tuning_trials` measured candidates in total; 0 = none):
-- Kernels that share their anchor block (one convolution with different fused epilogues) share
-  one task (`module_equality="anchor-block"`: ResNet-18 has 15 tasks instead of 22).
+- Kernels that share their anchor block (one matmul with different fused epilogues) share one
+  task (`module_equality="anchor-block"`). Convolutions are kept apart from the operators after
+  them (`_convolutions_unfused`), so each convolution shape is one task in every layout.
 - The heaviest tasks (FLOPs x uses) are tuned first, as many as get 8 trials each, and a round
-  is budget / tasks trials (4-32), so the gradient scheduler's first pass covers every chosen
-  task. A kernel without a schedule runs as naive loops (single-threaded, scalar: untuned TVM is
+  is budget / tasks / 2 trials (4-32), so the gradient scheduler's first pass covers every chosen
+  task with half the budget and gives the other half to the tasks that still cost the most. A kernel without a schedule runs as naive loops (single-threaded, scalar: untuned TVM is
   ~100x slower than ONNX Runtime on the BERT example), so a budget spread over all the big kernels
   beats one spent deeply on a few. `details` says how many kernels got a tuned schedule.
 - Layouts, chosen per model by measurement (`_prepare`, `_choose_layout`): convolutions are
@@ -78,6 +79,7 @@ ARM_CC = "aarch64-linux-gnu-gcc"
 ARM_PROXY_CPU = "x86-64-v2"
 TUNING_META = "ayci_tuning.json"
 MODULE_EQUALITY = "anchor-block"
+NO_CONVOLUTIONS = "no convolutions"  # the layout of a model without any (nothing to choose)
 MIN_TRIALS_PER_TASK = 8
 
 
@@ -313,6 +315,11 @@ def _prepare(mod, spec: dict, measured: bool) -> dict:
     whatever the layout, so only `nhwc` is built. A model TVM's layout conversion cannot handle
     (it fails on the example detector's post-processing) stays `nchw`. Channel-blocked layouts
     (NCHWc) are not candidates: Relax's convolution legalization rejects them."""
+    if not _has_convolutions(mod):
+        try:
+            return {NO_CONVOLUTIONS: _lower(mod, spec, nhwc=False, winograd=False)}
+        except Exception as exc:
+            raise ConversionError(f"TVM cannot lower the model: {_unsupported_ops(exc)}") from exc
     try:
         variants = {"nhwc": _lower(mod, spec, nhwc=True, winograd=False)}
     except Exception:  # noqa: BLE001 - the layout conversion's own failure: stay NCHW
@@ -328,10 +335,43 @@ def _prepare(mod, spec: dict, measured: bool) -> dict:
     return variants
 
 
+def _has_convolutions(mod) -> bool:
+    from tvm import relax
+
+    found = []
+    for _, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, lambda e: found.append(1) if isinstance(e, relax.Call) and getattr(e.op, "name", "") == "relax.nn.conv2d" else None)
+    return bool(found)
+
+
 def _winograd_kernels(mod) -> int:
     from tvm import tirx
 
     return sum(1 for gv, f in mod.functions_items() if isinstance(f, tirx.PrimFunc) and "conv2d_winograd" in gv.name_hint)
+
+
+def _convolutions_unfused():
+    """A pass marking convolution kernels opaque to operator fusion: the operators after a
+    convolution (bias, batch norm, residual add, ReLU) become a kernel of their own instead of
+    its epilogue. Every convolution of one shape is then one kernel and one tuning task, in
+    both layouts alike. Fused, a convolution had a different epilogue at each call site and in
+    each layout, and a schedule tuned on one failed to replay on another (MetaSchedule:
+    "old_outputs.size() == new_outputs.size()", "cache-read ... buffer_index ... out of range").
+    The price is one pass over each output, small beside the convolution."""
+    import tvm
+    from tvm import tirx
+
+    opaque = 8  # relax's OpPatternKind.kOpaque
+
+    @tvm.transform.module_pass(opt_level=0, name="ConvolutionsUnfused")
+    def mark(mod, _context):
+        for gv, func in list(mod.functions_items()):
+            if isinstance(func, tirx.PrimFunc) and gv.name_hint.startswith("conv2d"):
+                mod.update_func(gv, func.with_attr("op_pattern", opaque))
+        return mod
+
+    return mark
 
 
 def _lower(mod, spec: dict, *, nhwc: bool, winograd: bool):
@@ -352,7 +392,7 @@ def _lower(mod, spec: dict, *, nhwc: bool, winograd: bool):
                 *relax.pipeline.library_dispatch_passes(target),
                 relax.transform.LegalizeOps(customize_legalize_map=legalize),
                 relax.transform.AnnotateTIROpPattern(),
-                *([tvm_winograd.kept_unfused()] if winograd else []),
+                _convolutions_unfused(),
                 relax.transform.FoldConstant(),  # also the Winograd weight transforms, once
                 relax.transform.FuseOps(),
                 relax.transform.FuseTIR(),
@@ -371,13 +411,23 @@ def _choose_layout(variants: dict, spec: dict, tune_spec: dict, database, exampl
         (layout, mod), = variants.items()
         executable, scheduled = _compile(mod, spec, database)
         return {"layout": layout}, executable, scheduled
-    compiled = {layout: _compile(mod, tune_spec, database) for layout, mod in variants.items()}
+    compiled, failures = {}, {}
+    for layout, mod in variants.items():
+        try:
+            compiled[layout] = _compile(mod, tune_spec, database)
+        except Exception as exc:  # noqa: BLE001 - TVM raises InternalError/ScheduleError from C++
+            failures[layout] = _first_line(exc)
+    if not compiled:
+        raise ConversionError(f"TVM failed to compile the model: {'; '.join(f'{k}: {v}' for k, v in failures.items())}")
     job.progress(f"tvm: timing the layouts {', '.join(compiled)}")
     p50 = _time_executables({layout: executable for layout, (executable, _) in compiled.items()}, examples)
     layout = min(p50, key=p50.get)
     job.progress(f"tvm: {layout} is the fastest ({', '.join(f'{k} {v:.2f} ms' for k, v in p50.items())})")
     executable, scheduled = compiled[layout] if tune_spec == spec else _compile(variants[layout], spec, database)
-    return {"layout": layout, "layouts_p50_ms": {k: round(v, 3) for k, v in p50.items()}}, executable, scheduled
+    chosen = {"layout": layout, "layouts_p50_ms": {k: round(v, 3) for k, v in p50.items()}}
+    if failures:
+        chosen["layouts_failed"] = failures
+    return chosen, executable, scheduled
 
 
 def _time_executables(executables: dict, examples: dict[str, np.ndarray], budget_s: float = 6.0, most: int = 15) -> dict[str, float]:
@@ -597,7 +647,10 @@ def _search(job, database, extracted, have, records_dir, scratch, tune_spec, sta
     # an elementwise kernel left so.
     extracted.sort(key=_task_cost, reverse=True)
     extracted = extracted[: max(1, min(len(extracted), budget // MIN_TRIALS_PER_TASK))]
-    per_round = max(4, min(32, budget // len(extracted)))
+    # Half the budget goes to a first round over every task, the other half to the rounds the
+    # gradient scheduler gives the tasks that still cost the most (a convolution gains from 100+
+    # trials, an elementwise kernel is done in a dozen).
+    per_round = max(4, min(32, budget // len(extracted) // 2))
     # The stock evolutionary search evolves 512 schedules for 4 generations before every round;
     # with a few trials per round that search, not measuring, took 80-90% of the time here.
     strategy = ms.search_strategy.EvolutionarySearch(

@@ -97,28 +97,6 @@ def conv2d(data, kernel_pack, padding: list[int], out_dtype: str, tile: int = TI
     )
 
 
-def kept_unfused():
-    """A pass marking the Winograd kernels opaque to operator fusion: the operators after a
-    convolution (bias, batch norm, residual add, ReLU) run as a kernel of their own instead of
-    inside it. Each Winograd kernel of one shape is then the same kernel, one tuning task, and a
-    schedule tuned on it replays on every call site (fused with different epilogues, a schedule
-    tuned on one failed to replay on another: "old_outputs.size() == new_outputs.size()"). The
-    cost is one pass over the output, small beside the convolution."""
-    import tvm
-    from tvm import tirx
-
-    opaque = 8  # relax.OpPatternKind.kOpaque
-
-    @tvm.transform.module_pass(opt_level=0, name="WinogradKeptUnfused")
-    def mark(mod, _context):
-        for gv, func in list(mod.functions_items()):
-            if isinstance(func, tirx.PrimFunc) and gv.name_hint.startswith("conv2d_winograd"):
-                mod.update_func(gv, func.with_attr("op_pattern", opaque))
-        return mod
-
-    return mark
-
-
 def applies(call) -> bool:
     """Whether the `relax.nn.conv2d` call is one this module computes."""
     from tvm.ir.expr import Constant

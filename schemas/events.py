@@ -20,6 +20,10 @@ from schemas.combos import PREDICT_MIN_SIZES, Combo, Matrix, ModelRef
 from schemas.cost import default_region as default_price_region
 from schemas.cost import load_prices
 
+# MetaSchedule trials per TVM artifact when the request names none: about where TVM catches up
+# with tuned ONNX Runtime on ResNet-18 on a 2-core x86 host (`bench/bench_optimizers.py --curve`).
+DEFAULT_TUNING_TRIALS = 64
+
 
 class SchemaError(ValueError):
     """An event that cannot be read: unknown type or version, or a payload that does not fit."""
@@ -56,7 +60,7 @@ class RequestSubmitted(Payload):
     min_agreement: float = Field(default=0.99, ge=0, le=1, allow_inf_nan=False)
     balance_weight: float = Field(default=0.5, ge=0, le=1, allow_inf_nan=False)  # weight of cost against p99
     price_region: str = Field(default_factory=default_price_region)  # a region of the price table (schemas/cost.py)
-    tuning_trials: int = Field(default=64, ge=0, le=20000)
+    tuning_trials: int = Field(default=DEFAULT_TUNING_TRIALS, ge=0, le=20000)
     email: str | None = None
     owner: str = "local"
     force: bool = False  # measure again even where a stored result exists
@@ -105,7 +109,7 @@ class ComboPending(Payload):
     combo_key: str
     artifact_key: str
     target_cpu: str  # what the artifact is built for (part of its key)
-    tuning_trials: int = 64
+    tuning_trials: int = DEFAULT_TUNING_TRIALS
 
 
 class ModelConverted(Payload):

@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from schemas.combos import SHA256_PATTERN, BatchSize, Hardware, Matrix, MemoryMb, ModelRef, Optimizer, Workload
-from schemas.events import RequestSubmitted, TrafficProfile
+from schemas.events import DEFAULT_TUNING_TRIALS, RequestSubmitted, TrafficProfile
 from schemas.signature import ModelSignature
 
 Sha256 = Annotated[str, Field(pattern=SHA256_PATTERN.pattern, description="64 lowercase hex characters")]
@@ -43,7 +43,7 @@ class RunRequest(Strict):
     email: Annotated[str, Field(pattern=EMAIL_PATTERN, max_length=254)] | None = None
     slo_p99_ms: float | None = Field(default=None, gt=0, le=3_600_000)
     min_agreement: float = Field(default=0.99, ge=0, le=1)
-    tuning_trials: int = Field(default=64, ge=0, le=20000)
+    tuning_trials: int = Field(default=DEFAULT_TUNING_TRIALS, ge=0, le=20000)
     force: bool = False
     predict: bool = Field(default=False, description="measure at most 3 memory sizes per hardware, optimizer and batch, "
                           "predict the others with an interval (needs at least 4 memory sizes)")

@@ -57,7 +57,6 @@ def test_tuning_records_are_stored_as_one_object_and_come_back_whole(tmp_path):
 
 
 def test_other_models_tuning_records_for_the_same_cpu_come_along(tmp_path):
-    from schemas import keys
     from schemas.combos import Combo, ModelRef
     from schemas.events import ComboPending
     from services.converter.handlers import SHARED_TUNING_RECORDS, _fetch_tuning_records, _store_tuning_records

@@ -149,8 +149,8 @@ def curve_artifacts(name: str, converted: dict, workdir: Path, checkpoints: list
         conversion = tvm_engine.convert(ConversionJob(
             model=model, model_path=Path(converted["pt2"]), hardware="intel", batch_size=1, target_cpu=converted["target_cpu"],
             out_dir=out, tuning_trials=k, tuning_dir=records))
-        artifacts[k] = {"artifact": str(out / conversion.artifact_file), "layout": conversion.details.get("layout"),
-                        "layouts_p50_ms": conversion.details.get("layouts_p50_ms")}
+        artifacts[k] = {"artifact": str(out / conversion.artifact_file), "variant": conversion.details.get("variant"),
+                        "variants_p50_ms": conversion.details.get("variants_p50_ms")}
     return artifacts
 
 
@@ -249,8 +249,8 @@ def main() -> int:
                 f"{r['load_average']['min']:4.1f}-{r['load_average']['max']:.1f}"
             )
         details = r["tvm"]["details"]
-        print(f"{'':10} tvm: {details.get('trials')} trials, {details.get('tasks')} tasks, layout {details.get('layout')} "
-              f"(timed at conversion: {details.get('layouts_p50_ms')}), {details.get('kernels_tuned')}/{details.get('kernels')} kernels tuned")
+        print(f"{'':10} tvm: {details.get('trials')} trials, {details.get('tasks')} tasks, build {details.get("variant")} "
+              f"(timed at conversion: {details.get("variants_p50_ms")}), {details.get('kernels_tuned')}/{details.get('kernels')} kernels tuned")
         print(f"{'':10} tuned ORT settings {r['onnx_tuned_settings']}")
         print(f"{'':10} agreement onnx {r['agreement']['onnx']}, tvm {r['agreement']['tvm']}, onnx_int8 {r['agreement']['onnx_int8']}")
         if r["curve"]:
@@ -259,7 +259,7 @@ def main() -> int:
                 label = f"tvm@{k}" if k in r["curve"] else "tvm"
                 cells = "  ".join(f"{threads} thr {r['p50_ms'][threads][label]:7.2f} ms = {r['p50_ms'][threads][label] / r['p50_ms'][threads]['onnx_tuned']:5.2f}x tuned ORT"
                                   for threads in args.threads)
-                layout = r["curve"][k]["layout"] if k in r["curve"] else details.get("layout")
+                layout = r["curve"][k]["variant"] if k in r["curve"] else details.get("variant")
                 print(f"{'':12} K={k:5d} (~{r['tvm']['tuning_s'] * k / max(1, args.trials):6.0f} s, {layout}): {cells}")
     return 0
 

@@ -16,12 +16,15 @@ Tuning (`job.tuning_trials` measured candidates in total; 0 = none):
   task with half the budget and gives the other half to the tasks that still cost the most. A kernel without a schedule runs as naive loops (single-threaded, scalar: untuned TVM is
   ~100x slower than ONNX Runtime on the BERT example), so a budget spread over all the big kernels
   beats one spent deeply on a few. `details` says how many kernels got a tuned schedule.
-- Layouts, chosen per model by measurement (`_prepare`, `_choose_layout`): convolutions are
+- Builds, chosen per model by measurement (`_prepare`, `_choose_variant`): convolutions are
   converted to NHWC (measured: better kernels for fewer trials than NCHW), and a model with 3x3
   stride-1 convolutions is built twice, once with them computed directly (`nhwc`) and once with
   Winograd F(4x4, 3x3) (`nhwc-winograd`, `engines/tvm_winograd.py`). The tasks of both are tuned
   in one search (the kernels they share once); both are compiled and timed on this host in
-  turns, and the faster is shipped. `details` gives the layout and both times.
+  turns, and the faster is shipped. A model without convolutions that calls softmax, exp, erf
+  or tanh (a transformer) is built exactly and with TVM's fast approximations of them (`fast
+  math`), chosen the same way. `details["variant"]` names the build shipped and
+  `details["variants_p50_ms"]` gives each one's time.
 - Schedules shared across models: `job.shared_tuning_dirs` holds other models' records for the
   same CPU. A kernel they hold (same computation, shapes and fused operators, e.g. a fine-tuned
   copy, or ResNet-18 and ResNet-34's common layers), searched at least as deeply as this budget
@@ -79,7 +82,12 @@ ARM_CC = "aarch64-linux-gnu-gcc"
 ARM_PROXY_CPU = "x86-64-v2"
 TUNING_META = "ayci_tuning.json"
 MODULE_EQUALITY = "anchor-block"
-NO_CONVOLUTIONS = "no convolutions"  # the layout of a model without any (nothing to choose)
+NO_CONVOLUTIONS = "no convolutions"  # the build of a model without any (no layout to choose)
+# The same, with softmax, exp, erf and tanh computed by TVM's fast approximations (`topi.fast_*`:
+# polynomials that vectorize; LLVM calls libm once per element for exp): built beside it for a
+# model that calls them (a transformer's attention and GELU), kept only if timed faster.
+FAST_MATH = "fast math"
+FAST_MATH_OPS = {"relax.nn.softmax", "relax.exp", "relax.erf", "relax.tanh"}
 MIN_TRIALS_PER_TASK = 8
 
 
@@ -160,7 +168,7 @@ def convert(job: ConversionJob) -> Conversion:
     tuning = _tune(variants, job, tune_spec) if job.tuning_trials > 0 else _no_tuning()
     job.progress("tvm: compiling")
     try:
-        layout, executable, scheduled = _choose_layout(variants, spec, tune_spec, tuning.database, examples, job)
+        chosen, executable, scheduled = _choose_variant(variants, spec, tune_spec, tuning.database, examples, job)
         out = Path(job.out_dir) / ARTIFACT
         if hardware == "arm":
             from tvm.support.cc import cross_compiler
@@ -183,7 +191,7 @@ def convert(job: ConversionJob) -> Conversion:
         "tasks": tuning.tasks,
         "records_reused": tuning.reused,
         "kernels_from_other_models": tuning.borrowed,
-        **layout,
+        **chosen,
         **scheduled,
         "tuned": (tuning.trials > 0 or tuning.borrowed > 0) and hardware != "arm",
     }
@@ -311,15 +319,19 @@ def _prepare(mod, spec: dict, measured: bool) -> dict:
     ResNet-18 b1, 2 cores: NHWC 12.8 ms after 500 trials and 12.3 ms after 1500, where NCHW gave
     15.7 ms after 2000), computed directly (`nhwc`) or, for 3x3 stride-1 convolutions, with
     Winograd F(4x4, 3x3) (`nhwc-winograd`, `engines.tvm_winograd`); both are tuned and the faster
-    compiled model is kept (`_choose_layout`); untuned (`measured` False), kernels are naive loops
-    whatever the layout, so only `nhwc` is built. A model TVM's layout conversion cannot handle
+    compiled model is kept (`_choose_variant`); untuned (`measured` False), kernels are naive loops
+    whatever the layout, so only `nhwc` is built. A model without convolutions that calls
+    softmax, exp, erf or tanh is built exactly and with `FAST_MATH`, and the faster kept. A model TVM's layout conversion cannot handle
     (it fails on the example detector's post-processing) stays `nchw`. Channel-blocked layouts
     (NCHWc) are not candidates: Relax's convolution legalization rejects them."""
     if not _has_convolutions(mod):
         try:
-            return {NO_CONVOLUTIONS: _lower(mod, spec, nhwc=False, winograd=False)}
+            variants = {NO_CONVOLUTIONS: _lower(mod, spec, nhwc=False, winograd=False)}
         except Exception as exc:
             raise ConversionError(f"TVM cannot lower the model: {_unsupported_ops(exc)}") from exc
+        if measured and _calls(mod, FAST_MATH_OPS):
+            variants[FAST_MATH] = _lower(mod, spec, nhwc=False, winograd=False, fast_math=True)
+        return variants
     try:
         variants = {"nhwc": _lower(mod, spec, nhwc=True, winograd=False)}
     except Exception:  # noqa: BLE001 - the layout conversion's own failure: stay NCHW
@@ -336,12 +348,17 @@ def _prepare(mod, spec: dict, measured: bool) -> dict:
 
 
 def _has_convolutions(mod) -> bool:
+    return _calls(mod, {"relax.nn.conv2d"})
+
+
+def _calls(mod, ops: set[str]) -> bool:
+    """Whether the model's Relax functions call any of `ops`."""
     from tvm import relax
 
     found = []
     for _, func in mod.functions_items():
         if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func, lambda e: found.append(1) if isinstance(e, relax.Call) and getattr(e.op, "name", "") == "relax.nn.conv2d" else None)
+            relax.analysis.post_order_visit(func, lambda e: found.append(1) if isinstance(e, relax.Call) and getattr(e.op, "name", "") in ops else None)
     return bool(found)
 
 
@@ -374,7 +391,7 @@ def _convolutions_unfused():
     return mark
 
 
-def _lower(mod, spec: dict, *, nhwc: bool, winograd: bool):
+def _lower(mod, spec: dict, *, nhwc: bool, winograd: bool, fast_math: bool = False):
     import tvm
     from tvm import relax
 
@@ -389,6 +406,7 @@ def _lower(mod, spec: dict, *, nhwc: bool, winograd: bool):
                 relax.transform.DecomposeOpsForInference(),
                 relax.transform.CanonicalizeBindings(),
                 *layout,  # OHWI weights folded into constants (Winograd needs constant weights)
+                *([relax.transform.FastMathTransform()] if fast_math else []),
                 *relax.pipeline.library_dispatch_passes(target),
                 relax.transform.LegalizeOps(customize_legalize_map=legalize),
                 relax.transform.AnnotateTIROpPattern(),
@@ -401,32 +419,32 @@ def _lower(mod, spec: dict, *, nhwc: bool, winograd: bool):
         )(mod)
 
 
-def _choose_layout(variants: dict, spec: dict, tune_spec: dict, database, examples: dict, job: ConversionJob):
-    """The layout to ship, its executable for `spec`, and its kernel counts.
+def _choose_variant(variants: dict, spec: dict, tune_spec: dict, database, examples: dict, job: ConversionJob):
+    """The build (layout, fast math) to ship, its executable for `spec`, and its kernel counts.
 
     With one candidate, that one. With several, each is compiled with its tuned kernels for the
     tuning target and timed on this host (interleaved rounds, the same inputs), and the fastest
     is kept: its measured time, and the others', go into the details."""
     if len(variants) == 1:
-        (layout, mod), = variants.items()
+        (variant, mod), = variants.items()
         executable, scheduled = _compile(mod, spec, database)
-        return {"layout": layout}, executable, scheduled
+        return {"variant": variant}, executable, scheduled
     compiled, failures = {}, {}
-    for layout, mod in variants.items():
+    for variant, mod in variants.items():
         try:
-            compiled[layout] = _compile(mod, tune_spec, database)
+            compiled[variant] = _compile(mod, tune_spec, database)
         except Exception as exc:  # noqa: BLE001 - TVM raises InternalError/ScheduleError from C++
-            failures[layout] = _first_line(exc)
+            failures[variant] = _first_line(exc)
     if not compiled:
         raise ConversionError(f"TVM failed to compile the model: {'; '.join(f'{k}: {v}' for k, v in failures.items())}")
-    job.progress(f"tvm: timing the layouts {', '.join(compiled)}")
-    p50 = _time_executables({layout: executable for layout, (executable, _) in compiled.items()}, examples)
-    layout = min(p50, key=p50.get)
-    job.progress(f"tvm: {layout} is the fastest ({', '.join(f'{k} {v:.2f} ms' for k, v in p50.items())})")
-    executable, scheduled = compiled[layout] if tune_spec == spec else _compile(variants[layout], spec, database)
-    chosen = {"layout": layout, "layouts_p50_ms": {k: round(v, 3) for k, v in p50.items()}}
+    job.progress(f"tvm: timing the variants {', '.join(compiled)}")
+    p50 = _time_executables({variant: executable for variant, (executable, _) in compiled.items()}, examples)
+    variant = min(p50, key=p50.get)
+    job.progress(f"tvm: {variant} is the fastest ({', '.join(f'{k} {v:.2f} ms' for k, v in p50.items())})")
+    executable, scheduled = compiled[variant] if tune_spec == spec else _compile(variants[variant], spec, database)
+    chosen = {"variant": variant, "variants_p50_ms": {k: round(v, 3) for k, v in p50.items()}}
     if failures:
-        chosen["layouts_failed"] = failures
+        chosen["variants_failed"] = failures
     return chosen, executable, scheduled
 
 

@@ -75,9 +75,9 @@ def test_tuned_conversion_loads_agrees_and_reuses_records(tiny_image_model, tmp_
     assert any("tuned" in m for m in messages), messages
     assert (tuning / "database_tuning_record.json").stat().st_size > 0
     # ResNet's 3x3 convolutions: direct and Winograd both tuned and timed, the faster shipped.
-    timed = first.details["layouts_p50_ms"]
+    timed = first.details["variants_p50_ms"]
     assert set(timed) == {"nhwc", "nhwc-winograd"} and all(ms > 0 for ms in timed.values())
-    assert first.details["layout"] == min(timed, key=timed.get)
+    assert first.details["variant"] == min(timed, key=timed.get)
     assert any("fastest" in m for m in messages), messages
 
     module = workload_module("image_classification")
@@ -266,3 +266,20 @@ def test_profile_times_every_kernel_the_relax_vm_calls(tiny_image_model, tmp_pat
     assert rows[0]["group"] == "conv" and not rows[0]["op_type"].startswith("fused_")
     assert not any(ch.isdigit() for ch in rows[0]["op_type"].replace("conv2d", ""))
     assert sum(ms for _, _, ms in calls) / 3 <= max(run_ms)  # the kernels' time fits in an inference
+
+
+def test_a_transformer_is_built_exactly_and_with_fast_math_and_the_faster_shipped(tmp_path):
+    from workloads.examples import export_example
+
+    size = [16]
+    path = export_example("nlp", size, tmp_path / "encoder.pt2")
+    model = _model_ref(path, "nlp", size)
+    conversion = tvm_engine.convert(_job(model, path, tmp_path / "out", trials=TRIALS))
+    timed = conversion.details["variants_p50_ms"]
+    assert set(timed) == {"no convolutions", "fast math"} and conversion.details["variant"] == min(timed, key=timed.get)
+
+    module = workload_module("nlp")
+    inputs = module.example_inputs(1, size)
+    reference = base_engine.load(path, 1)(inputs)
+    agreement = module.agreement(reference, tvm_engine.load(tmp_path / "out" / "model.so", 1)(inputs))
+    assert agreement.score > 0.9999, agreement

@@ -20,9 +20,11 @@ from schemas.combos import PREDICT_MIN_SIZES, Combo, Matrix, ModelRef
 from schemas.cost import default_region as default_price_region
 from schemas.cost import load_prices
 
-# MetaSchedule trials per TVM artifact when the request names none: about where TVM catches up
-# with tuned ONNX Runtime on ResNet-18 on a 2-core x86 host (`bench/bench_optimizers.py --curve`).
-DEFAULT_TUNING_TRIALS = 64
+# MetaSchedule trials per TVM artifact when the request names none: where TVM overtook tuned
+# ONNX Runtime on ResNet-18 on a 2-core x86 host, about 11 minutes of tuning (measured with
+# `bench/bench_optimizers.py --curve`: 300 trials 1.17-1.25x ONNX Runtime's latency, 600 0.75-0.85x,
+# 900 0.70-0.89x, at 1 and 2 threads). A request may ask for fewer (faster conversion) or more.
+DEFAULT_TUNING_TRIALS = 600
 
 
 class SchemaError(ValueError):

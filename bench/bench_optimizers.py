@@ -249,8 +249,8 @@ def main() -> int:
                 f"{r['load_average']['min']:4.1f}-{r['load_average']['max']:.1f}"
             )
         details = r["tvm"]["details"]
-        print(f"{'':10} tvm: {details.get('trials')} trials, {details.get('tasks')} tasks, build {details.get("variant")} "
-              f"(timed at conversion: {details.get("variants_p50_ms")}), {details.get('kernels_tuned')}/{details.get('kernels')} kernels tuned")
+        print(f"{'':10} tvm: {details.get('trials')} trials, {details.get('tasks')} tasks, build {details.get('variant')} "
+              f"(timed at conversion: {details.get('variants_p50_ms')}), {details.get('kernels_tuned')}/{details.get('kernels')} kernels tuned")
         print(f"{'':10} tuned ORT settings {r['onnx_tuned_settings']}")
         print(f"{'':10} agreement onnx {r['agreement']['onnx']}, tvm {r['agreement']['tvm']}, onnx_int8 {r['agreement']['onnx_int8']}")
         if r["curve"]:

@@ -21,10 +21,10 @@ Tuning (`job.tuning_trials` measured candidates in total; 0 = none):
   stride-1 convolutions is built twice, once with them computed directly (`nhwc`) and once with
   Winograd F(4x4, 3x3) (`nhwc-winograd`, `engines/tvm_winograd.py`). The tasks of both are tuned
   in one search (the kernels they share once); both are compiled and timed on this host in
-  turns, and the faster is shipped. A model without convolutions that calls softmax, exp, erf
-  or tanh (a transformer) is built exactly and with TVM's fast approximations of them (`fast
-  math`), chosen the same way. `details["variant"]` names the build shipped and
-  `details["variants_p50_ms"]` gives each one's time.
+  turns, and the faster is shipped. `details["variant"]` names the build shipped and
+  `details["variants_p50_ms"]` gives each one's time. (A third build with TVM's fast softmax/exp
+  approximations for transformers was tried and dropped: its stored records failed to load
+  again, "parallel_for_dynamic error", and the exact build's failed to compile beside it.)
 - Schedules shared across models: `job.shared_tuning_dirs` holds other models' records for the
   same CPU. A kernel they hold (same computation, shapes and fused operators, e.g. a fine-tuned
   copy, or ResNet-18 and ResNet-34's common layers), searched at least as deeply as this budget
@@ -83,11 +83,6 @@ ARM_PROXY_CPU = "x86-64-v2"
 TUNING_META = "ayci_tuning.json"
 MODULE_EQUALITY = "anchor-block"
 NO_CONVOLUTIONS = "no convolutions"  # the build of a model without any (no layout to choose)
-# The same, with softmax, exp, erf and tanh computed by TVM's fast approximations (`topi.fast_*`:
-# polynomials that vectorize; LLVM calls libm once per element for exp): built beside it for a
-# model that calls them (a transformer's attention and GELU), kept only if timed faster.
-FAST_MATH = "fast math"
-FAST_MATH_OPS = {"relax.nn.softmax", "relax.exp", "relax.erf", "relax.tanh"}
 MIN_TRIALS_PER_TASK = 8
 
 
@@ -320,8 +315,7 @@ def _prepare(mod, spec: dict, measured: bool) -> dict:
     15.7 ms after 2000), computed directly (`nhwc`) or, for 3x3 stride-1 convolutions, with
     Winograd F(4x4, 3x3) (`nhwc-winograd`, `engines.tvm_winograd`); both are tuned and the faster
     compiled model is kept (`_choose_variant`); untuned (`measured` False), kernels are naive loops
-    whatever the layout, so only `nhwc` is built. A model without convolutions that calls
-    softmax, exp, erf or tanh is built exactly and with `FAST_MATH`, and the faster kept. A model TVM's layout conversion cannot handle
+    whatever the layout, so only `nhwc` is built. A model TVM's layout conversion cannot handle
     (it fails on the example detector's post-processing) stays `nchw`. Channel-blocked layouts
     (NCHWc) are not candidates: Relax's convolution legalization rejects them."""
     if not _has_convolutions(mod):
@@ -329,8 +323,6 @@ def _prepare(mod, spec: dict, measured: bool) -> dict:
             variants = {NO_CONVOLUTIONS: _lower(mod, spec, nhwc=False, winograd=False)}
         except Exception as exc:
             raise ConversionError(f"TVM cannot lower the model: {_unsupported_ops(exc)}") from exc
-        if measured and _calls(mod, FAST_MATH_OPS):
-            variants[FAST_MATH] = _lower(mod, spec, nhwc=False, winograd=False, fast_math=True)
         return variants
     try:
         variants = {"nhwc": _lower(mod, spec, nhwc=True, winograd=False)}
@@ -391,7 +383,7 @@ def _convolutions_unfused():
     return mark
 
 
-def _lower(mod, spec: dict, *, nhwc: bool, winograd: bool, fast_math: bool = False):
+def _lower(mod, spec: dict, *, nhwc: bool, winograd: bool):
     import tvm
     from tvm import relax
 
@@ -406,7 +398,6 @@ def _lower(mod, spec: dict, *, nhwc: bool, winograd: bool, fast_math: bool = Fal
                 relax.transform.DecomposeOpsForInference(),
                 relax.transform.CanonicalizeBindings(),
                 *layout,  # OHWI weights folded into constants (Winograd needs constant weights)
-                *([relax.transform.FastMathTransform()] if fast_math else []),
                 *relax.pipeline.library_dispatch_passes(target),
                 relax.transform.LegalizeOps(customize_legalize_map=legalize),
                 relax.transform.AnnotateTIROpPattern(),
@@ -420,7 +411,7 @@ def _lower(mod, spec: dict, *, nhwc: bool, winograd: bool, fast_math: bool = Fal
 
 
 def _choose_variant(variants: dict, spec: dict, tune_spec: dict, database, examples: dict, job: ConversionJob):
-    """The build (layout, fast math) to ship, its executable for `spec`, and its kernel counts.
+    """The build (layout) to ship, its executable for `spec`, and its kernel counts.
 
     With one candidate, that one. With several, each is compiled with its tuned kernels for the
     tuning target and timed on this host (interleaved rounds, the same inputs), and the fastest

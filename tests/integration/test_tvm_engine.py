@@ -267,19 +267,3 @@ def test_profile_times_every_kernel_the_relax_vm_calls(tiny_image_model, tmp_pat
     assert not any(ch.isdigit() for ch in rows[0]["op_type"].replace("conv2d", ""))
     assert sum(ms for _, _, ms in calls) / 3 <= max(run_ms)  # the kernels' time fits in an inference
 
-
-def test_a_transformer_is_built_exactly_and_with_fast_math_and_the_faster_shipped(tmp_path):
-    from workloads.examples import export_example
-
-    size = [16]
-    path = export_example("nlp", size, tmp_path / "encoder.pt2")
-    model = _model_ref(path, "nlp", size)
-    conversion = tvm_engine.convert(_job(model, path, tmp_path / "out", trials=TRIALS))
-    timed = conversion.details["variants_p50_ms"]
-    assert set(timed) == {"no convolutions", "fast math"} and conversion.details["variant"] == min(timed, key=timed.get)
-
-    module = workload_module("nlp")
-    inputs = module.example_inputs(1, size)
-    reference = base_engine.load(path, 1)(inputs)
-    agreement = module.agreement(reference, tvm_engine.load(tmp_path / "out" / "model.so", 1)(inputs))
-    assert agreement.score > 0.9999, agreement

@@ -578,7 +578,6 @@ def _extract_tasks(variants: dict, target) -> list:
 
 def _tune(variants: dict, job: ConversionJob, tune_spec: dict) -> _Tuning:
     import tvm
-    from tvm.s_tir import meta_schedule as ms
 
     started = time.perf_counter()
     _register_cpu_tensor_intrinsics_only()
@@ -594,7 +593,12 @@ def _tune(variants: dict, job: ConversionJob, tune_spec: dict) -> _Tuning:
             stale.unlink()
     have = int(meta.get("trials", 0)) if same_target else 0
     record_file = records_dir / "database_tuning_record.json"
-    database = ms.database.JSONDatabase(work_dir=str(records_dir), module_equality=MODULE_EQUALITY)
+    database = _open_records(records_dir)
+    if database is None:  # stored records TVM cannot read back: searched again from nothing
+        job.progress("tvm: the stored tuning records do not load; searching again")
+        for unreadable in [*records_dir.glob("database_*.json"), records_dir / TUNING_META]:
+            unreadable.unlink(missing_ok=True)
+        have, database = 0, _open_records(records_dir)
     extracted = _extract_tasks(variants, target)
     if have >= job.tuning_trials and record_file.exists() and record_file.stat().st_size > 0:
         tasks = int(meta.get("tasks", len(extracted)))
@@ -614,6 +618,16 @@ def _tune(variants: dict, job: ConversionJob, tune_spec: dict) -> _Tuning:
         raise ConversionError(f"TVM tuning failed: {_first_line(exc)}") from exc
 
 
+def _open_records(folder: Path):
+    """MetaSchedule's JSON database in `folder`, or None when its files do not load."""
+    from tvm.s_tir import meta_schedule as ms
+
+    try:
+        return ms.database.JSONDatabase(work_dir=str(folder), module_equality=MODULE_EQUALITY)
+    except Exception:  # noqa: BLE001 - TVM raises RuntimeError/InternalError from C++ parsing
+        return None
+
+
 def _borrow_schedules(database, tasks: list, job: ConversionJob, tune_spec: dict) -> list:
     """The tasks another model's records already hold a schedule for, searched at least as deeply
     as this conversion would (its trials per task >= this budget's): their best records are
@@ -630,7 +644,9 @@ def _borrow_schedules(database, tasks: list, job: ConversionJob, tune_spec: dict
             continue
         if int(meta.get("trials", 0)) / max(1, int(meta.get("tasks", 1))) < depth:
             continue
-        other = ms.database.JSONDatabase(work_dir=str(folder), module_equality=MODULE_EQUALITY)
+        other = _open_records(Path(folder))
+        if other is None:  # another model's records that do not load: not shared
+            continue
         for task in tasks:
             if task in borrowed or not other.has_workload(task.mod):
                 continue

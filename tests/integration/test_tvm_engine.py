@@ -5,6 +5,7 @@ ConversionError for an operator TVM cannot import."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import time
@@ -115,13 +116,36 @@ def test_a_model_with_the_same_kernels_takes_their_schedules_from_the_others_rec
                                     trials=2 * TRIALS, tuning_dir=tmp_path / "tuning-a"))
     assert first.details["kernels_from_other_models"] == 0 and first.details["tasks"] == 2
 
+    # another model's records that TVM cannot read back: passed over, not a failed conversion
+    unreadable = tmp_path / "tuning-unreadable"
+    unreadable.mkdir()
+    (unreadable / "database_workload.json").write_text('["not a workload"]\n')
+    (unreadable / "database_tuning_record.json").write_text('[0, {"x": 1}]\n')
+    shutil.copy(tmp_path / "tuning-a" / "ayci_tuning.json", unreadable / "ayci_tuning.json")
+
     messages: list[str] = []
     job = _job(_model_ref(copy, "image_classification", size), copy, tmp_path / "b", trials=2 * TRIALS, tuning_dir=tmp_path / "tuning-b", messages=messages)
-    job.shared_tuning_dirs = [tmp_path / "tuning-a"]
+    job.shared_tuning_dirs = [unreadable, tmp_path / "tuning-a"]
     second = tvm_engine.convert(job)
     assert second.details["kernels_from_other_models"] == 2, second.details
     assert any("tuned for other models" in m for m in messages), messages
     assert second.details["kernels_tuned"] >= first.details["kernels_tuned"]
+
+
+def test_stored_records_that_do_not_load_are_searched_again(tiny_image_model, tmp_path):
+    tuning = tmp_path / "tuning"
+    tuning.mkdir()
+    (tuning / "database_workload.json").write_text('["not a workload"]\n')
+    (tuning / "database_tuning_record.json").write_text('[0, {"x": 1}]\n')
+    target = tvm_engine.tuning_target_spec("intel", _host_cpu())
+    (tuning / "ayci_tuning.json").write_text(json.dumps({"target": target, "trials": 1000, "tasks": 1}))
+    messages: list[str] = []
+    size = [32, 32]
+    conversion = tvm_engine.convert(_job(_model_ref(tiny_image_model, "image_classification", size), tiny_image_model, tmp_path / "out",
+                                         trials=TRIALS, tuning_dir=tuning, messages=messages))
+    assert any("do not load" in m for m in messages), messages
+    assert conversion.details["records_reused"] is False and conversion.details["trials"] == TRIALS
+    assert json.loads((tuning / "ayci_tuning.json").read_text())["trials"] == TRIALS
 
 
 def test_winograd_convolutions_compute_what_direct_ones_do():

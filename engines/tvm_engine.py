@@ -13,7 +13,8 @@ Tuning (`job.tuning_trials` measured candidates in total; 0 = none):
   them (`_convolutions_unfused`), so each convolution shape is one task in every layout.
 - The heaviest tasks (FLOPs x uses) are tuned first, as many as get 8 trials each, and a round
   is budget / tasks / 2 trials (4-32), so the gradient scheduler's first pass covers every chosen
-  task with half the budget and gives the other half to the tasks that still cost the most. A kernel without a schedule runs as naive loops (single-threaded, scalar: untuned TVM is
+  task with half the budget and gives the other half to the tasks that still cost the most.
+  A kernel without a schedule runs as naive loops (single-threaded, scalar: untuned TVM is
   ~100x slower than ONNX Runtime on the BERT example), so a budget spread over all the big kernels
   beats one spent deeply on a few. `details` says how many kernels got a tuned schedule.
 - Builds, chosen per model by measurement (`_prepare`, `_choose_variant`): convolutions are
@@ -22,9 +23,7 @@ Tuning (`job.tuning_trials` measured candidates in total; 0 = none):
   Winograd F(4x4, 3x3) (`nhwc-winograd`, `engines/tvm_winograd.py`). The tasks of both are tuned
   in one search (the kernels they share once); both are compiled and timed on this host in
   turns, and the faster is shipped. `details["variant"]` names the build shipped and
-  `details["variants_p50_ms"]` gives each one's time. (A third build with TVM's fast softmax/exp
-  approximations for transformers was tried and dropped: its stored records failed to load
-  again, "parallel_for_dynamic error", and the exact build's failed to compile beside it.)
+  `details["variants_p50_ms"]` gives each one's time.
 - Schedules shared across models: `job.shared_tuning_dirs` holds other models' records for the
   same CPU. A kernel they hold (same computation, shapes and fused operators, e.g. a fine-tuned
   copy, or ResNet-18 and ResNet-34's common layers), searched at least as deeply as this budget
@@ -320,10 +319,9 @@ def _prepare(mod, spec: dict, measured: bool) -> dict:
     (NCHWc) are not candidates: Relax's convolution legalization rejects them."""
     if not _has_convolutions(mod):
         try:
-            variants = {NO_CONVOLUTIONS: _lower(mod, spec, nhwc=False, winograd=False)}
+            return {NO_CONVOLUTIONS: _lower(mod, spec, nhwc=False, winograd=False)}
         except Exception as exc:
             raise ConversionError(f"TVM cannot lower the model: {_unsupported_ops(exc)}") from exc
-        return variants
     try:
         variants = {"nhwc": _lower(mod, spec, nhwc=True, winograd=False)}
     except Exception:  # noqa: BLE001 - the layout conversion's own failure: stay NCHW
@@ -340,17 +338,18 @@ def _prepare(mod, spec: dict, measured: bool) -> dict:
 
 
 def _has_convolutions(mod) -> bool:
-    return _calls(mod, {"relax.nn.conv2d"})
-
-
-def _calls(mod, ops: set[str]) -> bool:
-    """Whether the model's Relax functions call any of `ops`."""
+    """Whether the model's Relax functions call a 2-D convolution."""
     from tvm import relax
 
     found = []
+
+    def visit(expr) -> None:
+        if isinstance(expr, relax.Call) and getattr(expr.op, "name", "") == "relax.nn.conv2d":
+            found.append(expr)
+
     for _, func in mod.functions_items():
         if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func, lambda e: found.append(1) if isinstance(e, relax.Call) and getattr(e.op, "name", "") in ops else None)
+            relax.analysis.post_order_visit(func, visit)
     return bool(found)
 
 
@@ -447,21 +446,21 @@ def _time_executables(executables: dict, examples: dict[str, np.ndarray], budget
 
     device = tvm.cpu()
     calls = {}
-    for layout, executable in executables.items():
+    for variant, executable in executables.items():
         main = relax.VirtualMachine(executable, device)["main"]
         args = [tvm.runtime.tensor(np.ascontiguousarray(value), device) for value in examples.values()]
         main(*args)  # the first call sets things up
-        calls[layout] = (main, args)
-    samples: dict[str, list[float]] = {layout: [] for layout in calls}
+        calls[variant] = (main, args)
+    samples: dict[str, list[float]] = {variant: [] for variant in calls}
     deadline = time.perf_counter() + budget_s
     while True:
-        for layout, (main, args) in calls.items():
+        for variant, (main, args) in calls.items():
             started = time.perf_counter()
             main(*args)
-            samples[layout].append((time.perf_counter() - started) * 1000)
-        count = len(samples[layout])
+            samples[variant].append((time.perf_counter() - started) * 1000)
+        count = len(samples[variant])
         if count >= most or (count >= 3 and time.perf_counter() > deadline):
-            return {layout: float(np.median(values)) for layout, values in samples.items()}
+            return {variant: float(np.median(values)) for variant, values in samples.items()}
 
 
 def _compile(mod, spec: dict, database):

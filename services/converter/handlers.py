@@ -168,9 +168,10 @@ def _fetch_tuning_records(store: ObjectStore, pending: ComboPending, work: Path)
     tuning_dir = work / "tuning"
     tuning_dir.mkdir()
     key = keys.tuning_records(pending.model.sha256, pending.target_cpu, pending.combo.batch_size, pending.model.input_size)
-    if store.exists(key):
+    listed = store.list_keys(keys.tuning_records_for(pending.target_cpu))  # this model's among them, if stored
+    if key in listed:
         _unpack(store, key, tuning_dir)
-    others = [k for k in store.list_keys(keys.tuning_records_for(pending.target_cpu)) if k != key][-SHARED_TUNING_RECORDS:]
+    others = [k for k in listed if k != key][-SHARED_TUNING_RECORDS:]
     shared = []
     for index, other in enumerate(others):
         shared.append(work / "shared-tuning" / str(index))

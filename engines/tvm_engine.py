@@ -386,11 +386,11 @@ def _lower(mod, spec: dict, *, nhwc: bool, winograd: bool):
     import tvm
     from tvm import relax
 
-    from engines import tvm_winograd
+    from engines import tvm_vector_math, tvm_winograd
 
     target = tvm.target.Target(spec)
     layout = [relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]}), relax.transform.FoldConstant()] if nhwc else []
-    legalize = {"relax.nn.conv2d": tvm_winograd.legalize_conv2d} if winograd else None
+    legalize = {**tvm_vector_math.legalize_map(), **({"relax.nn.conv2d": tvm_winograd.legalize_conv2d} if winograd else {})}
     with target:
         return tvm.transform.Sequential(
             [
@@ -599,19 +599,27 @@ def _tune(variants: dict, job: ConversionJob, tune_spec: dict) -> _Tuning:
             unreadable.unlink(missing_ok=True)
         have, database = 0, _open_records(records_dir)
     extracted = _extract_tasks(variants, target)
+    budget, tasks_before, borrowed = job.tuning_trials - have, 0, []
     if have >= job.tuning_trials and record_file.exists() and record_file.stat().st_size > 0:
-        tasks = int(meta.get("tasks", len(extracted)))
-        job.progress(f"tvm: applying stored tuning records ({have} trials, {tasks} tasks)")
-        return _Tuning(database, trials=have, tasks=tasks, seconds=time.perf_counter() - started, reused=True, scratch=scratch)
-    borrowed = _borrow_schedules(database, extracted, job, tune_spec)
-    extracted = [task for task in extracted if task not in borrowed]
-    if borrowed:
-        job.progress(f"tvm: {len(borrowed)} of {len(borrowed) + len(extracted)} kernels take schedules tuned for other models")
-    if not extracted:
-        return _Tuning(database, trials=have, tasks=0, borrowed=len(borrowed), seconds=time.perf_counter() - started, scratch=scratch)
+        tasks_before = int(meta.get("tasks", len(extracted)))
+        missing = [task for task in extracted if not database.has_workload(task.mod)]
+        if not missing:
+            job.progress(f"tvm: applying stored tuning records ({have} trials, {tasks_before} tasks)")
+            return _Tuning(database, trials=have, tasks=tasks_before, seconds=time.perf_counter() - started, reused=True, scratch=scratch)
+        # Records from before a kernel changed (another TVM, another lowering): the kernels they
+        # lack are searched, as deeply as the others were.
+        job.progress(f"tvm: the stored tuning records lack {len(missing)} of {len(extracted)} kernels; searching those")
+        extracted, budget = missing, max(MIN_TRIALS_PER_TASK * len(missing), have * len(missing) // max(1, tasks_before))
+    else:
+        borrowed = _borrow_schedules(database, extracted, job, tune_spec)
+        extracted = [task for task in extracted if task not in borrowed]
+        if borrowed:
+            job.progress(f"tvm: {len(borrowed)} of {len(borrowed) + len(extracted)} kernels take schedules tuned for other models")
+        if not extracted:
+            return _Tuning(database, trials=have, tasks=0, borrowed=len(borrowed), seconds=time.perf_counter() - started, scratch=scratch)
 
     try:
-        return _search(job, database, extracted, have, records_dir, scratch, tune_spec, started, len(borrowed))
+        return _search(job, database, extracted, have, budget, tasks_before, records_dir, scratch, tune_spec, started, len(borrowed))
     except Exception as exc:
         shutil.rmtree(scratch, ignore_errors=True)
         raise ConversionError(f"TVM tuning failed: {_first_line(exc)}") from exc
@@ -660,11 +668,11 @@ def _borrow_schedules(database, tasks: list, job: ConversionJob, tune_spec: dict
     return borrowed
 
 
-def _search(job, database, extracted, have, records_dir, scratch, tune_spec, started, borrowed: int) -> _Tuning:
-    """Run MetaSchedule on `extracted` with what is left of the budget; records go to `database`."""
+def _search(job, database, extracted, have, budget, tasks_before, records_dir, scratch, tune_spec, started, borrowed: int) -> _Tuning:
+    """Run MetaSchedule on `extracted` with `budget` trials; records go to `database`, and the
+    records' meta counts them after the `have` trials and `tasks_before` tasks already stored."""
     from tvm.s_tir import meta_schedule as ms
 
-    budget = job.tuning_trials - have
     # The heaviest kernels first, as many as the budget tunes at MIN_TRIALS_PER_TASK each: the
     # gradient scheduler's first pass gives every task one round in order, so a task after the
     # budget ran out would stay naive loops, and a big convolution left so costs far more than
@@ -698,7 +706,7 @@ def _search(job, database, extracted, have, records_dir, scratch, tune_spec, sta
         measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), _progress_callback(job, budget, have)],
         module_equality=MODULE_EQUALITY,
     )
-    meta = {"target": tune_spec, "trials": have + budget, "tasks": len(contexts)}
+    meta = {"target": tune_spec, "trials": have + budget, "tasks": tasks_before + len(contexts)}
     (records_dir / TUNING_META).write_text(json.dumps(meta))
     return _Tuning(database, trials=have + budget, tasks=len(contexts), borrowed=borrowed, seconds=time.perf_counter() - started, scratch=scratch)
 

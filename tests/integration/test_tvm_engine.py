@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -148,6 +149,36 @@ def test_stored_records_that_do_not_load_are_searched_again(tiny_image_model, tm
     assert json.loads((tuning / "ayci_tuning.json").read_text())["trials"] == TRIALS
 
 
+def test_stored_records_that_lack_some_kernels_have_those_searched(tmp_path):
+    """Records stored before the model's kernels changed (another TVM, another lowering) are
+    applied where they fit; the kernels they lack are searched, not left as untuned loops."""
+    import torch
+
+    def export(layers: list, name: str) -> Path:
+        program = torch.export.export(torch.nn.Sequential(torch.nn.Flatten(), *layers).eval(), (torch.zeros(1, 3, 8, 8),))
+        path = tmp_path / f"{name}.pt2"
+        torch.export.save(program, str(path))
+        return path
+
+    torch.manual_seed(0)
+    hidden = [torch.nn.Linear(192, 32), torch.nn.ReLU()]
+    before, after = export(hidden, "before"), export([*hidden, torch.nn.Linear(32, 10)], "after")
+    tuning = tmp_path / "tuning"
+    tvm_engine.convert(_job(_model_ref(before, "image_classification", [8, 8]), before, tmp_path / "a", trials=TRIALS, tuning_dir=tuning))
+    stored = json.loads((tuning / "ayci_tuning.json").read_text())
+
+    messages: list[str] = []
+    conversion = tvm_engine.convert(_job(_model_ref(after, "image_classification", [8, 8]), after, tmp_path / "b",
+                                         trials=TRIALS, tuning_dir=tuning, messages=messages))
+    lacking = [re.search(r"lack (\d+) of (\d+) kernels", m) for m in messages]
+    (lacked, kernels), = [(int(found[1]), int(found[2])) for found in lacking if found]
+    assert 0 < lacked < kernels  # the shared layer's kernel came from the records
+    assert conversion.details["records_reused"] is False
+    assert conversion.details["kernels_tuned"] == conversion.details["kernels"] == kernels, conversion.details
+    meta = json.loads((tuning / "ayci_tuning.json").read_text())
+    assert meta["tasks"] == stored["tasks"] + lacked and meta["trials"] > stored["trials"]
+
+
 def test_winograd_convolutions_compute_what_direct_ones_do():
     """3x3 stride-1 convolutions at sizes that do and do not divide into 4x4 tiles, with and
     without padding, followed by other convolutions Winograd does not take (stride 2, 1x1)."""
@@ -173,6 +204,37 @@ def test_winograd_convolutions_compute_what_direct_ones_do():
     got = vm["main"](tvm.runtime.tensor(x.numpy()))[0].numpy()
     assert got.shape == expected.shape
     assert np.max(np.abs(got - expected)) < 1e-4 * max(1.0, float(np.max(np.abs(expected))))
+
+
+def test_exp_erf_tanh_and_what_uses_them_are_computed_by_polynomials_that_agree_with_torch():
+    """GELU (both forms), softmax, sigmoid, SiLU, tanh, exp and erf lower to TOPI's polynomial
+    approximations (plain arithmetic that vectorizes), not to the C library's scalar `expf`,
+    `erff`, `tanhf` (TIR's `T.exp`, `T.erf`, `T.tanh`, `T.sigmoid`), and agree with torch in float64."""
+    import torch
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.torch import from_exported_program
+
+    class Activations(torch.nn.Module):
+        def forward(self, x):
+            functional = torch.nn.functional
+            return (functional.gelu(x), functional.gelu(x, approximate="tanh"), torch.softmax(x, -1), torch.sigmoid(x),
+                    functional.silu(x), torch.tanh(x), torch.exp(x.clamp(max=80.0)), torch.erf(x))
+
+    x = torch.randn(4, 64, 96, generator=torch.Generator().manual_seed(0)) * 6
+    program = from_exported_program(torch.export.export(Activations(), (x,)), keep_params_as_input=False)
+    spec = tvm_engine.target_spec("intel", _host_cpu())
+    lowered = tvm_engine._lower(program, spec, nhwc=False, winograd=False)
+    kernels = "\n".join(func.script() for _, func in lowered.functions_items() if isinstance(func, tvm.tirx.PrimFunc))
+    for scalar_call in ("T.exp(", "T.erf(", "T.tanh(", "T.sigmoid("):
+        assert scalar_call not in kernels, scalar_call
+    vm = relax.VirtualMachine(tvm.compile(lowered, target=tvm.target.Target(spec)), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x.numpy()))
+    expected = Activations()(x.double())
+    for name, value, reference in zip(["gelu", "gelu tanh", "softmax", "sigmoid", "silu", "tanh", "exp", "erf"], got, expected, strict=True):
+        reference = reference.numpy()
+        scale = max(1.0, float(np.max(np.abs(reference))))
+        assert np.max(np.abs(value.numpy() - reference)) < 4e-6 * scale, name
 
 
 def test_load_does_not_import_torch(tiny_image_model, tmp_path):

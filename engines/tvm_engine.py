@@ -558,14 +558,14 @@ def _read_meta(directory: Path) -> dict:
 def _extract_tasks(variants: dict, target) -> list:
     """The kernels to tune across every layout candidate, each once (the kernels the layouts
     share, such as a strided convolution or the classifier, are one task), weighted by the most
-    calls any candidate makes; kernels already scheduled (e.g. `topk`) are not tasks."""
+    calls any candidate makes; kernels already scheduled, or with nothing to schedule, are not tasks."""
     import tvm_ffi
     from tvm.s_tir import meta_schedule as ms
 
     tasks: list = []
     for mod in variants.values():
         for task in ms.relax_integration.extract_tasks(mod, target, module_equality=MODULE_EQUALITY):
-            if task.mod.attrs and task.mod.attrs.get("tirx.is_scheduled", False):
+            if task.mod.attrs and task.mod.attrs.get("tirx.is_scheduled", False) or not _has_loops_to_schedule(task, target):
                 continue
             same = next((t for t in tasks if tvm_ffi.structural_equal(t.mod, task.mod)), None)
             if same is None:
@@ -573,6 +573,20 @@ def _extract_tasks(variants: dict, target) -> list:
             elif int(task.weight) > int(same.weight):
                 tasks[tasks.index(same)] = task
     return tasks
+
+
+def _has_loops_to_schedule(task, target) -> bool:
+    """Whether the task's kernel stores anything through TIR loops: MetaSchedule's cost model
+    reads features of those stores. `topk`'s kernel is one call into the runtime's sort: no
+    features, and XGBoost's prediction over a batch of such candidates fails ("Cannot cast array
+    data from dtype('float64') to dtype('int64')"), which failed the detector's tuning once its
+    budget reached `topk`."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    context = ms.TuneContext(mod=task.mod, target=target)
+    candidate = ms.MeasureCandidate(tvm.s_tir.Schedule(task.mod), ms.arg_info.ArgInfo.from_prim_func(task.mod["main"]))
+    return ms.feature_extractor.PerStoreFeature().extract_from(context, [candidate])[0].shape[0] > 0
 
 
 def _tune(variants: dict, job: ConversionJob, tune_spec: dict) -> _Tuning:

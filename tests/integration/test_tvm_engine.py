@@ -285,6 +285,24 @@ def test_detector_with_nms_converts_and_agrees(tmp_path):
     assert agreement.score > 0.99, agreement
 
 
+def test_kernels_with_nothing_to_schedule_are_not_tuning_tasks(tmp_path):
+    """The detector's `topk` (its NMS's sort) is one call into the runtime: no loops for
+    MetaSchedule's cost model to read, whose prediction then failed and with it the detector's
+    tuning, once a budget of a few hundred trials reached `topk`. It is not a task; the
+    convolutions and the post-processing's loops are."""
+    import tvm
+    from workloads.examples import export_example
+
+    size = [64, 64]
+    path = export_example("object_detection", size, tmp_path / "detector.pt2")
+    program = tvm_engine._import_pt2(path, workload_module("object_detection").example_inputs(1, size))
+    spec = tvm_engine.target_spec("intel", _host_cpu())
+    tvm_engine._register_cpu_tensor_intrinsics_only()
+    names = [task.task_name for task in tvm_engine._extract_tasks(tvm_engine._prepare(program, spec, True), tvm.target.Target(spec))]
+    assert not [name for name in names if name.startswith("topk")], names
+    assert any(name.startswith("conv2d") for name in names) and any("sigmoid" in name for name in names), names
+
+
 def test_onnx_model_input(tiny_image_model, tmp_path):
     from engines.onnx_engine import export_to_onnx
 

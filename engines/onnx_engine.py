@@ -5,7 +5,8 @@ portable optimizations offline (EXTENDED). The hardware-specific ones (ORT_ENABL
 transforms for this CPU) happen when the measuring worker loads the model, because a model
 saved with them only runs on the CPU that saved it. Before measuring, a tuning pass under the
 combination's confinement tries the session settings of `tuning_candidates` and the
-measurement uses the fastest whose agreement holds (the result names it: `engine_settings`).
+measurement keeps the default unless one whose agreement holds is faster by a margin, twice
+(`services/inference/measure.tune`; the result names them: `engine_settings`).
 """
 
 from __future__ import annotations

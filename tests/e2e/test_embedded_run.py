@@ -280,7 +280,8 @@ def test_predict_measures_three_sizes_and_predicts_the_others(app, small_image_m
 def test_onnx_runtime_sessions_are_tuned_per_combination(tmp_path, tiny_image_model):
     """The onnx measurement first tries ONNX Runtime's session settings under the combination's
     confinement (graph optimizations off among them: never slower than doing nothing) and
-    measures with the fastest that agrees; the result names the settings and what was tried."""
+    keeps the default unless another that agrees is faster by the margin twice; the result names
+    the settings and what was tried."""
     from services.inference.confinement import unavailable_reason
 
     if unavailable_reason() is not None:
@@ -293,7 +294,11 @@ def test_onnx_runtime_sessions_are_tuned_per_combination(tmp_path, tiny_image_mo
     assert tried[0]["settings"]["graph_optimization"] == "all"  # the default first
     assert {t["settings"]["graph_optimization"] for t in timed} >= {"all", "disabled"}
     assert all(t["settings"]["intra_op_threads"] <= result["threads"] for t in tried)
-    assert result["engine_settings"] == min(timed, key=lambda t: t["p50_ms"])["settings"]
+    fastest = min(range(len(timed)), key=lambda i: timed[i]["p50_ms"])
+    confirmation = result["engine_tuning"].get("confirmation")
+    assert (confirmation is not None) == (fastest > 0 and timed[fastest]["p50_ms"] < timed[0]["p50_ms"] * 0.95)
+    # the default, unless the fastest beat it by the margin again when both were timed once more
+    assert result["engine_settings"] == timed[fastest if confirmation and confirmation["confirmed"] else 0]["settings"]
     assert all(t["agreement"] == 1.0 for t in timed)
 
 

@@ -799,7 +799,25 @@ def _import_runtime():
     finally:
         if blocked:
             del sys.modules["torch"]
+    _load_runtime_extra()
     return tvm
+
+
+def _load_runtime_extra() -> None:
+    """The runtime's contrib functions (`tvm.contrib.sort.topk`, which a detector's NMS calls)
+    live in `libtvm_runtime_extra`, which `import tvm` loads only with the compiler: without it
+    a runtime-only process failed the detector's first inference ("Cannot find function
+    tvm.contrib.sort.topk"). Loaded as TVM's own backend autoload does."""
+    from tvm.base import _LOADED_LIBS
+    from tvm_ffi.libinfo import load_lib_ctypes
+
+    if "tvm_runtime_extra" in _LOADED_LIBS:
+        return
+    runtime_dir = Path(_LOADED_LIBS["tvm_runtime"]._name).resolve().parent
+    try:
+        _LOADED_LIBS["tvm_runtime_extra"] = load_lib_ctypes(package="tvm", target_name="tvm_runtime_extra", extra_lib_paths=[runtime_dir], mode="RTLD_LOCAL")
+    except (OSError, RuntimeError):  # a TVM without it: only models that call its functions fail, naming the function
+        pass
 
 
 def import_runtime(path: Path) -> None:

@@ -1,7 +1,6 @@
 """Whole runs on the embedded default, with real engines (torch, ONNX Runtime) on a tiny model."""
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -14,7 +13,7 @@ from core.results import stored_profile
 from schemas import keys
 
 from services.request.submission import new_run, store_model
-from tests.conftest import TINY_IMAGE_SIZE
+from tests.conftest import SMALL_IMAGE_SIZE, TINY_IMAGE_SIZE
 
 
 def run(app, request):
@@ -235,18 +234,6 @@ def test_cold_starts_import_only_the_engine_s_runtime_and_results_say_where_they
         assert result["latency_ms"]["p99_samples"] == result["latency_ms"]["iterations"]
 
 
-@pytest.fixture(scope="module")
-def small_image_model(tmp_path_factory) -> Path:
-    """The example ResNet-18 at 128x128 (~15 ms an inference on one thread). At 32x32 (~1 ms) an
-    inference fits in the CPU share of 512 MB, so that anchor timed like 1 vCPU, and 2 threads
-    were no faster than 1: the anchors sat at the noise floor, and the prediction refused them
-    (rightly) now and then."""
-    from workloads.examples import export_example
-
-    return export_example("image_classification", SMALL_IMAGE_SIZE, tmp_path_factory.mktemp("models") / "resnet18-128.pt2")
-
-
-SMALL_IMAGE_SIZE = [128, 128]
 
 
 def test_predict_measures_three_sizes_and_predicts_the_others(app, small_image_model):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TINY_IMAGE_SIZE, wait_until_serving
+from tests.conftest import SMALL_IMAGE_SIZE, TINY_IMAGE_SIZE, wait_until_serving
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -188,11 +188,11 @@ def test_the_signature_and_the_plan_before_measuring(page, tmp_path):
     assert page.locator("#plan-table tbody tr").count() == 2
 
 
-def test_predict_on_the_page_draws_predicted_points_apart(page, tiny_image_model):
+def test_predict_on_the_page_draws_predicted_points_apart(page, small_image_model):
     """The predict switch: two anchors measured, the other sizes predicted, shown as predicted
     rows with their interval and as hollow points with their p99 interval in the chart."""
-    choose_model(page, tiny_image_model)
-    page.fill("#input-size", ",".join(map(str, TINY_IMAGE_SIZE)))
+    choose_model(page, small_image_model)
+    page.fill("#input-size", ",".join(map(str, SMALL_IMAGE_SIZE)))
     page.uncheck("input[name=opt-intel][value=base]")
     page.check("input[name=opt-intel][value=onnx]")
     page.uncheck("input[name=opt-intel][value=tvm]")

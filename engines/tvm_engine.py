@@ -616,12 +616,15 @@ def _tune(variants: dict, job: ConversionJob, tune_spec: dict) -> _Tuning:
     budget, tasks_before, borrowed = job.tuning_trials - have, 0, []
     if have >= job.tuning_trials and record_file.exists() and record_file.stat().st_size > 0:
         tasks_before = int(meta.get("tasks", len(extracted)))
-        missing = [task for task in extracted if not database.has_workload(task.mod)]
+        # A kernel the records lack was not there when they were tuned (another TVM, another
+        # lowering) only if that search could cover every kernel: a smaller budget leaves the
+        # cheapest kernels out on purpose (`_search`).
+        covered_all = have // MIN_TRIALS_PER_TASK >= len(extracted)
+        missing = [task for task in extracted if not database.has_workload(task.mod)] if covered_all else []
         if not missing:
             job.progress(f"tvm: applying stored tuning records ({have} trials, {tasks_before} tasks)")
             return _Tuning(database, trials=have, tasks=tasks_before, seconds=time.perf_counter() - started, reused=True, scratch=scratch)
-        # Records from before a kernel changed (another TVM, another lowering): the kernels they
-        # lack are searched, as deeply as the others were.
+        # The kernels the records lack are searched, as deeply as the others were.
         job.progress(f"tvm: the stored tuning records lack {len(missing)} of {len(extracted)} kernels; searching those")
         extracted, budget = missing, max(MIN_TRIALS_PER_TASK * len(missing), have * len(missing) // max(1, tasks_before))
     else:

@@ -315,7 +315,8 @@ def _prepare(mod, spec: dict, measured: bool) -> dict:
     Winograd F(4x4, 3x3) (`nhwc-winograd`, `engines.tvm_winograd`); both are tuned and the faster
     compiled model is kept (`_choose_variant`); untuned (`measured` False), kernels are naive loops
     whatever the layout, so only `nhwc` is built. A model TVM's layout conversion cannot handle
-    (it fails on the example detector's post-processing) stays `nchw`. Channel-blocked layouts
+    stays `nchw` (the example detector's post-processing did, until `_squeeze_axes_nonnegative`
+    worked around the conversion's failure on it). Channel-blocked layouts
     (NCHWc) are not candidates: Relax's convolution legalization rejects them."""
     if not _has_convolutions(mod):
         try:
@@ -382,6 +383,38 @@ def _convolutions_unfused():
     return mark
 
 
+def _squeeze_axes_nonnegative():
+    """A pass writing `squeeze`'s negative axes as the non-negative axes they name. TVM's
+    layout conversion fails with `std::bad_alloc` on `squeeze(axis=[-1])` of a tensor whose
+    layout it does not know (here `topk`'s output, in the example detector's post-processing,
+    which `torch.export` writes as `squeeze(-1)`); with the axis counted from the front it
+    converts. Shapes are static, so every tensor's rank is known."""
+    import tvm
+    from tvm import relax
+
+    @relax.expr_functor.mutator
+    class NonNegative(relax.PyExprMutator):
+        def visit_call_(self, call):
+            call = self.visit_expr_post_order(call)
+            if getattr(call.op, "name", "") != "relax.squeeze" or call.attrs.axis is None:
+                return call
+            rank = call.args[0].ty.ndim
+            axes = [int(axis) for axis in call.attrs.axis]
+            if rank < 0 or all(axis >= 0 for axis in axes):
+                return call
+            return relax.op.squeeze(call.args[0], [axis % rank for axis in axes])
+
+    @tvm.transform.module_pass(opt_level=0, name="SqueezeAxesNonNegative")
+    def rewrite(mod, _context):
+        mutator = NonNegative(mod)
+        for gv, func in list(mod.functions_items()):
+            if isinstance(func, relax.Function):
+                mutator.builder_.update_func(gv, mutator.visit_expr(func))
+        return mutator.builder_.get()
+
+    return rewrite
+
+
 def _lower(mod, spec: dict, *, nhwc: bool, winograd: bool):
     import tvm
     from tvm import relax
@@ -389,7 +422,11 @@ def _lower(mod, spec: dict, *, nhwc: bool, winograd: bool):
     from engines import tvm_vector_math, tvm_winograd
 
     target = tvm.target.Target(spec)
-    layout = [relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]}), relax.transform.FoldConstant()] if nhwc else []
+    layout = [
+        _squeeze_axes_nonnegative(),
+        relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]}),
+        relax.transform.FoldConstant(),
+    ] if nhwc else []
     legalize = {**tvm_vector_math.legalize_map(), **({"relax.nn.conv2d": tvm_winograd.legalize_conv2d} if winograd else {})}
     with target:
         return tvm.transform.Sequential(

@@ -271,9 +271,11 @@ def test_arm_cross_compiles_to_aarch64(tiny_image_model, tmp_path):
     assert conversion.details["tuned"] is False and conversion.details["tuning_note"]
 
 
-def test_detector_with_nms_converts_and_agrees(tmp_path):
+def test_detector_with_nms_converts_to_nhwc_and_agrees(tmp_path):
     """Run as a measurement runs it: in a process with TVM's runtime only, where the NMS's
-    `topk` (in `libtvm_runtime_extra`) was missing."""
+    `topk` (in `libtvm_runtime_extra`) was missing. Its convolutions go NHWC like any model's:
+    TVM's layout conversion failed on the post-processing's `squeeze(-1)` (`std::bad_alloc`),
+    which left the detector in NCHW."""
     import subprocess
     import sys
 
@@ -283,6 +285,7 @@ def test_detector_with_nms_converts_and_agrees(tmp_path):
     path = export_example("object_detection", size, tmp_path / "detector.pt2")
     model = _model_ref(path, "object_detection", size)
     conversion = tvm_engine.convert(_job(model, path, tmp_path / "out", batch=2))
+    assert conversion.details["variant"] == "nhwc", conversion.details
     module = workload_module("object_detection")
     inputs = module.example_inputs(2, size)
     reference = base_engine.load(path, 2)(inputs)
@@ -318,7 +321,9 @@ def test_kernels_with_nothing_to_schedule_are_not_tuning_tasks(tmp_path):
     program = tvm_engine._import_pt2(path, workload_module("object_detection").example_inputs(1, size))
     spec = tvm_engine.target_spec("intel", _host_cpu())
     tvm_engine._register_cpu_tensor_intrinsics_only()
-    names = [task.task_name for task in tvm_engine._extract_tasks(tvm_engine._prepare(program, spec, True), tvm.target.Target(spec))]
+    variants = tvm_engine._prepare(program, spec, True)
+    assert set(variants) == {"nhwc", "nhwc-winograd"}
+    names = [task.task_name for task in tvm_engine._extract_tasks(variants, tvm.target.Target(spec))]
     assert not [name for name in names if name.startswith("topk")], names
     assert any(name.startswith("conv2d") for name in names) and any("sigmoid" in name for name in names), names
 

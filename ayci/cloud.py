@@ -76,6 +76,16 @@ class ServiceProcesses:
             for name, args in spec.processes(inference_hardware):
                 self.start(name, spec.name, args)
 
+    def wait_started(self, timeout: float = 120) -> None:
+        """Until every process has started polling its queues (logged `worker_started`)."""
+        deadline = time.monotonic() + timeout
+        waiting = list(self.processes)
+        while waiting:
+            waiting = [name for name in waiting if "worker_started" not in self.log_text(name)]
+            if waiting and time.monotonic() > deadline:
+                raise TimeoutError(f"service processes not polling after {timeout:.0f} s: {', '.join(waiting)}")
+            time.sleep(0.2)
+
     def restart_dead(self) -> list[str]:
         """Start again every process that exited (as docker-compose's restart policy does);
         the names restarted. Its message, if it was handling one, comes back from SQS."""

@@ -69,6 +69,16 @@ def wait_summary(stack, run_id: str, timeout: float = RUN_TIMEOUT_S) -> dict:
     raise AssertionError(f"run {run_id} did not end in {timeout} s\n{logs}")
 
 
+def test_every_worker_starts_polling_and_the_converter_warms_up_before(stack):
+    """A converter process exports a program to ONNX before it polls (a Lambda's init does the
+    same): its first message then converts as fast as later ones, not ~3 s slower."""
+    processes = stack["processes"]
+    processes.wait_started(timeout=180)
+    converter = processes.log_text("converter")
+    assert '"warmed_up"' in converter, converter[-2000:]
+    assert converter.index('"warmed_up"') < converter.index('"worker_started"')
+
+
 def test_complete_run_then_replay_from_model_converted(stack, tiny_image_model):
     run_id, _ = submit(stack, tiny_image_model, optimizers=("base", "onnx"), force=True)
     summary = wait_summary(stack, run_id)

@@ -58,11 +58,15 @@ def exported_onnx(job: ConversionJob) -> Path:
 
 def export_to_onnx(pt2_path: Path, onnx_path: Path) -> None:
     """Export a `.pt2` program to ONNX with torch's dynamo exporter (dynamic axes kept)."""
-    import torch
-
     from engines.model_files import load_exported_program
 
-    program = load_exported_program(pt2_path)
+    export_program_to_onnx(load_exported_program(pt2_path), onnx_path)
+
+
+def export_program_to_onnx(program, onnx_path: Path) -> None:
+    """Export a loaded `torch.export` program to ONNX (what `export_to_onnx` does after loading)."""
+    import torch
+
     try:
         torch.onnx.export(program, (), str(onnx_path), dynamo=True, external_data=False, verbose=False)
     except Exception as exc:

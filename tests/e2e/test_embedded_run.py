@@ -234,8 +234,6 @@ def test_cold_starts_import_only_the_engine_s_runtime_and_results_say_where_they
         assert result["latency_ms"]["p99_samples"] == result["latency_ms"]["iterations"]
 
 
-
-
 def test_predict_measures_three_sizes_and_predicts_the_others(app, small_image_model):
     """--predict with real engines: the anchors are measured, the other sizes predicted with an
     interval and shown as predicted in the table, the CSV and the recommendation's checks."""

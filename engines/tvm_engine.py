@@ -20,10 +20,12 @@ Tuning (`job.tuning_trials` measured candidates in total; 0 = none):
 - Builds, chosen per model by measurement (`_prepare`, `_choose_variant`): convolutions are
   converted to NHWC (measured: better kernels for fewer trials than NCHW), and a model with 3x3
   stride-1 convolutions is built twice, once with them computed directly (`nhwc`) and once with
-  Winograd F(4x4, 3x3) (`nhwc-winograd`, `engines/tvm_winograd.py`). The tasks of both are tuned
-  in one search (the kernels they share once); both are compiled and timed on this host in
-  turns, and the faster is shipped. `details["variant"]` names the build shipped and
-  `details["variants_p50_ms"]` gives each one's time.
+  Winograd F(4x4, 3x3) (`nhwc-winograd`, `engines/tvm_winograd.py`). The search has two stages
+  then: a first round over the kernels of both (the kernels they share once), after which each
+  build's time is estimated from the records (`details["variants_estimated_ms"]`), and the rest
+  of the budget goes to the kernels of the build estimated fastest. Both are then compiled and
+  timed on this host in turns, and the faster is shipped. `details["variant"]` names the build
+  shipped and `details["variants_p50_ms"]` gives each one's time.
 - Schedules shared across models: `job.shared_tuning_dirs` holds other models' records for the
   same CPU. A kernel they hold (same computation, shapes and fused operators, e.g. a fine-tuned
   copy, or ResNet-18 and ResNet-34's common layers), searched at least as deeply as this budget
@@ -600,7 +602,6 @@ def _extract_tasks(variants: dict, target) -> tuple[list, dict]:
     share, such as a strided convolution or the classifier, are one task), weighted by the most
     calls any candidate makes; kernels already scheduled, or with nothing to schedule, are not tasks.
     Also `{variant: [(kernel, calls)]}`: what each build runs, to estimate it from the records."""
-    import tvm_ffi
     from tvm.s_tir import meta_schedule as ms
 
     tasks: list = []
@@ -610,12 +611,19 @@ def _extract_tasks(variants: dict, target) -> tuple[list, dict]:
             if task.mod.attrs and task.mod.attrs.get("tirx.is_scheduled", False) or not _has_loops_to_schedule(task, target):
                 continue
             uses[variant].append((task.mod, int(task.weight)))
-            same = next((t for t in tasks if tvm_ffi.structural_equal(t.mod, task.mod)), None)
+            same = next((t for t in tasks if _same_kernel(t.mod, task.mod)), None)
             if same is None:
                 tasks.append(task)
             elif int(task.weight) > int(same.weight):
                 tasks[tasks.index(same)] = task
     return tasks, uses
+
+
+def _same_kernel(one, other) -> bool:
+    """Whether two tasks' modules are the same kernel (the same computation at the same shapes)."""
+    import tvm_ffi
+
+    return bool(tvm_ffi.structural_equal(one, other))
 
 
 def _has_loops_to_schedule(task, target) -> bool:
@@ -747,6 +755,7 @@ def _search(job, database, extracted, uses, have, budget, tasks_before, records_
     # budget ran out would stay naive loops, and a big convolution left so costs far more than
     # an elementwise kernel left so.
     extracted.sort(key=_task_cost, reverse=True)
+    every_task = len(extracted)
     extracted = extracted[: max(1, min(len(extracted), budget // MIN_TRIALS_PER_TASK))]
     # Half the budget goes to a first round over every task, the other half to the rounds the
     # gradient scheduler gives the tasks that still cost the most (a convolution gains from 100+
@@ -763,15 +772,16 @@ def _search(job, database, extracted, uses, have, budget, tasks_before, records_
     cores = host_num_cores()
     # One cost model for both stages: the second starts with what the first measured.
     cost_model = ms.cost_model.CostModel.create("xgb", num_tuning_cores=cores, tree_method="auto")
-    progress = _progress_callback(job, budget, have)
+    measured = [0]
+    progress = _progress_callback(job, budget, have, measured)
 
-    def run(chosen: list[int], trials: int, trials_per_round: int) -> None:
+    def run(chosen: list[int], trials: int, trials_per_round: int, trials_per_task: int | None = None) -> None:
         ms.tune.tune_tasks(
             tasks=[contexts[i] for i in chosen],
             task_weights=[weights[i] for i in chosen],
             work_dir=scratch,
             max_trials_global=trials,
-            max_trials_per_task=max(trials_per_round, trials // len(chosen) * 4),
+            max_trials_per_task=trials_per_task or max(trials_per_round, trials // len(chosen) * 4),
             num_trials_per_iter=trials_per_round,
             builder=ms.builder.LocalBuilder(f_build=_make_f_build(), max_workers=cores, timeout_sec=120),
             runner=ms.runner.LocalRunner(timeout_sec=60, evaluator_config=ms.runner.EvaluatorConfig(number=3, repeat=1, min_repeat_ms=50)),
@@ -784,20 +794,27 @@ def _search(job, database, extracted, uses, have, budget, tasks_before, records_
     everything = list(range(len(contexts)))
     first_round = per_round * len(contexts)
     estimates: dict[str, float] = {}
-    if len(uses) < 2 or budget - first_round < per_round:
+    # Two stages only when the first round reaches every kernel (none left out of the budget):
+    # a build is estimated from all of its kernels or not at all.
+    if len(uses) < 2 or len(extracted) < every_task or budget - first_round < per_round:
         job.progress(f"tvm: tuning {len(contexts)} tasks, {budget} trials ({per_round} per round)")
         run(everything, budget, per_round)
     else:
         job.progress(f"tvm: tuning {len(contexts)} tasks of the builds {', '.join(uses)}: a first round of {first_round} trials ({per_round} each)")
-        run(everything, first_round, per_round)
-        estimates = {variant: _estimated_ms(database, kernels) for variant, kernels in uses.items()}
-        fastest = min(estimates, key=estimates.get)
-        focus = _kernels_that_matter(database, uses[fastest], [task.mod for task in extracted])
-        rest = budget - first_round
-        job.progress(
-            f"tvm: {fastest} estimated fastest after the first round ({', '.join(f'{k} {v:.1f} ms' for k, v in estimates.items())}): "
-            f"the other {rest} trials go to its {len(focus)} kernels that matter"
-        )
+        # One round each and no more (a task whose search space is small yields fewer candidates,
+        # and the scheduler would give what they leave to the next rounds of the others).
+        run(everything, first_round, per_round, trials_per_task=per_round)
+        estimates = {variant: ms_ for variant, kernels in uses.items() if (ms_ := _estimated_ms(database, kernels)) is not None}
+        rest = budget - measured[0]
+        if estimates:
+            fastest = min(estimates, key=estimates.get)
+            focus = _kernels_that_matter(database, uses[fastest], [task.mod for task in extracted])
+            job.progress(
+                f"tvm: {fastest} estimated fastest after the first round ({', '.join(f'{k} {v:.1f} ms' for k, v in estimates.items())}): "
+                f"the other {rest} trials go to its {len(focus)} kernels that matter"
+            )
+        else:  # a kernel of every build has no record (all its candidates failed): no estimate
+            focus = everything
         run(focus, rest, max(4, min(32, rest // len(focus) // 2)))
     meta = {"target": tune_spec, "trials": have + budget, "tasks": tasks_before + len(contexts)}
     (records_dir / TUNING_META).write_text(json.dumps(meta))
@@ -813,22 +830,23 @@ def _best_s(database, kernel) -> float | None:
     return float(np.mean([float(s) for s in best[0].run_secs])) if best else None
 
 
-def _estimated_ms(database, kernels: list) -> float:
-    """A build's time from the records: each kernel's best time x its calls. A kernel the records
-    lack (the cheapest, left out of a small budget) counts nothing, in every build alike."""
-    return 1000 * sum(calls * best for kernel, calls in kernels if (best := _best_s(database, kernel)) is not None)
+def _estimated_ms(database, kernels: list) -> float | None:
+    """A build's time from the records: each kernel's best time x its calls; None when the records
+    lack one of its kernels (a guess for it would decide the estimate)."""
+    best = [_best_s(database, kernel) for kernel, _ in kernels]
+    if any(seconds is None for seconds in best):
+        return None
+    return 1000 * sum(calls * seconds for (_, calls), seconds in zip(kernels, best))
 
 
 def _kernels_that_matter(database, kernels: list, tasks: list) -> list[int]:
     """Indexes into `tasks` of the build's kernels (`kernels`: [(kernel, calls)]) that take at
     least 1% of its estimated time: the rest are done (an elementwise kernel takes 0.01-0.1 ms
     of ResNet-18's 20+) and further trials would not show."""
-    import tvm_ffi
-
     costs = [(kernel, calls * (_best_s(database, kernel) or 0.0)) for kernel, calls in kernels]
     total = sum(cost for _, cost in costs) or 1.0
     chosen = [i for i, task in enumerate(tasks)
-              if any(cost >= 0.01 * total and tvm_ffi.structural_equal(task, kernel) for kernel, cost in costs)]
+              if any(cost >= 0.01 * total and _same_kernel(task, kernel) for kernel, cost in costs)]
     return chosen or list(range(len(tasks)))
 
 
@@ -866,7 +884,8 @@ def _task_cost(task) -> float:
         return 0.0
 
 
-def _progress_callback(job: ConversionJob, budget: int, already: int):
+def _progress_callback(job: ConversionJob, budget: int, already: int, measured: list[int]):
+    """Reports the trials done (at most every 5 s) and counts them in `measured[0]`."""
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
@@ -874,15 +893,14 @@ def _progress_callback(job: ConversionJob, budget: int, already: int):
     class ReportProgress(PyMeasureCallback):
         def __init__(self) -> None:
             super().__init__()
-            self.measured = 0
             self.last = 0.0
 
         def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
-            self.measured += len(measure_candidates)
+            measured[0] += len(measure_candidates)
             now = time.monotonic()
-            if now - self.last > 5 or self.measured >= budget:
+            if now - self.last > 5 or measured[0] >= budget:
                 self.last = now
-                job.progress(f"tvm: tuned {already + self.measured}/{already + budget} trials")
+                job.progress(f"tvm: tuned {already + measured[0]}/{already + budget} trials")
 
     return ReportProgress()
 

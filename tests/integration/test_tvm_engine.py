@@ -99,6 +99,54 @@ def test_tuned_conversion_loads_agrees_and_reuses_records(tiny_image_model, tmp_
     assert module.agreement(reference, again).score == 1.0
 
 
+def test_after_a_first_round_over_both_builds_the_rest_of_the_budget_goes_to_the_one_estimated_fastest(tmp_path):
+    """A model with 3x3 convolutions is built direct and Winograd; the first round tunes every
+    kernel of both, then only the kernels of the build the records estimate fastest get trials."""
+    import torch
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    class OneConvolution(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 32, 3, padding=1)
+            self.head = torch.nn.Linear(32, 10)
+
+        def forward(self, pixels):
+            return self.head(torch.relu(self.conv(pixels)).mean((2, 3)))
+
+    size = [32, 32]
+    inputs = {name: torch.from_numpy(value) for name, value in workload_module("image_classification").example_inputs(1, size).items()}
+    path = tmp_path / "one-convolution.pt2"
+    torch.export.save(torch.export.export(OneConvolution().eval(), (), inputs), str(path))
+    tvm_engine._register_cpu_tensor_intrinsics_only()
+    program = tvm_engine._import_pt2(path, {k: v.numpy() for k, v in inputs.items()})
+    variants = tvm_engine._prepare(program, tvm_engine.target_spec("intel", _host_cpu()), True)
+    tasks, uses = tvm_engine._extract_tasks(variants, tvm.target.Target(tvm_engine.tuning_target_spec("intel", _host_cpu())))
+    trials = tvm_engine.MIN_TRIALS_PER_TASK * len(tasks)  # every kernel in the first round
+    per_round = max(4, trials // len(tasks) // 2)
+    messages: list[str] = []
+
+    conversion = tvm_engine.convert(_job(_model_ref(path, "image_classification", size), path, tmp_path / "out",
+                                         trials=trials, tuning_dir=tmp_path / "tuning", messages=messages))
+
+    estimated = conversion.details["variants_estimated_ms"]
+    assert set(estimated) == {"nhwc", "nhwc-winograd"} and all(value > 0 for value in estimated.values())
+    fastest = min(estimated, key=estimated.get)
+    assert any(f"{fastest} estimated fastest" in m for m in messages), messages
+    database = ms.database.JSONDatabase(work_dir=str(tmp_path / "tuning"), module_equality=tvm_engine.MODULE_EQUALITY)
+
+    def records(kernel) -> int:
+        return len(database.get_top_k(database.commit_workload(kernel), 10_000)) if database.has_workload(kernel) else 0
+
+    [other] = set(estimated) - {fastest}
+    theirs = [kernel for kernel, _ in uses[other] if not any(tvm_engine._same_kernel(kernel, mine) for mine, _ in uses[fastest])]
+    mine = [kernel for kernel, _ in uses[fastest]]
+    assert theirs and all(1 <= records(kernel) <= per_round for kernel in theirs), [records(k) for k in theirs]
+    assert sum(records(kernel) for kernel in mine) > per_round * len(mine)  # the second stage's trials went there
+    assert conversion.details["trials"] == trials
+
+
 def test_a_model_with_the_same_kernels_takes_their_schedules_from_the_others_records(tiny_image_model, tmp_path):
     """A fine-tuned copy (other weights, same operators and shapes) needs no search for the
     kernels another model's records hold, searched at least as deeply."""

@@ -85,6 +85,8 @@ TUNING_META = "ayci_tuning.json"
 MODULE_EQUALITY = "anchor-block"
 NO_CONVOLUTIONS = "no convolutions"  # the build of a model without any (no layout to choose)
 MIN_TRIALS_PER_TASK = 8
+# A build whose estimate is this much above the best's stops being tuned (`_search`).
+RACE_MARGIN = 0.15
 
 
 # ---------------------------------------------------------------- targets
@@ -740,14 +742,16 @@ def _search(job, database, extracted, uses, have, budget, tasks_before, records_
     """Run MetaSchedule on `extracted` with `budget` trials; records go to `database`, and the
     records' meta counts them after the `have` trials and `tasks_before` tasks already stored.
 
-    With one build, one search. With several (`nhwc` and `nhwc-winograd`), two stages: a first
-    round over the tasks of every build, then each build's time is estimated from the records
-    (its kernels' best times x calls, `_estimated_ms`) and the rest of the budget goes to the
-    kernels of the build estimated fastest alone. Measured on ResNet-18 b1 (600 trials, two
-    searches): after the first round Winograd was estimated ahead in both (32.9 against 55.3 ms,
-    48.0 against 55.2 ms) and shipped by both, yet one search in one stage spent 260 of its
-    trials on the direct build's 3x3 convolutions, and its Winograd kernels ran 1.4x slower
-    than the other search's (28.9 against 20.9 ms estimated, 34.2 against 23.3 ms timed)."""
+    With one build, one search. With several (`nhwc` and `nhwc-winograd`), a race: a first
+    round over the tasks of every build; then, in chunks of a quarter of the budget, each build's
+    time is estimated from the records (its kernels' best times x calls, `_estimated_ms`), a
+    build more than RACE_MARGIN behind the best stops being tuned, and the chunk goes to the
+    kernels that matter of the builds still in; once one is left, the rest of the budget goes
+    to it. Measured on ResNet-18 b1 at 600 trials: one search over both builds spent 260 of its
+    trials on direct 3x3 convolutions that the shipped Winograd build does not run; and deciding
+    after the first round alone picked the wrong build in one search of four (estimated 44.6 ms
+    direct against 49.0 Winograd; the direct build then ran 1.15x behind ONNX Runtime, where
+    Winograd builds ran 0.88-0.95), so a build close behind stays in the race."""
     from tvm.s_tir import meta_schedule as ms
 
     # The heaviest kernels first, as many as the budget tunes at MIN_TRIALS_PER_TASK each: the
@@ -794,8 +798,8 @@ def _search(job, database, extracted, uses, have, budget, tasks_before, records_
     everything = list(range(len(contexts)))
     first_round = per_round * len(contexts)
     estimates: dict[str, float] = {}
-    # Two stages only when the first round reaches every kernel (none left out of the budget):
-    # a build is estimated from all of its kernels or not at all.
+    # Builds are raced only when the first round reaches every kernel (none left out of the
+    # budget): a build is estimated from all of its kernels or not at all.
     if len(uses) < 2 or len(extracted) < every_task or budget - first_round < per_round:
         job.progress(f"tvm: tuning {len(contexts)} tasks, {budget} trials ({per_round} per round)")
         run(everything, budget, per_round)
@@ -804,18 +808,24 @@ def _search(job, database, extracted, uses, have, budget, tasks_before, records_
         # One round each and no more (a task whose search space is small yields fewer candidates,
         # and the scheduler would give what they leave to the next rounds of the others).
         run(everything, first_round, per_round, trials_per_task=per_round)
-        estimates = {variant: ms_ for variant, kernels in uses.items() if (ms_ := _estimated_ms(database, kernels)) is not None}
-        rest = budget - measured[0]
-        if estimates:
-            fastest = min(estimates, key=estimates.get)
-            focus = _kernels_that_matter(database, uses[fastest], [task.mod for task in extracted])
+        racing = list(uses)
+        while (rest := budget - measured[0]) >= 4:
+            estimates = {variant: ms_ for variant in racing if (ms_ := _estimated_ms(database, uses[variant])) is not None} or estimates
+            if not estimates:  # a kernel of every build has no record (all its candidates failed)
+                run(everything, rest, max(4, min(32, rest // len(everything) // 2)))
+                break
+            best = min(estimates.values())
+            racing = [variant for variant, value in estimates.items() if value <= best * (1 + RACE_MARGIN)]
+            focus = sorted({i for variant in racing for i in _kernels_that_matter(database, uses[variant], [task.mod for task in extracted])})
+            chunk = rest if len(racing) == 1 else min(rest, max(budget // 4, 4 * len(focus)))
             job.progress(
-                f"tvm: {fastest} estimated fastest after the first round ({', '.join(f'{k} {v:.1f} ms' for k, v in estimates.items())}): "
-                f"the other {rest} trials go to its {len(focus)} kernels that matter"
+                f"tvm: estimated {', '.join(f'{k} {v:.1f} ms' for k, v in estimates.items())}; "
+                f"{chunk} trials go to the {len(focus)} kernels that matter of {', '.join(racing)}"
             )
-        else:  # a kernel of every build has no record (all its candidates failed): no estimate
-            focus = everything
-        run(focus, rest, max(4, min(32, rest // len(focus) // 2)))
+            before = measured[0]
+            run(focus, chunk, max(4, min(32, chunk // len(focus) // 2)))
+            if measured[0] == before:  # every task's search space is spent
+                break
     meta = {"target": tune_spec, "trials": have + budget, "tasks": tasks_before + len(contexts)}
     (records_dir / TUNING_META).write_text(json.dumps(meta))
     return _Tuning(database, trials=have + budget, tasks=len(contexts), borrowed=borrowed, seconds=time.perf_counter() - started,

@@ -20,10 +20,11 @@ Tuning (`job.tuning_trials` measured candidates in total; 0 = none):
 - Builds, chosen per model by measurement (`_prepare`, `_choose_variant`): convolutions are
   converted to NHWC (measured: better kernels for fewer trials than NCHW), and a model with 3x3
   stride-1 convolutions is built twice, once with them computed directly (`nhwc`) and once with
-  Winograd F(4x4, 3x3) (`nhwc-winograd`, `engines/tvm_winograd.py`). The search has two stages
-  then: a first round over the kernels of both (the kernels they share once), after which each
-  build's time is estimated from the records (`details["variants_estimated_ms"]`), and the rest
-  of the budget goes to the kernels of the build estimated fastest. Both are then compiled and
+  Winograd F(4x4, 3x3) (`nhwc-winograd`, `engines/tvm_winograd.py`). The builds race for
+  the budget then (`_search`): a first round over the kernels of both (the kernels they share
+  once); then, chunk by chunk, each build's time is estimated from the records (the last
+  estimates are `details["variants_estimated_ms"]`), a build more than 15% behind stops being
+  tuned, and the rest goes to the kernels of the builds still in. Both are then compiled and
   timed on this host in turns, and the faster is shipped. `details["variant"]` names the build
   shipped and `details["variants_p50_ms"]` gives each one's time.
 - Schedules shared across models: `job.shared_tuning_dirs` holds other models' records for the

@@ -566,7 +566,7 @@ class _Tuning:
     def __init__(self, database=None, trials: int = 0, tasks: int = 0, seconds: float = 0.0, reused: bool = False, scratch: str | None = None, borrowed: int = 0,
                  estimates: dict | None = None):
         self.database, self.trials, self.tasks, self.seconds, self.reused = database, trials, tasks, seconds, reused
-        self.estimates = estimates or {}  # each build's ms estimated after the first round (two-stage search)
+        self.estimates = estimates or {}  # each build's ms as the race last estimated it (`_search`)
         self.borrowed = borrowed  # kernels whose schedules came from other models' records
         self._scratch = scratch
 
@@ -745,7 +745,7 @@ def _search(job, database, extracted, uses, have, budget, tasks_before, records_
 
     With one build, one search. With several (`nhwc` and `nhwc-winograd`), a race: a first
     round over the tasks of every build; then, in chunks of a quarter of the budget, each build's
-    time is estimated from the records (its kernels' best times x calls, `_estimated_ms`), a
+    time is estimated from the records (its kernels' best times x calls, `_kernel_costs`), a
     build more than RACE_MARGIN behind the best stops being tuned, and the chunk goes to the
     kernels that matter of the builds still in; once one is left, the rest of the budget goes
     to it. Measured on ResNet-18 b1 at 600 trials: one search over both builds spent 260 of its
@@ -775,7 +775,7 @@ def _search(job, database, extracted, uses, have, budget, tasks_before, records_
         extracted, work_dir=scratch, strategy=strategy, num_threads=host_num_cores(), seed=0
     )
     cores = host_num_cores()
-    # One cost model for both stages: the second starts with what the first measured.
+    # One cost model for every stage: each starts with what the ones before measured.
     cost_model = ms.cost_model.CostModel.create("xgb", num_tuning_cores=cores, tree_method="auto")
     measured = [0]
     progress = _progress_callback(job, budget, have, measured)
@@ -809,15 +809,16 @@ def _search(job, database, extracted, uses, have, budget, tasks_before, records_
         # One round each and no more (a task whose search space is small yields fewer candidates,
         # and the scheduler would give what they leave to the next rounds of the others).
         run(everything, first_round, per_round, trials_per_task=per_round)
-        racing = list(uses)
+        racing, kernels = list(uses), [task.mod for task in extracted]
         while (rest := budget - measured[0]) >= 4:
-            estimates = {variant: ms_ for variant in racing if (ms_ := _estimated_ms(database, uses[variant])) is not None} or estimates
-            if not estimates:  # a kernel of every build has no record (all its candidates failed)
+            costs = {variant: c for variant in racing if (c := _kernel_costs(database, uses[variant])) is not None}
+            if not costs:  # a kernel of every build has no record (all its candidates failed)
                 run(everything, rest, max(4, min(32, rest // len(everything) // 2)))
                 break
+            estimates = {variant: 1000 * sum(cost for _, cost in c) for variant, c in costs.items()}
             best = min(estimates.values())
             racing = [variant for variant, value in estimates.items() if value <= best * (1 + RACE_MARGIN)]
-            focus = sorted({i for variant in racing for i in _kernels_that_matter(database, uses[variant], [task.mod for task in extracted])})
+            focus = sorted({i for variant in racing for i in _kernels_that_matter(costs[variant], kernels)})
             chunk = rest if len(racing) == 1 else min(rest, max(budget // 4, 4 * len(focus)))
             job.progress(
                 f"tvm: estimated {', '.join(f'{k} {v:.1f} ms' for k, v in estimates.items())}; "
@@ -841,20 +842,23 @@ def _best_s(database, kernel) -> float | None:
     return float(np.mean([float(s) for s in best[0].run_secs])) if best else None
 
 
-def _estimated_ms(database, kernels: list) -> float | None:
-    """A build's time from the records: each kernel's best time x its calls; None when the records
-    lack one of its kernels (a guess for it would decide the estimate)."""
-    best = [_best_s(database, kernel) for kernel, _ in kernels]
-    if any(seconds is None for seconds in best):
-        return None
-    return 1000 * sum(calls * seconds for (_, calls), seconds in zip(kernels, best))
+def _kernel_costs(database, kernels: list) -> list | None:
+    """A build's kernels (`kernels`: [(kernel, calls)]) each with its best recorded time x its
+    calls, in seconds (their sum estimates the build); None when the records lack one of them
+    (a guess for it would decide the estimate)."""
+    costs = []
+    for kernel, calls in kernels:
+        seconds = _best_s(database, kernel)
+        if seconds is None:
+            return None
+        costs.append((kernel, calls * seconds))
+    return costs
 
 
-def _kernels_that_matter(database, kernels: list, tasks: list) -> list[int]:
-    """Indexes into `tasks` of the build's kernels (`kernels`: [(kernel, calls)]) that take at
-    least 1% of its estimated time: the rest are done (an elementwise kernel takes 0.01-0.1 ms
-    of ResNet-18's 20+) and further trials would not show."""
-    costs = [(kernel, calls * (_best_s(database, kernel) or 0.0)) for kernel, calls in kernels]
+def _kernels_that_matter(costs: list, tasks: list) -> list[int]:
+    """Indexes into `tasks` of a build's kernels (`costs`: [(kernel, seconds)], `_kernel_costs`)
+    that take at least 1% of its estimated time: the rest are done (an elementwise kernel takes
+    0.01-0.1 ms of ResNet-18's 20+) and further trials would not show."""
     total = sum(cost for _, cost in costs) or 1.0
     chosen = [i for i, task in enumerate(tasks)
               if any(cost >= 0.01 * total and _same_kernel(task, kernel) for kernel, cost in costs)]

@@ -36,6 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from schemas.events import TUNING_TIME_LIMIT_S  # noqa: E402
+
 MODELS = {
     "resnet18": ("image_classification", [224, 224]),
     "bert": ("nlp", [128]),
@@ -75,7 +77,7 @@ def _model_ref(path: Path, workload: str, input_size: list[int]):
     return ModelRef(sha256=hashlib.sha256(path.read_bytes()).hexdigest(), size_bytes=path.stat().st_size, format="pt2", workload=workload, input_size=input_size)
 
 
-def convert_all(name: str, workdir: Path, trials: int) -> dict:
+def convert_all(name: str, workdir: Path, trials: int, time_limit_s: float | None) -> dict:
     """Export the example model, convert it for onnx and tvm (twice), return paths and times."""
     from engines import ConversionJob, onnx_engine, onnx_int8_engine, tvm_engine
     from workloads.examples import export_example
@@ -95,7 +97,8 @@ def convert_all(name: str, workdir: Path, trials: int) -> dict:
         out.mkdir(parents=True)
         return ConversionJob(
             model=model, model_path=pt2, hardware="intel", batch_size=1, target_cpu=cpu, out_dir=out,
-            tuning_trials=trials_, tuning_dir=tuning, progress=lambda m: print(f"  [{name}] {m}", file=sys.stderr, flush=True),
+            tuning_trials=trials_, tuning_dir=tuning, tuning_time_limit_s=time_limit_s,
+            progress=lambda m: print(f"  [{name}] {m}", file=sys.stderr, flush=True),
         )
 
     result: dict = {"workload": workload, "input_size": size, "pt2": str(pt2), "target_cpu": cpu, "tuning_dir": str(tuning_dir)}
@@ -144,7 +147,7 @@ def curve_artifacts(name: str, converted: dict, workdir: Path, checkpoints: list
         shutil.copy(source / "database_workload.json", records / "database_workload.json")
         (records / "database_tuning_record.json").write_text("\n".join(lines[:k]) + "\n")
         meta = json.loads((source / "ayci_tuning.json").read_text())
-        (records / "ayci_tuning.json").write_text(json.dumps({**meta, "trials": k}))
+        (records / "ayci_tuning.json").write_text(json.dumps({**meta, "trials": k, "trials_asked": k}))
         out = records.parent / "tvm"
         out.mkdir()
         print(f"  [{name}] compiling from the first {k} records", file=sys.stderr, flush=True)
@@ -224,6 +227,8 @@ def main() -> int:
                         help="thread counts measured (1 = Lambda at 1,769 MB, 2 = at 3,538 MB)")
     parser.add_argument("--curve", type=int, nargs="*", default=[],
                         help="also measure TVM compiled from the first K tuning records (the trials-vs-latency curve)")
+    parser.add_argument("--time-limit", type=float, default=TUNING_TIME_LIMIT_S,
+                        help="TVM tuning stops at its trials or after this many seconds (AYCI's limit by default; 0 = none)")
     parser.add_argument("--iterations", type=int, default=50, help="timed runs per engine per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
@@ -233,7 +238,7 @@ def main() -> int:
     results = {"trials": args.trials, "threads": args.threads, "cpu_count": os.cpu_count(), "models": {}}
     for name in args.models:
         print(f"{name}: converting (tvm trials {args.trials}) ...", file=sys.stderr, flush=True)
-        converted = convert_all(name, args.workdir, args.trials)
+        converted = convert_all(name, args.workdir, args.trials, args.time_limit or None)
         converted["curve"] = curve_artifacts(name, converted, args.workdir, sorted(args.curve))
         print(f"{name}: measuring ...", file=sys.stderr, flush=True)
         measured = measure(name, converted, args.workdir, args.threads, args.iterations, args.rounds)
@@ -255,7 +260,8 @@ def main() -> int:
                 f"{r['load_average']['min']:4.1f}-{r['load_average']['max']:.1f}"
             )
         details = r["tvm"]["details"]
-        print(f"{'':10} tvm: {details.get('trials')} trials, {details.get('tasks')} tasks, build {details.get('variant')} "
+        limited = f" (the {details.get('tuning_time_limit_s'):.0f} s limit ended the search)" if details.get("time_limit_reached") else ""
+        print(f"{'':10} tvm: {details.get('trials')} trials{limited}, {details.get('tasks')} tasks, build {details.get('variant')} "
               f"(timed at conversion: {details.get('variants_p50_ms')}), {details.get('kernels_tuned')}/{details.get('kernels')} kernels tuned")
         print(f"{'':10} tuned ORT settings {r['onnx_tuned_settings']}")
         print(f"{'':10} agreement onnx {r['agreement']['onnx']}, tvm {r['agreement']['tvm']}, onnx_int8 {r['agreement']['onnx_int8']}")
@@ -266,7 +272,7 @@ def main() -> int:
                 cells = "  ".join(f"{threads} thr {r['p50_ms'][threads][label]:7.2f} ms = {r['p50_ms'][threads][label] / r['p50_ms'][threads]['onnx_tuned']:5.2f}x tuned ORT"
                                   for threads in args.threads)
                 layout = r["curve"][k]["variant"] if k in r["curve"] else details.get("variant")
-                print(f"{'':12} K={k:5d} (~{r['tvm']['tuning_s'] * k / max(1, args.trials):6.0f} s, {layout}): {cells}")
+                print(f"{'':12} K={k:5d} (~{r['tvm']['tuning_s'] * k / max(1, r['tvm']['details']['trials']):6.0f} s, {layout}): {cells}")
     return 0
 
 

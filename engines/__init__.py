@@ -40,6 +40,7 @@ class ConversionJob:
     target_cpu: str
     out_dir: Path
     tuning_trials: int = 0
+    tuning_time_limit_s: float | None = None  # the search stops at its trials or this, whichever comes first (None: trials only)
     tuning_dir: Path | None = None  # where stored tuning records are read and written
     shared_tuning_dirs: list[Path] = field(default_factory=list)  # other models' records for the same CPU (read only)
     inputs_path: Path | None = None  # the user's own example inputs (.npz), if the model has them

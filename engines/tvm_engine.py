@@ -70,6 +70,7 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -88,6 +89,9 @@ NO_CONVOLUTIONS = "no convolutions"  # the build of a model without any (no layo
 MIN_TRIALS_PER_TASK = 8
 # A build whose estimate is this much above the best's stops being tuned (`_search`).
 RACE_MARGIN = 0.15
+# Seconds a trial takes (evolving, building, measuring), to size a search's rounds for the trials
+# its time limit fits: measured on 2 shared cores, 1.3-1.5 for ResNet-18, 0.7 for the encoder.
+TRIAL_PACE_S = 1.5
 
 
 # ---------------------------------------------------------------- targets
@@ -186,7 +190,10 @@ def convert(job: ConversionJob) -> Conversion:
     details = {
         "target": spec,
         "tuning_target": tune_spec,
-        "trials": tuning.trials,
+        "trials": tuning.trials,  # measured (by this search and the stored records it extends)
+        "trials_asked": job.tuning_trials,
+        "tuning_time_limit_s": job.tuning_time_limit_s,
+        "time_limit_reached": tuning.time_limited,  # the limit, not the trials, ended the search
         "tasks": tuning.tasks,
         "records_reused": tuning.reused,
         "kernels_from_other_models": tuning.borrowed,
@@ -564,8 +571,9 @@ def _split_weight_packing(mod):
 
 class _Tuning:
     def __init__(self, database=None, trials: int = 0, tasks: int = 0, seconds: float = 0.0, reused: bool = False, scratch: str | None = None, borrowed: int = 0,
-                 estimates: dict | None = None):
+                 estimates: dict | None = None, time_limited: bool = False):
         self.database, self.trials, self.tasks, self.seconds, self.reused = database, trials, tasks, seconds, reused
+        self.time_limited = time_limited  # the time limit, not the trials, ended the search
         self.estimates = estimates or {}  # each build's ms as the race last estimated it (`_search`)
         self.borrowed = borrowed  # kernels whose schedules came from other models' records
         self._scratch = scratch
@@ -659,16 +667,18 @@ def _tune(variants: dict, job: ConversionJob, tune_spec: dict) -> _Tuning:
         for stale in records_dir.glob("database_*.json"):
             stale.unlink()
     have = int(meta.get("trials", 0)) if same_target else 0
+    # a search the time limit cut still answered the trials it was asked for: not searched again for them
+    asked = max(have, int(meta.get("trials_asked", 0))) if same_target else 0
     record_file = records_dir / "database_tuning_record.json"
     database = _open_records(records_dir)
     if database is None:  # stored records TVM cannot read back: searched again from nothing
         job.progress("tvm: the stored tuning records do not load; searching again")
         for unreadable in [*records_dir.glob("database_*.json"), records_dir / TUNING_META]:
             unreadable.unlink(missing_ok=True)
-        have, database = 0, _open_records(records_dir)
+        have, asked, database = 0, 0, _open_records(records_dir)
     extracted, uses = _extract_tasks(variants, target)
     budget, tasks_before, borrowed = job.tuning_trials - have, 0, []
-    if have >= job.tuning_trials and record_file.exists() and record_file.stat().st_size > 0:
+    if asked >= job.tuning_trials and record_file.exists() and record_file.stat().st_size > 0:
         tasks_before = int(meta.get("tasks", len(extracted)))
         # A kernel the records lack was not there when they were tuned (another TVM, another
         # lowering) only if that search could cover every kernel: a smaller budget leaves the
@@ -690,7 +700,8 @@ def _tune(variants: dict, job: ConversionJob, tune_spec: dict) -> _Tuning:
             return _Tuning(database, trials=have, tasks=0, borrowed=len(borrowed), seconds=time.perf_counter() - started, scratch=scratch)
 
     try:
-        return _search(job, database, extracted, uses, have, budget, tasks_before, records_dir, scratch, tune_spec, started, len(borrowed))
+        records = _Records(database, records_dir, have=have, asked=asked, tasks=tasks_before)
+        return _search(job, records, extracted, uses, budget, scratch, tune_spec, started, len(borrowed))
     except Exception as exc:
         shutil.rmtree(scratch, ignore_errors=True)
         raise ConversionError(f"TVM tuning failed: {_first_line(exc)}") from exc
@@ -739,9 +750,92 @@ def _borrow_schedules(database, tasks: list, job: ConversionJob, tune_spec: dict
     return borrowed
 
 
-def _search(job, database, extracted, uses, have, budget, tasks_before, records_dir, scratch, tune_spec, started, borrowed: int) -> _Tuning:
-    """Run MetaSchedule on `extracted` with `budget` trials; records go to `database`, and the
-    records' meta counts them after the `have` trials and `tasks_before` tasks already stored.
+@dataclass
+class _Records:
+    """The tuning records a search adds to: MetaSchedule's database in `folder`, and what its
+    meta (TUNING_META) said before: trials measured, trials asked for, tasks searched."""
+
+    database: object
+    folder: Path
+    have: int = 0
+    asked: int = 0
+    tasks: int = 0
+
+    def write_meta(self, tune_spec: dict, measured: int, asked: int, tasks: int) -> None:
+        meta = {"target": tune_spec, "trials": self.have + measured, "trials_asked": max(self.asked, self.have + asked),
+                "tasks": self.tasks + tasks}
+        (self.folder / TUNING_META).write_text(json.dumps(meta))
+
+
+class _TimeLimit:
+    """The end of a search: `seconds` after `started` (perf_counter; None: no end). A batch of
+    trials is started only if it would end before then at the pace so far (seconds per trial
+    started since the first batch: evolving, building and measuring a batch all scale with its
+    size), so the search ends at the limit rather than a batch past it."""
+
+    def __init__(self, seconds: float | None, started: float) -> None:
+        self.at = None if seconds is None else started + seconds
+        self.first_batch: float | None = None
+        self.started_trials = 0
+        self.reached = False
+
+    def allows(self, trials: int) -> bool:
+        if self.at is None:
+            return True
+        now = time.perf_counter()
+        pace = (now - self.first_batch) / self.started_trials if self.first_batch is not None and self.started_trials else 0.0
+        if now + pace * trials > self.at:
+            self.reached = True
+        return not self.reached
+
+    def started_batch(self, trials: int) -> None:
+        if self.first_batch is None:
+            self.first_batch = time.perf_counter()
+        self.started_trials += trials
+
+
+def _time_limited(strategy, limit: _TimeLimit):
+    """`strategy` (a MetaSchedule search strategy) that yields no more candidates once `limit`
+    does not allow its next batch: the task scheduler then ends each task as it comes round,
+    joining the batches still being measured, so their records are kept."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
+
+    @derived_object
+    class TimeLimited(PySearchStrategy):
+        def __init__(self, inner) -> None:
+            super().__init__()
+            self.inner, self.batch = inner, 1
+
+        def _initialize_with_tune_context(self, context) -> None:
+            self.inner._initialize_with_tune_context(context)
+
+        def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database=None, cost_model=None) -> None:
+            self.batch = num_trials_per_iter
+            self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
+
+        def post_tuning(self) -> None:
+            self.inner.post_tuning()
+
+        def generate_measure_candidates(self):
+            if not limit.allows(self.batch):
+                return None
+            limit.started_batch(self.batch)
+            return self.inner.generate_measure_candidates()
+
+        def notify_runner_results(self, measure_candidates, results) -> None:
+            self.inner.notify_runner_results(measure_candidates, results)
+
+        def clone(self):
+            return TimeLimited(self.inner.clone())
+
+    return TimeLimited(strategy)
+
+
+def _search(job, records: _Records, extracted, uses, budget, scratch, tune_spec, started, borrowed: int) -> _Tuning:
+    """Run MetaSchedule on `extracted` with `budget` trials, ending early at
+    `job.tuning_time_limit_s` after `started` (`_TimeLimit`); records go to `records`, whose
+    meta then counts the trials measured and the trials asked for.
 
     With one build, one search. With several (`nhwc` and `nhwc-winograd`), a race: a first
     round over the tasks of every build; then, in chunks of a quarter of the budget, each build's
@@ -761,24 +855,30 @@ def _search(job, database, extracted, uses, have, budget, tasks_before, records_
     # an elementwise kernel left so.
     extracted.sort(key=_task_cost, reverse=True)
     every_task = len(extracted)
-    extracted = extracted[: max(1, min(len(extracted), budget // MIN_TRIALS_PER_TASK))]
+    # The rounds are sized for the trials the time limit fits at TRIAL_PACE_S (when the budget
+    # asks more): a first round sized for a budget the limit cuts would end before it reached
+    # the last kernels, and they would stay naive loops. The search goes on past it while the
+    # limit allows.
+    planned = budget if job.tuning_time_limit_s is None else max(1, min(budget, int(job.tuning_time_limit_s / TRIAL_PACE_S)))
+    extracted = extracted[: max(1, min(len(extracted), planned // MIN_TRIALS_PER_TASK))]
     # Half the budget goes to a first round over every task, the other half to the rounds the
     # gradient scheduler gives the tasks that still cost the most (a convolution gains from 100+
     # trials, an elementwise kernel is done in a dozen).
-    per_round = max(4, min(32, budget // len(extracted) // 2))
+    per_round = max(4, min(32, planned // len(extracted) // 2))
+    measured = [0]
+    limit = _TimeLimit(job.tuning_time_limit_s, started)
     # The stock evolutionary search evolves 512 schedules for 4 generations before every round;
     # with a few trials per round that search, not measuring, took 80-90% of the time here.
-    strategy = ms.search_strategy.EvolutionarySearch(
+    strategy = _time_limited(ms.search_strategy.EvolutionarySearch(
         population_size=128, init_min_unmeasured=32, genetic_num_iters=2
-    )
+    ), limit)
     contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
         extracted, work_dir=scratch, strategy=strategy, num_threads=host_num_cores(), seed=0
     )
     cores = host_num_cores()
     # One cost model for every stage: each starts with what the ones before measured.
     cost_model = ms.cost_model.CostModel.create("xgb", num_tuning_cores=cores, tree_method="auto")
-    measured = [0]
-    progress = _progress_callback(job, budget, have, measured)
+    progress = _progress_callback(job, budget, records.have, measured)
 
     def run(chosen: list[int], trials: int, trials_per_round: int, trials_per_task: int | None = None) -> None:
         ms.tune.tune_tasks(
@@ -790,28 +890,30 @@ def _search(job, database, extracted, uses, have, budget, tasks_before, records_
             num_trials_per_iter=trials_per_round,
             builder=ms.builder.LocalBuilder(f_build=_make_f_build(), max_workers=cores, timeout_sec=120),
             runner=ms.runner.LocalRunner(timeout_sec=60, evaluator_config=ms.runner.EvaluatorConfig(number=3, repeat=1, min_repeat_ms=50)),
-            database=database,
+            database=records.database,
             cost_model=cost_model,
             measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), progress],
             module_equality=MODULE_EQUALITY,
         )
 
     everything = list(range(len(contexts)))
+    within = "" if job.tuning_time_limit_s is None else f" or {job.tuning_time_limit_s:.0f} s, whichever comes first"
     first_round = per_round * len(contexts)
     estimates: dict[str, float] = {}
     # Builds are raced only when the first round reaches every kernel (none left out of the
     # budget): a build is estimated from all of its kernels or not at all.
-    if len(uses) < 2 or len(extracted) < every_task or budget - first_round < per_round:
-        job.progress(f"tvm: tuning {len(contexts)} tasks, {budget} trials ({per_round} per round)")
+    if len(uses) < 2 or len(extracted) < every_task or planned - first_round < per_round:
+        job.progress(f"tvm: tuning {len(contexts)} tasks, {budget} trials{within} ({per_round} per round)")
         run(everything, budget, per_round)
     else:
-        job.progress(f"tvm: tuning {len(contexts)} tasks of the builds {', '.join(uses)}: a first round of {first_round} trials ({per_round} each)")
+        job.progress(f"tvm: tuning {len(contexts)} tasks of the builds {', '.join(uses)}, {budget} trials{within}: "
+                     f"a first round of {first_round} trials ({per_round} each)")
         # One round each and no more (a task whose search space is small yields fewer candidates,
         # and the scheduler would give what they leave to the next rounds of the others).
         run(everything, first_round, per_round, trials_per_task=per_round)
         racing, kernels = list(uses), [task.mod for task in extracted]
-        while (rest := budget - measured[0]) >= 4:
-            costs = {variant: c for variant in racing if (c := _kernel_costs(database, uses[variant])) is not None}
+        while (rest := budget - measured[0]) >= 4 and limit.allows(4):
+            costs = {variant: c for variant in racing if (c := _kernel_costs(records.database, uses[variant])) is not None}
             if not costs:  # a kernel of every build has no record (all its candidates failed)
                 run(everything, rest, max(4, min(32, rest // len(everything) // 2)))
                 break
@@ -819,7 +921,7 @@ def _search(job, database, extracted, uses, have, budget, tasks_before, records_
             best = min(estimates.values())
             racing = [variant for variant, value in estimates.items() if value <= best * (1 + RACE_MARGIN)]
             focus = sorted({i for variant in racing for i in _kernels_that_matter(costs[variant], kernels)})
-            chunk = rest if len(racing) == 1 else min(rest, max(budget // 4, 4 * len(focus)))
+            chunk = rest if len(racing) == 1 else min(rest, max(planned // 4, 4 * len(focus)))
             job.progress(
                 f"tvm: estimated {', '.join(f'{k} {v:.1f} ms' for k, v in estimates.items())}; "
                 f"{chunk} trials go to the {len(focus)} kernels that matter of {', '.join(racing)}"
@@ -828,10 +930,12 @@ def _search(job, database, extracted, uses, have, budget, tasks_before, records_
             run(focus, chunk, max(4, min(32, chunk // len(focus) // 2)))
             if measured[0] == before:  # every task's search space is spent
                 break
-    meta = {"target": tune_spec, "trials": have + budget, "tasks": tasks_before + len(contexts)}
-    (records_dir / TUNING_META).write_text(json.dumps(meta))
-    return _Tuning(database, trials=have + budget, tasks=len(contexts), borrowed=borrowed, seconds=time.perf_counter() - started,
-                   scratch=scratch, estimates=estimates)
+    if limit.reached:
+        job.progress(f"tvm: the tuning time limit ({job.tuning_time_limit_s:.0f} s) ended the search after "
+                     f"{records.have + measured[0]} of {records.have + budget} trials")
+    records.write_meta(tune_spec, measured[0], budget, len(contexts))
+    return _Tuning(records.database, trials=records.have + measured[0], tasks=len(contexts), borrowed=borrowed,
+                   seconds=time.perf_counter() - started, scratch=scratch, estimates=estimates, time_limited=limit.reached)
 
 
 def _best_s(database, kernel) -> float | None:

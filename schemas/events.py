@@ -25,6 +25,10 @@ from schemas.cost import load_prices
 # `bench/bench_optimizers.py --curve`: 300 trials 1.17-1.25x ONNX Runtime's latency, 600 0.75-0.85x,
 # 900 0.70-0.89x, at 1 and 2 threads). A request may ask for fewer (faster conversion) or more.
 DEFAULT_TUNING_TRIALS = 600
+# A TVM artifact's search stops at its trials or after this long, whichever comes first (a batch of
+# trials is not started when it would end past it, at the search's pace so far): the 15 minutes
+# per model issue #18 holds tuning to. Records say how many trials were measured.
+TUNING_TIME_LIMIT_S = 900.0
 
 
 class SchemaError(ValueError):

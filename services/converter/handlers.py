@@ -23,7 +23,7 @@ from core.runtime import Delayed
 from engines import ConversionError, ConversionJob, engine_module
 from engines.model_files import NotAModelError
 from schemas.combos import ModelRef, Optimizer, reference_key
-from schemas.events import ComboFailed, ComboPending, Envelope, FailureStage, ModelConverted, Payload
+from schemas.events import TUNING_TIME_LIMIT_S, ComboFailed, ComboPending, Envelope, FailureStage, ModelConverted, Payload
 from schemas import keys
 from schemas.reasons import whole
 from schemas.documents import ArtifactManifest
@@ -78,7 +78,7 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
         tuning_dir, shared_tuning = _fetch_tuning_records(deps.store, pending, work) if combo.optimizer == Optimizer.tvm else (None, [])
         job = ConversionJob(
             model=model, model_path=model_path, hardware=combo.hardware, batch_size=combo.batch_size,
-            target_cpu=pending.target_cpu, out_dir=out_dir, tuning_trials=pending.tuning_trials,
+            target_cpu=pending.target_cpu, out_dir=out_dir, tuning_trials=pending.tuning_trials, tuning_time_limit_s=TUNING_TIME_LIMIT_S,
             tuning_dir=tuning_dir, shared_tuning_dirs=shared_tuning, inputs_path=inputs_path, progress=lambda message: _progress(deps, pending.artifact_key, event.event_id, bound, message),
         )
         bound.info("conversion_started", optimizer=combo.optimizer.value, hardware=combo.hardware.value)

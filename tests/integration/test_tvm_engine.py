@@ -29,12 +29,14 @@ def _model_ref(path: Path, workload: str, input_size: list[int], fmt: str = "pt2
     return ModelRef(sha256=hashlib.sha256(path.read_bytes()).hexdigest(), size_bytes=path.stat().st_size, format=fmt, workload=workload, input_size=input_size)
 
 
-def _job(model: ModelRef, path: Path, out: Path, hardware: str = "intel", batch: int = 1, trials: int = 0, tuning_dir: Path | None = None, messages=None) -> ConversionJob:
+def _job(model: ModelRef, path: Path, out: Path, hardware: str = "intel", batch: int = 1, trials: int = 0, tuning_dir: Path | None = None, messages=None,
+         time_limit_s: float | None = None) -> ConversionJob:
     out.mkdir(parents=True, exist_ok=True)
     cpu = _host_cpu() if hardware == "intel" else "neoverse-n1"
     return ConversionJob(
         model=model, model_path=path, hardware=hardware, batch_size=batch, target_cpu=cpu, out_dir=out,
-        tuning_trials=trials, tuning_dir=tuning_dir, progress=(messages.append if messages is not None else (lambda m: None)),
+        tuning_trials=trials, tuning_dir=tuning_dir, tuning_time_limit_s=time_limit_s,
+        progress=(messages.append if messages is not None else (lambda m: None)),
     )
 
 
@@ -230,6 +232,29 @@ def test_stored_records_that_lack_some_kernels_have_those_searched(tmp_path):
     assert conversion.details["kernels_tuned"] == conversion.details["kernels"] == kernels, conversion.details
     meta = json.loads((tuning / "ayci_tuning.json").read_text())
     assert meta["tasks"] == stored["tasks"] + lacked and meta["trials"] > stored["trials"]
+
+
+def test_the_time_limit_ends_a_search_that_its_trials_would_not_and_its_records_answer_the_trials_asked(tiny_image_model, tmp_path):
+    """A budget of trials the limit cannot reach: the search ends at the limit with the trials it
+    measured recorded and applied (every kernel it reached tuned), says so, and a conversion
+    asking the same trials applies those records instead of searching again."""
+    size, asked = [32, 32], 5000
+    model = _model_ref(tiny_image_model, "image_classification", size)
+    tuning = tmp_path / "tuning"
+    messages: list[str] = []
+    first = tvm_engine.convert(_job(model, tiny_image_model, tmp_path / "a", trials=asked, tuning_dir=tuning, messages=messages, time_limit_s=20))
+    ended = [m for m in messages if "time limit" in m]
+    assert ended and "of 5000 trials" in ended[0], messages
+    measured = first.details["trials"]
+    assert 0 < measured < asked and first.details["time_limit_reached"] is True and first.details["trials_asked"] == asked
+    assert first.details["kernels_tuned"] > 0 and first.details["tuned"] is True
+    meta = json.loads((tuning / "ayci_tuning.json").read_text())
+    assert meta["trials"] == measured and meta["trials_asked"] == asked
+
+    again: list[str] = []
+    second = tvm_engine.convert(_job(model, tiny_image_model, tmp_path / "b", trials=asked, tuning_dir=tuning, messages=again, time_limit_s=20))
+    assert second.details["records_reused"] is True and second.details["trials"] == measured, second.details
+    assert not any(m.startswith("tvm: tuned") for m in again), again
 
 
 def test_winograd_convolutions_compute_what_direct_ones_do():

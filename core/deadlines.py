@@ -7,13 +7,19 @@ is longer: the deadline must never cut a large run that is merely long.
 from __future__ import annotations
 
 from schemas.combos import Optimizer
-from schemas.events import RequestSubmitted
+from schemas.events import TUNING_TIME_LIMIT_S, RequestSubmitted
 
 DEFAULT_DEADLINE_S = 3600.0
 # rough costs on one machine (measurements run one at a time)
 MEASUREMENT_ESTIMATE_S = 60.0  # cold start, warm-up, samples up to the time cap, per combination
 CONVERSION_ESTIMATE_S = {Optimizer.base: 10.0, Optimizer.onnx: 30.0, Optimizer.tvm: 120.0, Optimizer.onnx_int8: 45.0}
 TUNING_TRIAL_ESTIMATE_S = 2.0
+
+
+def conversion_estimate_s(optimizer: Optimizer, tuning_trials: int) -> float:
+    """One artifact's conversion; TVM's includes its tuning, which its time limit ends."""
+    tuning = min(tuning_trials * TUNING_TRIAL_ESTIMATE_S, TUNING_TIME_LIMIT_S) if optimizer == Optimizer.tvm else 0.0
+    return CONVERSION_ESTIMATE_S[optimizer] + tuning
 
 
 def estimated_run_s(request: RequestSubmitted) -> float:
@@ -24,10 +30,7 @@ def estimated_run_s(request: RequestSubmitted) -> float:
     measured, predicted = measured_and_predicted(request)
     combos = measured + predicted[:MAX_CHECKS]
     artifacts = {(c.hardware, c.optimizer, None if c.optimizer == Optimizer.base else c.batch_size) for c in combos}
-    converting = sum(
-        CONVERSION_ESTIMATE_S[o] + (request.tuning_trials * TUNING_TRIAL_ESTIMATE_S if o == Optimizer.tvm else 0)
-        for _, o, _ in artifacts
-    )
+    converting = sum(conversion_estimate_s(o, request.tuning_trials) for _, o, _ in artifacts)
     return converting + MEASUREMENT_ESTIMATE_S * len(combos)
 
 

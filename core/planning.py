@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.deadlines import CONVERSION_ESTIMATE_S, MEASUREMENT_ESTIMATE_S, TUNING_TRIAL_ESTIMATE_S
+from core.deadlines import MEASUREMENT_ESTIMATE_S, conversion_estimate_s
 from core.ports import NotFound, ObjectStore
 from core.results import reused_result
 from schemas.combos import Combo, Hardware, ModelFormat, Optimizer, combo_key
@@ -169,8 +169,7 @@ def plan_run(request: RequestSubmitted, signature: ModelSignature | None, store:
         conversion = 0.0
         if artifact not in converted:
             converted.add(artifact)
-            conversion = CONVERSION_ESTIMATE_S[combo.optimizer] + (
-                request.tuning_trials * TUNING_TRIAL_ESTIMATE_S if combo.optimizer == Optimizer.tvm else 0.0)
+            conversion = conversion_estimate_s(combo.optimizer, request.tuning_trials)
         plan.combos.append(PlannedCombo(key, combo, "measure", conversion_s=conversion, measurement_s=MEASUREMENT_ESTIMATE_S))
         measuring = MEASUREMENT_ESTIMATE_S * combo.memory_mb / 1024 * prices.per_gb_second(combo.hardware)
         plan.benchmark_cost_usd += measuring

@@ -7,7 +7,13 @@ one file, `model.so` (`export_library`), that holds the compiled kernels, the VM
 weights. Operators, after legalization, are fused into TIR kernels; MetaSchedule tunes them.
 An operator the importer lacks is a `ConversionError` naming it (e.g. `aten.amax`).
 
-Tuning (`job.tuning_trials` measured candidates in total; 0 = none):
+Tuning (`job.tuning_trials` measured candidates in total; 0 = none), ended early by
+`job.tuning_time_limit_s` (the converter's is `schemas.events.TUNING_TIME_LIMIT_S`, 15 minutes):
+- The search strategy yields no further batch once one would end past the limit at the pace
+  so far (`_TimeLimit`, `_time_limited`); batches being measured are joined and recorded. With
+  a limit, the rounds are sized for the trials it fits at TRIAL_PACE_S when the budget asks
+  more, so a large budget does not leave the last kernels untuned. `details` says the trials
+  measured, the trials asked and whether the limit ended the search (`time_limit_reached`).
 - Kernels that share their anchor block (one matmul with different fused epilogues) share one
   task (`module_equality="anchor-block"`). Convolutions are kept apart from the operators after
   them (`_convolutions_unfused`), so each convolution shape is one task in every layout.
@@ -35,9 +41,10 @@ Tuning (`job.tuning_trials` measured candidates in total; 0 = none):
 - Weights are layout-free: tuned kernels may ask for a packed weight layout, and the packing is
   folded into the constants at compile time (nothing is repacked per call).
 - Records: `job.tuning_dir` holds MetaSchedule's JSON database (`database_workload.json`,
-  `database_tuning_record.json`) and `ayci_tuning.json` (tuning target, trials done, tasks). If it
-  already holds records of at least `tuning_trials` trials for the same tuning target, the search
-  is skipped and the records applied; with fewer, only the difference is searched and added.
+  `database_tuning_record.json`) and `ayci_tuning.json` (tuning target, trials measured, trials
+  asked, tasks). If it already answers at least `tuning_trials` trials asked for the same tuning
+  target (a search the time limit ended answered what it was asked), the search is skipped and
+  the records applied; otherwise the difference from the trials measured is searched and added.
   Measured (ResNet-18 b1, 2 shared cores): 1500 trials took 1031 s of tuning + 23 s; the second
   conversion from the records 38 s (mostly compiling); BERT 500 trials 452 s + 9 s, again 9 s.
 - Speed of the search (measured on 2 shared cores): the stock settings spent 80-90% of the time

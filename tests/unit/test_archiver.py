@@ -145,3 +145,14 @@ def test_the_deadline_follows_the_run_s_size():
     large = RequestSubmitted(model=MODEL, tuning_trials=500, matrix=Matrix(optimizers={"intel": ["base", "onnx", "tvm"]}, batch_sizes=list(range(1, 17)), memory_sizes_mb=[512, 1024, 1769, 3538]))
     assert run_deadline_s(large) > 2 * 192 * 60  # 192 measurements and 32 tuned TVM artifacts take hours
     assert run_deadline_s(large.model_copy(update={"deadline_s": 60})) == 60  # a deadline the user named is kept
+
+
+def test_a_tvm_conversion_is_estimated_at_its_trials_never_past_the_tuning_time_limit():
+    from core.deadlines import CONVERSION_ESTIMATE_S, TUNING_TRIAL_ESTIMATE_S, conversion_estimate_s
+    from schemas.combos import Optimizer
+    from schemas.events import TUNING_TIME_LIMIT_S
+
+    tvm = CONVERSION_ESTIMATE_S[Optimizer.tvm]
+    assert conversion_estimate_s(Optimizer.tvm, 100) == tvm + 100 * TUNING_TRIAL_ESTIMATE_S
+    assert conversion_estimate_s(Optimizer.tvm, 20000) == tvm + TUNING_TIME_LIMIT_S
+    assert conversion_estimate_s(Optimizer.onnx, 20000) == CONVERSION_ESTIMATE_S[Optimizer.onnx]

@@ -267,7 +267,7 @@ def main() -> int:
         print(f"{'':10} agreement onnx {r['agreement']['onnx']}, tvm {r['agreement']['tvm']}, onnx_int8 {r['agreement']['onnx_int8']}")
         if r["curve"]:
             print(f"{'':10} trials-vs-latency (first K records of this search; tuning s pro rata):")
-            for k in [*sorted(r["curve"]), args.trials]:
+            for k in [*sorted(r["curve"]), details["trials"]]:
                 label = f"tvm@{k}" if k in r["curve"] else "tvm"
                 cells = "  ".join(f"{threads} thr {r['p50_ms'][threads][label]:7.2f} ms = {r['p50_ms'][threads][label] / r['p50_ms'][threads]['onnx_tuned']:5.2f}x tuned ORT"
                                   for threads in args.threads)

@@ -272,7 +272,7 @@ def main() -> int:
                 cells = "  ".join(f"{threads} thr {r['p50_ms'][threads][label]:7.2f} ms = {r['p50_ms'][threads][label] / r['p50_ms'][threads]['onnx_tuned']:5.2f}x tuned ORT"
                                   for threads in args.threads)
                 layout = r["curve"][k]["variant"] if k in r["curve"] else details.get("variant")
-                print(f"{'':12} K={k:5d} (~{r['tvm']['tuning_s'] * k / max(1, r['tvm']['details']['trials']):6.0f} s, {layout}): {cells}")
+                print(f"{'':12} K={k:5d} (~{r['tvm']['tuning_s'] * k / max(1, details['trials']):6.0f} s, {layout}): {cells}")
     return 0
 
 

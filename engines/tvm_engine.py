@@ -10,7 +10,8 @@ An operator the importer lacks is a `ConversionError` naming it (e.g. `aten.amax
 Tuning (`job.tuning_trials` measured candidates in total; 0 = none), ended early by
 `job.tuning_time_limit_s` (the converter's is `schemas.events.TUNING_TIME_LIMIT_S`, 15 minutes):
 - The search strategy yields no further batch once one would end past the limit at the pace
-  so far (`_TimeLimit`, `_time_limited`); batches being measured are joined and recorded. With
+  so far (`_TimeLimit`, `_time_limited`); batches being measured are joined and recorded. A
+  task whose batch comes back empty (its search space measured) ends there. With
   a limit, the rounds are sized for the trials it fits at TRIAL_PACE_S when the budget asks
   more, so a large budget does not leave the last kernels untuned. `details` says the trials
   measured, the trials asked and whether the limit ended the search (`time_limit_reached`).
@@ -29,7 +30,8 @@ Tuning (`job.tuning_trials` measured candidates in total; 0 = none), ended early
   Winograd F(4x4, 3x3) (`nhwc-winograd`, `engines/tvm_winograd.py`). The builds race for
   the budget then (`_search`): a first round over the kernels of both (the kernels they share
   once); then, chunk by chunk, each build's time is estimated from the records (the last
-  estimates are `details["variants_estimated_ms"]`), a build more than 15% behind stops being
+  estimates are `details["variants_estimated_ms"]`; a kernel every build runs alike and whose
+  candidates all failed is left out of each), a build more than 15% behind stops being
   tuned, and the rest goes to the kernels of the builds still in. Both are then compiled and
   timed on this host in turns, and the faster is shipped. `details["variant"]` names the build
   shipped and `details["variants_p50_ms"]` gives each one's time.
@@ -795,16 +797,25 @@ class _TimeLimit:
             self.reached = True
         return not self.reached
 
-    def started_batch(self, trials: int) -> None:
+    def starting_batch(self) -> None:
+        """A batch is being evolved: the pace is counted from the first one's start."""
         if self.first_batch is None:
             self.first_batch = time.perf_counter()
+
+    def started_batch(self, trials: int) -> None:
+        self.starting_batch()
         self.started_trials += trials
 
 
 def _time_limited(strategy, limit: _TimeLimit):
     """`strategy` (a MetaSchedule search strategy) that yields no more candidates once `limit`
     does not allow its next batch: the task scheduler then ends each task as it comes round,
-    joining the batches still being measured, so their records are kept."""
+    joining the batches still being measured, so their records are kept.
+
+    It also ends a task whose batch comes back empty (every schedule its search finds is
+    measured already: an elementwise or gather kernel has one or two). The task scheduler would
+    otherwise ask again until the task's trials were spent, and never get any: on the detector
+    it asked 109 times, for about a minute of the 15."""
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
 
@@ -827,8 +838,12 @@ def _time_limited(strategy, limit: _TimeLimit):
         def generate_measure_candidates(self):
             if not limit.allows(self.batch):
                 return None
-            limit.started_batch(self.batch)
-            return self.inner.generate_measure_candidates()
+            limit.starting_batch()
+            candidates = self.inner.generate_measure_candidates()
+            if not candidates:  # None: the task's trials are spent; empty: its search space is
+                return None
+            limit.started_batch(len(candidates))
+            return candidates
 
         def notify_runner_results(self, measure_candidates, results) -> None:
             self.inner.notify_runner_results(measure_candidates, results)
@@ -920,8 +935,9 @@ def _search(job, records: _Records, extracted, uses, budget, scratch, tune_spec,
         run(everything, first_round, per_round, trials_per_task=per_round)
         racing, kernels = list(uses), [task.mod for task in extracted]
         while (rest := budget - measured[0]) >= 4 and limit.allows(4):
-            costs = {variant: c for variant in racing if (c := _kernel_costs(records.database, uses[variant])) is not None}
-            if not costs:  # a kernel of every build has no record (all its candidates failed)
+            alike = _run_alike(uses, racing)
+            costs = {variant: c for variant in racing if (c := _kernel_costs(records.database, uses[variant], alike)) is not None}
+            if not costs:  # a kernel of every build has no record and they differ in it
                 run(everything, rest, max(4, min(32, rest // len(everything) // 2)))
                 break
             estimates = {variant: 1000 * sum(cost for _, cost in c) for variant, c in costs.items()}
@@ -953,17 +969,30 @@ def _best_s(database, kernel) -> float | None:
     return float(np.mean([float(s) for s in best[0].run_secs])) if best else None
 
 
-def _kernel_costs(database, kernels: list) -> list | None:
+def _kernel_costs(database, kernels: list, alike: list = ()) -> list | None:
     """A build's kernels (`kernels`: [(kernel, calls)]) each with its best recorded time x its
     calls, in seconds (their sum estimates the build); None when the records lack one of them
-    (a guess for it would decide the estimate)."""
+    (a guess for it would decide the estimate), unless it is one of `alike` (`_run_alike`): it
+    adds the same to every build raced, so leaving it out of each estimate keeps their order.
+    After a first round that reached every kernel, a kernel without a record is one whose every
+    candidate failed to run, such as the detector's gathers and takes (they index with an input,
+    which MetaSchedule fills at random); it stays untuned whatever the race gives it."""
     costs = []
     for kernel, calls in kernels:
         seconds = _best_s(database, kernel)
         if seconds is None:
+            if any(calls == times and _same_kernel(kernel, other) for other, times in alike):
+                continue
             return None
         costs.append((kernel, calls * seconds))
     return costs
+
+
+def _run_alike(uses: dict, builds: list) -> list:
+    """The kernels (`[(kernel, calls)]`) every one of `builds` runs, as often (`uses`: `_extract_tasks`)."""
+    first, *others = builds
+    return [(kernel, calls) for kernel, calls in uses[first]
+            if all(any(calls == times and _same_kernel(kernel, other) for other, times in uses[build]) for build in others)]
 
 
 def _kernels_that_matter(costs: list, tasks: list) -> list[int]:

@@ -263,6 +263,33 @@ def test_the_time_limit_ends_a_search_that_its_trials_would_not_and_its_records_
     assert not any(m.startswith("tvm: tuned") for m in again), again
 
 
+def test_a_batch_that_comes_back_empty_ends_its_task_and_starts_no_trials():
+    """The search strategy's wrapper (`_time_limited`) called through TVM's FFI as the task
+    scheduler calls it: an empty batch (the task's search space is measured) is the end of the
+    task (None), and the pace counts the trials actually started."""
+    import tvm
+    from tvm import te
+    from tvm.s_tir import meta_schedule as ms
+
+    values = te.placeholder((4,), name="values")
+    func = te.create_prim_func([values, te.compute((4,), lambda i: values[i] + 1.0, name="plus_one")])
+    candidate = ms.MeasureCandidate(tvm.s_tir.Schedule(tvm.IRModule({"main": func})), ms.arg_info.ArgInfo.from_prim_func(func))
+
+    class Batches:  # the search strategy wrapped: hands out these batches in turn
+        def __init__(self, batches: list) -> None:
+            self.batches = batches
+
+        def generate_measure_candidates(self):
+            return self.batches.pop(0)
+
+    limit = tvm_engine._TimeLimit(None, started=0.0)
+    strategy = tvm_engine._time_limited(Batches([[candidate, candidate], [], [candidate]]), limit)
+    strategy.batch = 4
+    assert len(strategy.generate_measure_candidates()) == 2
+    assert strategy.generate_measure_candidates() is None
+    assert limit.started_trials == 2
+
+
 def test_winograd_convolutions_compute_what_direct_ones_do():
     """3x3 stride-1 convolutions at sizes that do and do not divide into 4x4 tiles, with and
     without padding, followed by other convolutions Winograd does not take (stride 2, 1x1)."""

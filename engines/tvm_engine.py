@@ -981,7 +981,7 @@ def _kernel_costs(database, kernels: list, alike: list = ()) -> list | None:
     for kernel, calls in kernels:
         seconds = _best_s(database, kernel)
         if seconds is None:
-            if any(calls == times and _same_kernel(kernel, other) for other, times in alike):
+            if _runs_as_often(alike, kernel, calls):
                 continue
             return None
         costs.append((kernel, calls * seconds))
@@ -991,8 +991,12 @@ def _kernel_costs(database, kernels: list, alike: list = ()) -> list | None:
 def _run_alike(uses: dict, builds: list) -> list:
     """The kernels (`[(kernel, calls)]`) every one of `builds` runs, as often (`uses`: `_extract_tasks`)."""
     first, *others = builds
-    return [(kernel, calls) for kernel, calls in uses[first]
-            if all(any(calls == times and _same_kernel(kernel, other) for other, times in uses[build]) for build in others)]
+    return [(kernel, calls) for kernel, calls in uses[first] if all(_runs_as_often(uses[build], kernel, calls) for build in others)]
+
+
+def _runs_as_often(kernels: list, kernel, calls: int) -> bool:
+    """Whether `kernels` (`[(kernel, calls)]`) has `kernel`, called `calls` times."""
+    return any(times == calls and _same_kernel(kernel, other) for other, times in kernels)
 
 
 def _kernels_that_matter(costs: list, tasks: list) -> list[int]:

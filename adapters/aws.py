@@ -9,11 +9,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import boto3
-
-from adapters.aws_calls import record_calls
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from adapters.aws_calls import record_calls
 from core.ports import NotFound
 from core.routing import consumers
 from schemas.events import Envelope
@@ -62,7 +61,11 @@ class S3Store:
                 self.s3.put_object(Bucket=self.bucket, Key=key, Body=data)
             return True
         except ClientError as exc:
-            if if_absent and exc.response["Error"]["Code"] in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
+            if if_absent and exc.response["Error"]["Code"] in (
+                "PreconditionFailed",
+                "412",
+                "ConditionalRequestConflict",
+            ):
                 return False
             raise
 
@@ -86,7 +89,12 @@ class S3Store:
 
 def eventbridge_entry(envelope: Envelope, bus_name: str) -> dict:
     """One `PutEvents` entry: detail-type = event type, detail = the versioned envelope."""
-    return {"Source": EVENTBRIDGE_SOURCE, "DetailType": envelope.type, "Detail": envelope.to_json(), "EventBusName": bus_name}
+    return {
+        "Source": EVENTBRIDGE_SOURCE,
+        "DetailType": envelope.type,
+        "Detail": envelope.to_json(),
+        "EventBusName": bus_name,
+    }
 
 
 class EventBridgePublisher:
@@ -108,7 +116,11 @@ class EventBridgePublisher:
             batch = envelopes[start : start + 10]
             response = self.events.put_events(Entries=[eventbridge_entry(e, self.bus_name) for e in batch])
             if response.get("FailedEntryCount"):
-                failed = [(e.type, r.get("ErrorMessage")) for e, r in zip(batch, response["Entries"], strict=True) if r.get("ErrorCode")]
+                failed = [
+                    (e.type, r.get("ErrorMessage"))
+                    for e, r in zip(batch, response["Entries"], strict=True)
+                    if r.get("ErrorCode")
+                ]
                 raise RuntimeError(f"PutEvents failed for {failed}")
 
     def queue_url(self, name: str) -> str:
@@ -119,7 +131,13 @@ class EventBridgePublisher:
     def publish_at(self, envelope: Envelope, when: datetime) -> None:
         delay = int(min(SQS_MAX_DELAY_S, max(0, (when - datetime.now(UTC)).total_seconds() + 1)))
         body = json.dumps(
-            {"version": "0", "detail-type": envelope.type, "source": EVENTBRIDGE_SOURCE, "time": envelope.time.isoformat(), "detail": json.loads(envelope.to_json())}
+            {
+                "version": "0",
+                "detail-type": envelope.type,
+                "source": EVENTBRIDGE_SOURCE,
+                "time": envelope.time.isoformat(),
+                "detail": json.loads(envelope.to_json()),
+            }
         )
         for name in consumers(envelope):
             self.sqs.send_message(QueueUrl=self.queue_url(name), MessageBody=body, DelaySeconds=delay)

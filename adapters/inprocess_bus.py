@@ -65,7 +65,9 @@ class InProcessBus:
             try:
                 self.runners[name].handle(envelope)
             except Exception as exc:  # like SQS: retry, then dead-letter
-                log.exception("handler_failed", queue=name, event_type=envelope.type, run_id=envelope.run_id, receives=receives)
+                log.exception(
+                    "handler_failed", queue=name, event_type=envelope.type, run_id=envelope.run_id, receives=receives
+                )
                 if receives < self.max_receives:
                     self.queue.append((name, envelope, receives + 1))
                 else:
@@ -76,4 +78,3 @@ class InProcessBus:
         failure = dead_letter_failure(envelope, reason)
         if failure is not None:
             (self.on_dead_letter or self.publish)([failure])
-

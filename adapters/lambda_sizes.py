@@ -119,7 +119,9 @@ class LambdaSizes:
         self.functions = {hardware: name for hardware, name in functions.items() if name}
         unknown = set(self.functions) - set(ARCHITECTURES)
         if unknown:
-            raise ValueError(f"measuring functions for unknown hardware {sorted(unknown)}; known: {sorted(ARCHITECTURES)}")
+            raise ValueError(
+                f"measuring functions for unknown hardware {sorted(unknown)}; known: {sorted(ARCHITECTURES)}"
+            )
         self.bucket = bucket
         self.lam = lambda_client or client("lambda")
         self.invoker = invoke_client or lambda_client or _invoke_client()
@@ -137,7 +139,9 @@ class LambdaSizes:
     def measure(self, *, hardware: str, memory_mb: int, request: dict, staged_keys: list[str]) -> dict:
         function = self.functions[hardware]
         size = FunctionSize(memory_mb, ephemeral_storage_mb(sum(self._object_bytes(key) for key in staged_keys)))
-        bound = log.bind(run_id=request.get("run_id"), combo_key=request.get("combo_key"), function=function, alias=size.alias)
+        bound = log.bind(
+            run_id=request.get("run_id"), combo_key=request.get("combo_key"), function=function, alias=size.alias
+        )
         alias = self.alias_for(function, size)
         bound.info("measuring_function_invoked", memory_mb=size.memory_mb, ephemeral_mb=size.ephemeral_mb)
         try:
@@ -181,14 +185,20 @@ class LambdaSizes:
             raise
         published = self.lam.get_function_configuration(FunctionName=function, Qualifier=version)
         latest = self.lam.get_function_configuration(FunctionName=function)
-        return published.get("State", "Active") == "Active" and _configured(published, size) and _same_deployment(published, latest)
+        return (
+            published.get("State", "Active") == "Active"
+            and _configured(published, size)
+            and _same_deployment(published, latest)
+        )
 
     def _publish(self, function: str, size: FunctionSize, attempts: int = 3) -> str:
         """Configure `$LATEST` with `size`, publish it, and the version (read back: exactly `size`)."""
         for _ in range(attempts):
             try:
                 self.lam.update_function_configuration(
-                    FunctionName=function, MemorySize=size.memory_mb, EphemeralStorage={"Size": size.ephemeral_mb},
+                    FunctionName=function,
+                    MemorySize=size.memory_mb,
+                    EphemeralStorage={"Size": size.ephemeral_mb},
                 )
             except ClientError as error:
                 if _code(error) == "InvalidParameterValueException":
@@ -207,7 +217,9 @@ class LambdaSizes:
             try:
                 # only if $LATEST is still the revision we read (AWS always has one; moto does not)
                 revision = {"RevisionId": latest["RevisionId"]} if latest.get("RevisionId") else {}
-                version = self.lam.publish_version(FunctionName=function, Description=f"ayci {size.alias}", **revision)["Version"]
+                version = self.lam.publish_version(FunctionName=function, Description=f"ayci {size.alias}", **revision)[
+                    "Version"
+                ]
             except ClientError as error:
                 if _code(error) in ("PreconditionFailedException", "ResourceConflictException"):
                     continue  # $LATEST changed after we read it: again
@@ -216,11 +228,15 @@ class LambdaSizes:
             if _configured(published, size):
                 log.info("measuring_version_published", function=function, version=version, alias=size.alias)
                 return version
-        raise LockBusy(f"{function}: could not publish a version with {size.memory_mb} MB ({attempts} attempts; is something else reconfiguring it?)")
+        raise LockBusy(
+            f"{function}: could not publish a version with {size.memory_mb} MB ({attempts} attempts; is something else reconfiguring it?)"
+        )
 
     def _point_alias(self, function: str, alias: str, version: str) -> None:
         try:
-            self.lam.create_alias(FunctionName=function, Name=alias, FunctionVersion=version, Description="ayci memory size")
+            self.lam.create_alias(
+                FunctionName=function, Name=alias, FunctionVersion=version, Description="ayci memory size"
+            )
         except ClientError as error:
             if _code(error) not in ("ResourceConflictException", "ConflictException"):
                 raise
@@ -328,11 +344,19 @@ class LambdaSizes:
             raise
 
     def _stamp_use(self, function: str, alias: str) -> None:
-        self.s3.put_object(Bucket=self.bucket, Key=keys.lambda_size_use(function, alias), Body=json.dumps({"last_used": self.clock()}).encode())
+        self.s3.put_object(
+            Bucket=self.bucket,
+            Key=keys.lambda_size_use(function, alias),
+            Body=json.dumps({"last_used": self.clock()}).encode(),
+        )
 
     def _last_used(self, function: str, alias: str) -> float | None:
         try:
-            return float(json.loads(self.s3.get_object(Bucket=self.bucket, Key=keys.lambda_size_use(function, alias))["Body"].read())["last_used"])
+            return float(
+                json.loads(
+                    self.s3.get_object(Bucket=self.bucket, Key=keys.lambda_size_use(function, alias))["Body"].read()
+                )["last_used"]
+            )
         except ClientError as error:
             if _code(error) in ("NoSuchKey", "404"):
                 return None  # never stamped (made by hand, or its stamp is gone): idle
@@ -361,12 +385,16 @@ def answer_of(response: dict, size: FunctionSize) -> dict:
         error = body if isinstance(body, dict) else {}
         kind, message = str(error.get("errorType", response["FunctionError"])), str(error.get("errorMessage", ""))
         if "OutOfMemory" in kind or "signal: killed" in message:
-            raise MeasurementRefused(f"out of memory at {size.memory_mb} MB (the measuring Lambda function was killed: {kind})")
+            raise MeasurementRefused(
+                f"out of memory at {size.memory_mb} MB (the measuring Lambda function was killed: {kind})"
+            )
         if "Timedout" in kind or "timed out" in message:
             raise MeasurementRefused(f"the measuring Lambda function timed out ({message.strip() or kind})")
         raise MeasurementRefused(f"the measuring Lambda function failed: {kind}: {message}".rstrip(": "))
     if not isinstance(body, dict):
-        raise MeasurementRefused(f"the measuring Lambda function answered something that is not a report: {str(body)[:200]}")
+        raise MeasurementRefused(
+            f"the measuring Lambda function answered something that is not a report: {str(body)[:200]}"
+        )
     if body.get("failed"):
         raise MeasurementRefused(str(body["failed"]))
     if not isinstance(body.get("report"), dict):
@@ -375,14 +403,17 @@ def answer_of(response: dict, size: FunctionSize) -> dict:
 
 
 def _configured(config: dict, size: FunctionSize) -> bool:
-    return config.get("MemorySize") == size.memory_mb and (config.get("EphemeralStorage") or {}).get("Size", LAMBDA_DEFAULT_EPHEMERAL_MB) == size.ephemeral_mb
+    return (
+        config.get("MemorySize") == size.memory_mb
+        and (config.get("EphemeralStorage") or {}).get("Size", LAMBDA_DEFAULT_EPHEMERAL_MB) == size.ephemeral_mb
+    )
 
 
 def _same_deployment(published: dict, latest: dict) -> bool:
     """A published version still runs what the stack deploys: same image, role, timeout and
     environment as `$LATEST` (a deploy changes `$LATEST`; old versions keep the old)."""
     fields = ("CodeSha256", "Role", "Timeout", "Architectures")
-    env = lambda config: (config.get("Environment") or {}).get("Variables") or {}  # noqa: E731
+    env = lambda config: (config.get("Environment") or {}).get("Variables") or {}
     return all(published.get(f) == latest.get(f) for f in fields) and env(published) == env(latest)
 
 

@@ -27,8 +27,8 @@ from adapters.aws import envelope_from_sqs_body
 from adapters.aws_calls import record_calls
 from core.ports import ObjectStore
 from core.runtime import LoggedPublisher, ServiceRunner, dead_letter_failure
-from schemas.events import Envelope, SchemaError
 from schemas import keys
+from schemas.events import Envelope, SchemaError
 
 log = structlog.get_logger()
 
@@ -50,8 +50,14 @@ class QueueWorker:
     async def run(self) -> None:
         async with get_session().create_client("sqs") as sqs:
             record_calls(sqs)
-            urls = {name: (await sqs.get_queue_url(QueueName=f"{self.queue_prefix}-{name}"))["QueueUrl"] for name in self.queue_names}
-            dlqs = {name: (await sqs.get_queue_url(QueueName=f"{self.queue_prefix}-{name}-dlq"))["QueueUrl"] for name in self.queue_names}
+            urls = {
+                name: (await sqs.get_queue_url(QueueName=f"{self.queue_prefix}-{name}"))["QueueUrl"]
+                for name in self.queue_names
+            }
+            dlqs = {
+                name: (await sqs.get_queue_url(QueueName=f"{self.queue_prefix}-{name}-dlq"))["QueueUrl"]
+                for name in self.queue_names
+            }
             log.info("worker_started", service=self.service, queues=self.queue_names)
             wait = self.wait_s if len(urls) == 1 else 1
             while not self.stopping.is_set():
@@ -59,8 +65,11 @@ class QueueWorker:
                     if self.stopping.is_set():
                         break
                     response = await sqs.receive_message(
-                        QueueUrl=url, MaxNumberOfMessages=self.batch_size, WaitTimeSeconds=wait,
-                        VisibilityTimeout=self.visibility_s, AttributeNames=["ApproximateReceiveCount"],
+                        QueueUrl=url,
+                        MaxNumberOfMessages=self.batch_size,
+                        WaitTimeSeconds=wait,
+                        VisibilityTimeout=self.visibility_s,
+                        AttributeNames=["ApproximateReceiveCount"],
                     )
                     messages = response.get("Messages", [])
                     if messages:
@@ -82,7 +91,9 @@ class QueueWorker:
             await asyncio.sleep(self.visibility_s / 3)
             for handle in list(pending):
                 try:
-                    await sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=self.visibility_s)
+                    await sqs.change_message_visibility(
+                        QueueUrl=url, ReceiptHandle=handle, VisibilityTimeout=self.visibility_s
+                    )
                 except Exception as exc:  # the message may be gone already
                     log.warning("heartbeat_failed", service=self.service, error=str(exc))
 
@@ -93,22 +104,33 @@ class QueueWorker:
         except SchemaError as exc:
             log.error("poison_message", service=self.service, reason=str(exc), message_id=message["MessageId"])
             await sqs.send_message(
-                QueueUrl=dlq_url, MessageBody=message["Body"],
+                QueueUrl=dlq_url,
+                MessageBody=message["Body"],
                 MessageAttributes={"reason": {"DataType": "String", "StringValue": str(exc)[:1000]}},
             )
             await sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
             return
-        bound = log.bind(service=self.service, run_id=envelope.run_id, event_id=envelope.event_id, event_type=envelope.type, receives=receives)
+        bound = log.bind(
+            service=self.service,
+            run_id=envelope.run_id,
+            event_id=envelope.event_id,
+            event_type=envelope.type,
+            receives=receives,
+        )
         try:
             await asyncio.to_thread(self.runner.handle, envelope)
         except Exception as exc:
             bound.exception("handler_failed")
             reason = f"{type(exc).__name__}: {exc}"[:1000]
             await asyncio.to_thread(
-                self.runner.store.put_bytes, keys.failure(self.service, envelope.event_id), json.dumps({"reason": reason, "receives": receives}).encode()
+                self.runner.store.put_bytes,
+                keys.failure(self.service, envelope.event_id),
+                json.dumps({"reason": reason, "receives": receives}).encode(),
             )
             # retry soon rather than after the full visibility timeout
-            await sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=min(2 * receives, 30))
+            await sqs.change_message_visibility(
+                QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=min(2 * receives, 30)
+            )
             return
         await sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
 
@@ -128,14 +150,21 @@ class DeadLetterWatcher:
     async def run(self) -> None:
         async with get_session().create_client("sqs") as sqs:
             record_calls(sqs)
-            urls = {name: (await sqs.get_queue_url(QueueName=f"{self.queue_prefix}-{name}-dlq"))["QueueUrl"] for name in self.queue_names}
+            urls = {
+                name: (await sqs.get_queue_url(QueueName=f"{self.queue_prefix}-{name}-dlq"))["QueueUrl"]
+                for name in self.queue_names
+            }
             while not self.stopping.is_set():
                 for name, url in urls.items():
-                    response = await sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1, MessageAttributeNames=["All"])
+                    response = await sqs.receive_message(
+                        QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1, MessageAttributeNames=["All"]
+                    )
                     for message in response.get("Messages", []):
                         try:
                             await asyncio.to_thread(self.report, name, message)
-                        except Exception:  # a dead letter that cannot be reported stays for the next pass; the watcher goes on
+                        except (
+                            Exception
+                        ):  # a dead letter that cannot be reported stays for the next pass; the watcher goes on
                             log.exception("dead_letter_report_failed", queue=name, message_id=message.get("MessageId"))
                             continue
                         await sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
@@ -145,7 +174,9 @@ class DeadLetterWatcher:
         report_dead_letter(self.store, self.publisher, queue, message["Body"], message["MessageId"], reason)
 
 
-def report_dead_letter(store: ObjectStore, publisher, queue: str, body: str, message_id: str, reason: str | None) -> None:
+def report_dead_letter(
+    store: ObjectStore, publisher, queue: str, body: str, message_id: str, reason: str | None
+) -> None:
     """Keep what reached `queue`'s DLQ at `dead-letters/{queue}/{message id}.json` and publish
     what ends the work it stood for (`dead_letter_failure`). Used by the worker processes'
     `DeadLetterWatcher` and by the dead-letter Lambda function."""
@@ -164,7 +195,13 @@ def report_dead_letter(store: ObjectStore, publisher, queue: str, body: str, mes
         if_absent=True,
     )
     failure = dead_letter_failure(envelope, reason) if envelope is not None else None
-    log.error("dead_letter", queue=queue, reason=reason, run_id=envelope.run_id if envelope else None, reported=failure is not None)
+    log.error(
+        "dead_letter",
+        queue=queue,
+        reason=reason,
+        run_id=envelope.run_id if envelope else None,
+        reported=failure is not None,
+    )
     if failure is not None:
         publisher.publish([failure])
 

@@ -84,8 +84,10 @@ class S3PresignedUploader:
 
     def offer(self, owner: str, sha256: str, size_bytes: int) -> UploadOffer:
         post = self.s3.generate_presigned_post(
-            Bucket=self.bucket, Key=self._key(owner, sha256),
-            Conditions=[["content-length-range", size_bytes, size_bytes]], ExpiresIn=self.expires_s,
+            Bucket=self.bucket,
+            Key=self._key(owner, sha256),
+            Conditions=[["content-length-range", size_bytes, size_bytes]],
+            ExpiresIn=self.expires_s,
         )
         return UploadOffer(method="POST", url=post["url"], fields=post["fields"], max_bytes=size_bytes)
 

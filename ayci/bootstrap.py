@@ -11,10 +11,10 @@ from dataclasses import dataclass, replace
 
 from adapters.inprocess_bus import InProcessBus
 from adapters.local_store import LocalFolderStore
+from ayci.settings import Settings
 from core.ports import Mailer, ObjectStore
 from core.runtime import LoggedPublisher, Service, ServiceRunner
 from core.topology import SERVICES
-from ayci.settings import Settings
 from services.archiver import handlers as archiver
 from services.converter import handlers as converter
 from services.dedup import handlers as dedup
@@ -25,22 +25,36 @@ from services.notifier import handlers as notifier
 QUEUES: dict[str, tuple[str, ...]] = {spec.name: spec.queues for spec in SERVICES}
 
 
-def build_service(name: str, store: ObjectStore, settings: Settings, mailer: Mailer | None = None, now=None, parts: dict | None = None) -> Service:
+def build_service(
+    name: str, store: ObjectStore, settings: Settings, mailer: Mailer | None = None, now=None, parts: dict | None = None
+) -> Service:
     """One service with its handlers and the deps they need. `parts` replaces deps by name
     (tests pass fakes: `{"inference": {"measure": fake}}`)."""
     if name == "dedup":
         deps = dedup.DedupDeps(store=store, target_cpu=settings.target_cpu)
     elif name == "converter":
-        deps = converter.ConverterDeps(store=store, reference_timeout_s=settings.reference_timeout_s, reference_memory_mb=settings.reference_memory_mb)
+        deps = converter.ConverterDeps(
+            store=store,
+            reference_timeout_s=settings.reference_timeout_s,
+            reference_memory_mb=settings.reference_memory_mb,
+        )
     elif name == "inference":
-        deps = inference.InferenceDeps(store=store, time_cap_s=settings.measure_time_cap_s, min_iterations=settings.measure_min_iterations)
+        deps = inference.InferenceDeps(
+            store=store, time_cap_s=settings.measure_time_cap_s, min_iterations=settings.measure_min_iterations
+        )
     elif name == "archiver":
         deps = archiver.ArchiverDeps(store=store, target_cpu=settings.target_cpu, **({"now": now} if now else {}))
     elif name == "notifier":
         deps = notifier.NotifierDeps(store=store, mailer=mailer, results_url=settings.results_url)
     else:
         raise ValueError(f"unknown service {name!r}")
-    handlers = {"dedup": dedup, "converter": converter, "inference": inference, "archiver": archiver, "notifier": notifier}[name].HANDLERS
+    handlers = {
+        "dedup": dedup,
+        "converter": converter,
+        "inference": inference,
+        "archiver": archiver,
+        "notifier": notifier,
+    }[name].HANDLERS
     return Service(name, handlers, replace(deps, **(parts or {}).get(name, {})))
 
 
@@ -52,7 +66,9 @@ class EmbeddedApp:
     runners: dict[str, ServiceRunner]
 
 
-def embedded(settings: Settings, mailer: Mailer | None = None, *, store: ObjectStore | None = None, parts: dict | None = None) -> EmbeddedApp:
+def embedded(
+    settings: Settings, mailer: Mailer | None = None, *, store: ObjectStore | None = None, parts: dict | None = None
+) -> EmbeddedApp:
     """Every service in this process on the in-process bus. Its real parts can be replaced:
     `store` (e.g. `adapters.memory_store.MemoryStore`), `mailer`, and any service dep by
     `parts` (the converter's `convert` and `compute_reference`, inference's `measure` and
@@ -82,7 +98,12 @@ def aws(settings: Settings) -> AwsWiring:
     from adapters.aws import EventBridgePublisher, S3Store
 
     store = S3Store(settings.bucket)
-    return AwsWiring(store=store, publisher=LoggedPublisher(store, EventBridgePublisher(settings.bus_name, settings.queue_prefix, copies=settings.publish_copies)))
+    return AwsWiring(
+        store=store,
+        publisher=LoggedPublisher(
+            store, EventBridgePublisher(settings.bus_name, settings.queue_prefix, copies=settings.publish_copies)
+        ),
+    )
 
 
 def aws_runner(name: str, settings: Settings, wiring: AwsWiring | None = None) -> ServiceRunner:
@@ -94,7 +115,9 @@ def aws_runner(name: str, settings: Settings, wiring: AwsWiring | None = None) -
 
         mailer = SesMailer(settings.sender_email)
     parts = {"inference": {"functions": measuring_functions(settings)}} if name == "inference" else None
-    return ServiceRunner(build_service(name, wiring.store, settings, mailer, parts=parts), wiring.store, wiring.publisher)
+    return ServiceRunner(
+        build_service(name, wiring.store, settings, mailer, parts=parts), wiring.store, wiring.publisher
+    )
 
 
 def measuring_functions(settings: Settings):

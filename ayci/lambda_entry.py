@@ -7,8 +7,8 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from adapters.aws import envelope_from_sqs_body
-from core.logs import configure_logging
 from ayci.settings import Settings
+from core.logs import configure_logging
 
 
 def make_handler(service: str):
@@ -26,7 +26,9 @@ def make_handler(service: str):
         runner.handle(envelope_from_sqs_body(record.body))
 
     def handler(event: dict, context) -> dict:
-        return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
+        return process_partial_response(
+            event=event, record_handler=record_handler, processor=processor, context=context
+        )
 
     return handler
 
@@ -53,7 +55,9 @@ def make_dead_letter_handler():
         report_dead_letter(wiring.store, wiring.publisher, queue, record.body, record.message_id, reason)
 
     def handler(event: dict, context) -> dict:
-        return process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
+        return process_partial_response(
+            event=event, record_handler=record_handler, processor=processor, context=context
+        )
 
     return handler
 

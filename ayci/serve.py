@@ -13,10 +13,10 @@ import secrets
 from dataclasses import dataclass
 
 from adapters.background_bus import BackgroundBus
-from ayci.bootstrap import EmbeddedApp, embedded
-from core.runtime import LoggedPublisher
-from ayci.settings import Settings
 from adapters.uploads import LocalUploader, S3PresignedUploader
+from ayci.bootstrap import EmbeddedApp, embedded
+from ayci.settings import Settings
+from core.runtime import LoggedPublisher
 from services.request.app import RequestDeps, RequestLimits, create_app, parse_api_keys
 
 
@@ -33,9 +33,12 @@ def api_keys_or_new(settings: Settings) -> tuple[dict[str, str], str | None]:
 def request_limits(settings: Settings) -> RequestLimits:
     """The request service's limits and links, from the settings."""
     return RequestLimits(
-        max_body_bytes=settings.max_body_bytes, max_model_bytes=settings.max_model_bytes,
-        max_combinations=settings.max_combinations, results_url=settings.results_url,
-        max_runs_in_flight=settings.max_runs_in_flight, max_combinations_per_day=settings.max_combinations_per_day,
+        max_body_bytes=settings.max_body_bytes,
+        max_model_bytes=settings.max_model_bytes,
+        max_combinations=settings.max_combinations,
+        results_url=settings.results_url,
+        max_runs_in_flight=settings.max_runs_in_flight,
+        max_combinations_per_day=settings.max_combinations_per_day,
         email_allowed=tuple(e.strip() for e in settings.email_allowed.split(",") if e.strip()),
     )
 
@@ -66,8 +69,11 @@ def embedded_server(settings: Settings) -> EmbeddedServer:
     driver = BackgroundBus(services.bus).start()
     keys, new_key = api_keys_or_new(settings)
     deps = RequestDeps(
-        store=services.store, publisher=LoggedPublisher(services.store, driver), api_keys=keys,
-        uploader=LocalUploader(settings.data_dir.parent / "uploads"), limits=request_limits(settings),
+        store=services.store,
+        publisher=LoggedPublisher(services.store, driver),
+        api_keys=keys,
+        uploader=LocalUploader(settings.data_dir.parent / "uploads"),
+        limits=request_limits(settings),
     )
     return EmbeddedServer(app=create_app(deps), services=services, driver=driver, new_key=new_key)
 
@@ -80,8 +86,11 @@ def aws_request_deps(settings: Settings) -> RequestDeps:
     if not keys:
         raise ValueError("AYCI_API_KEYS is empty: the request service needs at least one KEY:OWNER")
     return RequestDeps(
-        store=wiring.store, publisher=wiring.publisher, api_keys=keys,
-        uploader=S3PresignedUploader(settings.bucket), limits=request_limits(settings),
+        store=wiring.store,
+        publisher=wiring.publisher,
+        api_keys=keys,
+        uploader=S3PresignedUploader(settings.bucket),
+        limits=request_limits(settings),
     )
 
 
@@ -93,9 +102,16 @@ def serve_embedded(host: str, port: int, data_dir: str | None = None) -> int:
     from rich.console import Console
 
     url = f"http://{host}:{port}"
-    settings = Settings(**({"data_dir": data_dir} if data_dir else {}), **({} if "AYCI_RESULTS_URL" in os.environ else {"results_url": url}))
+    settings = Settings(
+        **({"data_dir": data_dir} if data_dir else {}),
+        **({} if "AYCI_RESULTS_URL" in os.environ else {"results_url": url}),
+    )
     server = embedded_server(settings)
-    hint = f"/#key={server.new_key}   (a new API key for owner 'local'; set AYCI_API_KEYS=KEY:OWNER to keep one)" if server.new_key else "/"
+    hint = (
+        f"/#key={server.new_key}   (a new API key for owner 'local'; set AYCI_API_KEYS=KEY:OWNER to keep one)"
+        if server.new_key
+        else "/"
+    )
     Console(stderr=True).print(f"AYCI serving {url}{hint}", highlight=False, soft_wrap=True)
     try:
         uvicorn.run(server.app, host=host, port=port, log_level="warning")

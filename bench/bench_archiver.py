@@ -18,12 +18,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from adapters.memory_store import MemoryStore  # noqa: E402
-from schemas import keys  # noqa: E402
-from schemas.combos import Combo, Matrix, ModelRef, combo_key  # noqa: E402
-from schemas.events import Envelope, InferenceDone, RequestSubmitted, RunPlanned  # noqa: E402
-from services.archiver.handlers import ArchiverDeps, on_inference_done, on_run_planned  # noqa: E402
-from tests.conftest import measured_result  # noqa: E402
+from adapters.memory_store import MemoryStore
+from schemas import keys
+from schemas.combos import Combo, Matrix, ModelRef, combo_key
+from schemas.events import Envelope, InferenceDone, RequestSubmitted, RunPlanned
+from services.archiver.handlers import ArchiverDeps, on_inference_done, on_run_planned
+from tests.conftest import measured_result
 
 MODEL = ModelRef(sha256="ab" * 32, size_bytes=1000, format="pt2", workload="image_classification", input_size=[32, 32])
 MEMORY = [128 * i for i in range(1, 81)]
@@ -46,11 +46,15 @@ def run(n: int, order: str) -> tuple[list[int], int]:
     store = MemoryStore()
     deps = ArchiverDeps(store)
     combos = plan_of(n)
-    request = RequestSubmitted(model=MODEL, matrix=Matrix(optimizers={"intel": ["base"]}, batch_sizes=[1], memory_sizes_mb=[1769]))
+    request = RequestSubmitted(
+        model=MODEL, matrix=Matrix(optimizers={"intel": ["base"]}, batch_sizes=[1], memory_sizes_mb=[1769])
+    )
     plan = RunPlanned(model=MODEL, combos=combos, deadline=datetime.now(UTC) + timedelta(hours=1), request=request)
     arrivals = []
     for key, combo in combos.items():
-        store.objects[keys.result(key)] = json.dumps({**measured_result(combo.label, p99=2.0, cost=0.1), "combo_key": key, "cost": None}).encode()
+        store.objects[keys.result(key)] = json.dumps(
+            {**measured_result(combo.label, p99=2.0, cost=0.1), "combo_key": key, "cost": None}
+        ).encode()
         done = InferenceDone(combo=combo, combo_key=key, result_key=keys.result(key), p50_ms=1.0, p99_ms=2.0)
         arrivals.append(Envelope.wrap(done, run_id="r", producer="inference"))
     if order == "random":

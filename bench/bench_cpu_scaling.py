@@ -22,10 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from resnet_artifact import resnet18_onnx  # noqa: E402
+from resnet_artifact import resnet18_onnx
 
-from services.inference.confinement import unavailable_reason  # noqa: E402
-from services.inference.launcher import MeasureSpec, measure  # noqa: E402
+from measuring.confinement import unavailable_reason
+from measuring.launcher import MeasureSpec, measure
 
 CASES = [(885, None), (1769, None), (3538, None), (885, 2)]  # (memory MB, threads; None = the vCPUs')
 
@@ -41,8 +41,13 @@ def main() -> None:
     rows = {}
     for round_, (memory, threads) in ((r, case) for r in range(args.rounds) for case in CASES):
         spec = MeasureSpec(
-            optimizer="onnx", workload="image_classification", artifact_path=artifact.onnx_path,
-            reference_path=artifact.reference_path, memory_mb=memory, time_cap_s=args.time_cap, threads_override=threads,
+            optimizer="onnx",
+            workload="image_classification",
+            artifact_path=artifact.onnx_path,
+            reference_path=artifact.reference_path,
+            memory_mb=memory,
+            time_cap_s=args.time_cap,
+            threads_override=threads,
             tune=False,  # the threads under test, not the tuned ones
         )
         report = measure(spec)
@@ -62,7 +67,9 @@ def main() -> None:
     for (memory, threads), report in rows.items():
         lat, load = report["latency_ms"], report["load"]
         # the machine could not give this share: other work held cores the quota needed
-        starved[(memory, threads)] = load["other_busy_cores"] + min(report["vcpus"], load["host_cores"]) > load["host_cores"] + 0.25
+        starved[(memory, threads)] = (
+            load["other_busy_cores"] + min(report["vcpus"], load["host_cores"]) > load["host_cores"] + 0.25
+        )
         print(
             f"  {memory:>5} MB {report['threads']} thread(s): p50 {lat['p50']:7.2f} ms  mean {lat['mean']:7.2f} ms  p99 {lat['p99']:7.2f} ms  "
             f"other work {load['other_busy_cores']:.2f} cores{'  STARVED: the machine had no room for this share' if starved[(memory, threads)] else ''}"
@@ -75,30 +82,53 @@ def main() -> None:
     squeeze = p99[(885, 2)] / p99[(885, None)]
     mean_half_to_one = mean[(885, None)] / mean[(1769, None)]
     mean_one_to_two = mean[(1769, None)] / mean[(3538, None)]
-    print(json.dumps({
-        "p50_885_over_1769": round(half_to_one, 2), "p50_1769_over_3538": round(one_to_two, 2),
-        "mean_885_over_1769": round(mean_half_to_one, 2), "mean_1769_over_3538": round(mean_one_to_two, 2),
-        "p99_885_2threads_over_1thread": round(squeeze, 2), "by_hand": {"p50_885_over_1769": 2.24, "p50_1769_over_3538": 1.9},
-        "starved": [f"{m} MB" for (m, t), s in starved.items() if s and t is None],
-    }))
+    print(
+        json.dumps(
+            {
+                "p50_885_over_1769": round(half_to_one, 2),
+                "p50_1769_over_3538": round(one_to_two, 2),
+                "mean_885_over_1769": round(mean_half_to_one, 2),
+                "mean_1769_over_3538": round(mean_one_to_two, 2),
+                "p99_885_2threads_over_1thread": round(squeeze, 2),
+                "by_hand": {"p50_885_over_1769": 2.24, "p50_1769_over_3538": 1.9},
+                "starved": [f"{m} MB" for (m, t), s in starved.items() if s and t is None],
+            }
+        )
+    )
     # Judged on the mean: under a CFS quota the latency is bimodal (an inference that fits in
     # what is left of the period's quota runs at full speed, the next waits for the next
     # period), so where the p50 falls depends on how long one inference is against the 100 ms
     # period; the mean is the share of CPU actually given, and what a request is billed.
     checks = [
-        ("mean 885/1769 MB", mean_half_to_one, 2.24, 1.5 <= mean_half_to_one <= 3.0, starved[(885, None)] or starved[(1769, None)]),
-        ("mean 1769/3538 MB", mean_one_to_two, 1.90, 1.3 <= mean_one_to_two <= 2.5, starved[(1769, None)] or starved[(3538, None)]),
+        (
+            "mean 885/1769 MB",
+            mean_half_to_one,
+            2.24,
+            1.5 <= mean_half_to_one <= 3.0,
+            starved[(885, None)] or starved[(1769, None)],
+        ),
+        (
+            "mean 1769/3538 MB",
+            mean_one_to_two,
+            1.90,
+            1.3 <= mean_one_to_two <= 2.5,
+            starved[(1769, None)] or starved[(3538, None)],
+        ),
     ]
     parts, judged = [], []
     for name, value, by_hand, ok, not_judgeable in checks:
-        parts.append(f"{name} = {value:.2f} (by hand {by_hand:.2f}){' [not judgeable: starved by other work]' if not_judgeable else ''}")
+        parts.append(
+            f"{name} = {value:.2f} (by hand {by_hand:.2f}){' [not judgeable: starved by other work]' if not_judgeable else ''}"
+        )
         if not not_judgeable:
             judged.append(ok)
     parts.append(f"p99 of 2 threads / 1 thread at 885 MB = {squeeze:.2f} (by hand: worse)")
     judged.append(squeeze > 1.0)
     shape = "the same shape" if all(judged) else "NOT the same shape"
     parts.insert(2, f"(p50 {half_to_one:.2f} and {one_to_two:.2f})")
-    print(f"verdict: {', '.join(parts)}: {shape}{' where the machine had room to judge' if len(judged) < len(checks) + 1 else ''}")
+    print(
+        f"verdict: {', '.join(parts)}: {shape}{' where the machine had room to judge' if len(judged) < len(checks) + 1 else ''}"
+    )
 
 
 if __name__ == "__main__":

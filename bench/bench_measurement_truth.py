@@ -4,7 +4,7 @@ the same p50?
 
 For the example ResNet-18 (224x224) and the NLP example (sequence 128), batch 1, each engine
 (torch `base`, ONNX Runtime `onnx`, TVM `tvm`, untuned unless --trials) at each memory size,
-alternately: the pipeline's measurement (`services.inference.launcher.measure`: its own
+alternately: the pipeline's measurement (`measuring.launcher.measure`: its own
 process, confined, warm-up, convergence rule) and an independent loop written without AYCI's
 code (a separate process in a cgroup of the same limits that loads the same file with the
 engine's own API and times N calls with `time.perf_counter`). Both hold the machine's
@@ -31,15 +31,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import engines
 from adapters.local_store import LocalFolderStore  # noqa: E402
 from core import measurement_lock  # noqa: E402
-from engines import ConversionJob, engine_module  # noqa: E402
+from engines import ConversionJob  # noqa: E402
 from engines.targets import target_cpu  # noqa: E402
+from measuring.confinement import Limits, MeasurementGroup, unavailable_reason  # noqa: E402
+from measuring.launcher import MeasureSpec, measure  # noqa: E402
+from measuring.machine_load import LoadSample, load_report  # noqa: E402
 from schemas.combos import Hardware, Optimizer  # noqa: E402
 from services.converter.handlers import ensure_reference  # noqa: E402
-from services.inference.confinement import Limits, MeasurementGroup, unavailable_reason  # noqa: E402
-from services.inference.launcher import MeasureSpec, measure  # noqa: E402
-from services.inference.machine_load import LoadSample, load_report  # noqa: E402
 from services.request.submission import store_model  # noqa: E402
 
 # the independent loops: each loads the artifact with the engine's own API, nothing of AYCI's
@@ -111,15 +112,26 @@ def artifacts(name: str, optimizers: list[str], trials: int, cache: Path = ROOT 
         if not done.exists():
             print(f"converting {name} for {optimizer} ...", file=sys.stderr, flush=True)
             folder.mkdir(exist_ok=True)
-            conversion = engine_module(optimizer).convert(ConversionJob(
-                model=model, model_path=model_path, hardware=Hardware.intel, batch_size=1, out_dir=folder,
-                target_cpu=target_cpu(Hardware.intel, Optimizer(optimizer)), tuning_trials=trials, tuning_dir=folder / "tuning"))
+            conversion = engines.module(optimizer).convert(
+                ConversionJob(
+                    model=model,
+                    model_path=model_path,
+                    hardware=Hardware.intel,
+                    batch_size=1,
+                    out_dir=folder,
+                    target_cpu=target_cpu(Hardware.intel, Optimizer(optimizer)),
+                    tuning_trials=trials,
+                    tuning_dir=folder / "tuning",
+                )
+            )
             done.write_text(json.dumps({"artifact": conversion.artifact_file}))
         out[optimizer] = folder / json.loads(done.read_text())["artifact"]
     return out
 
 
-def plain_loop(optimizer: str, path: Path, reference: Path, memory_mb: int, threads: int, iterations: int) -> tuple[float, float, dict]:
+def plain_loop(
+    optimizer: str, path: Path, reference: Path, memory_mb: int, threads: int, iterations: int
+) -> tuple[float, float, dict]:
     """p50, p99 (ms) of the independent loop, and the machine's load while it ran."""
     code = LOOP_HEAD + LOOPS[optimizer] + LOOP_TAIL
     command = [sys.executable, "-c", code, str(path), str(reference), str(threads), str(iterations)]
@@ -134,7 +146,11 @@ def plain_loop(optimizer: str, path: Path, reference: Path, memory_mb: int, thre
         after, used = LoadSample.now(), resource.getrusage(resource.RUSAGE_CHILDREN)
     own_cpu_s = used.ru_utime + used.ru_stime - usage.ru_utime - usage.ru_stime
     p50, p99 = map(float, done.stdout.split()[-2:])
-    return p50, p99, load_report(before, after, own_cpu_s, needed_cores=Limits.for_memory(memory_mb).vcpus if group else threads)
+    return (
+        p50,
+        p99,
+        load_report(before, after, own_cpu_s, needed_cores=Limits.for_memory(memory_mb).vcpus if group else threads),
+    )
 
 
 def main() -> None:
@@ -159,40 +175,70 @@ def main() -> None:
                 pairs, disturbed_pairs = [], []
                 for round_ in range(args.rounds):
                     for attempt in range(args.attempts):
-                        spec = MeasureSpec(optimizer=optimizer, workload=built["workload"], artifact_path=built[optimizer],
-                                           reference_path=built["reference"], memory_mb=memory, time_cap_s=args.time_cap,
-                                           tune=False)  # the plain loop runs the default session: so does the measurement
+                        spec = MeasureSpec(
+                            optimizer=optimizer,
+                            workload=built["workload"],
+                            artifact_path=built[optimizer],
+                            reference_path=built["reference"],
+                            memory_mb=memory,
+                            time_cap_s=args.time_cap,
+                            tune=False,
+                        )  # the plain loop runs the default session: so does the measurement
                         reported = measure(spec)
                         stats = reported["latency_ms"]
-                        p50, p99, loop_load = plain_loop(optimizer, built[optimizer], built["reference"], memory, spec.threads, stats["iterations"])
+                        p50, p99, loop_load = plain_loop(
+                            optimizer, built[optimizer], built["reference"], memory, spec.threads, stats["iterations"]
+                        )
                         pair = (stats["p50"] / p50, stats["p99"] / p99)
                         disturbed = reported["load"]["disturbed"] or loop_load["disturbed"]
-                        print(f"{name:8} {optimizer:4} {memory:>5} MB {round_ + 1}.{attempt + 1}: reported p50 {stats['p50']:7.2f} p99 {stats['p99']:7.2f} "
-                              f"({stats['iterations']} samples) | loop p50 {p50:7.2f} p99 {p99:7.2f} | ratios {pair[0]:.3f} {pair[1]:.3f}"
-                              f"{' DISTURBED' if disturbed else ''}", flush=True)
+                        print(
+                            f"{name:8} {optimizer:4} {memory:>5} MB {round_ + 1}.{attempt + 1}: reported p50 {stats['p50']:7.2f} p99 {stats['p99']:7.2f} "
+                            f"({stats['iterations']} samples) | loop p50 {p50:7.2f} p99 {p99:7.2f} | ratios {pair[0]:.3f} {pair[1]:.3f}"
+                            f"{' DISTURBED' if disturbed else ''}",
+                            flush=True,
+                        )
                         if not disturbed:
                             pairs.append(pair)
                             break
                         disturbed_pairs.append(pair)
                 used = pairs or disturbed_pairs
-                table.append({"model": name, "engine": optimizer, "memory_mb": memory, "disturbed": not pairs,
-                              "p50_ratio": statistics.median(p for p, _ in used), "p99_ratio": statistics.median(q for _, q in used)})
+                table.append(
+                    {
+                        "model": name,
+                        "engine": optimizer,
+                        "memory_mb": memory,
+                        "disturbed": not pairs,
+                        "p50_ratio": statistics.median(p for p, _ in used),
+                        "p99_ratio": statistics.median(q for _, q in used),
+                    }
+                )
     print()
     print(f"{'model':8} {'engine':6} {'MB':>5}  p50 ratio  p99 ratio")
     for row in table:
-        print(f"{row['model']:8} {row['engine']:6} {row['memory_mb']:>5}  {row['p50_ratio']:9.3f}  {row['p99_ratio']:9.3f}{'  (disturbed pairs only)' if row['disturbed'] else ''}")
+        print(
+            f"{row['model']:8} {row['engine']:6} {row['memory_mb']:>5}  {row['p50_ratio']:9.3f}  {row['p99_ratio']:9.3f}{'  (disturbed pairs only)' if row['disturbed'] else ''}"
+        )
     ok = all(0.9 <= row[k] <= 1.1 for row in table for k in ("p50_ratio", "p99_ratio"))
     print(f"verdict: every ratio {'within' if ok else 'NOT within'} 0.9-1.1")
     if args.repeat and "onnx" in engines:
         built = artifacts("resnet18", ["onnx"], args.trials)
         p50s = []
         for _ in range(args.repeat):
-            spec = MeasureSpec(optimizer="onnx", workload="image_classification", artifact_path=built["onnx"],
-                               reference_path=built["reference"], memory_mb=1769, time_cap_s=args.time_cap, tune=False)
+            spec = MeasureSpec(
+                optimizer="onnx",
+                workload="image_classification",
+                artifact_path=built["onnx"],
+                reference_path=built["reference"],
+                memory_mb=1769,
+                time_cap_s=args.time_cap,
+                tune=False,
+            )
             p50s.append(measure(spec)["latency_ms"]["p50"])
         cv = statistics.stdev(p50s) / statistics.mean(p50s)
-        print(f"repeatability: resnet18 onnx 1769 MB p50 over {args.repeat} measurements {[round(p, 2) for p in p50s]}: "
-              f"CV {100 * cv:.1f} % ({'within' if cv <= 0.05 else 'above'} the goal of 5 %)")
+        print(
+            f"repeatability: resnet18 onnx 1769 MB p50 over {args.repeat} measurements {[round(p, 2) for p in p50s]}: "
+            f"CV {100 * cv:.1f} % ({'within' if cv <= 0.05 else 'above'} the goal of 5 %)"
+        )
 
 
 if __name__ == "__main__":

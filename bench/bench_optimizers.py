@@ -2,7 +2,7 @@
 
 Models: the example ResNet-18 at batch 1 (224x224), the example BERT-style encoder at batch 1
 (sequence 128) and the example detector (320x320). ONNX Runtime runs twice: with the default
-session and with the settings AYCI's tuning pass picks (`services/inference/measure.tune`). For each: convert with `onnx` and `tvm` (MetaSchedule, `--trials` per model,
+session and with the settings AYCI's tuning pass picks (`measuring/measure.tune`). For each: convert with `onnx` and `tvm` (MetaSchedule, `--trials` per model,
 records stored under the work dir), convert `tvm` a second time from the stored records, then
 measure p50 latency of base (torch), onnx and tvm at the same thread count, each engine in its
 own child process (so one engine's idle spinning thread pool never slows another), in
@@ -50,8 +50,8 @@ import numpy as np
 sys.path.insert(0, sys.argv[1])
 engine, artifact, inputs_path, threads, iterations = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6])
 settings = json.loads(sys.argv[7]) if len(sys.argv) > 7 else None
-import importlib
-module = importlib.import_module(f"engines.{engine}_engine")
+import engines
+module = engines.module(engine)
 path = __import__("pathlib").Path(artifact)
 runner = module.load(path, threads, settings=settings) if settings else module.load(path, threads)
 saved = np.load(inputs_path)
@@ -74,7 +74,13 @@ def _load_average() -> float:
 def _model_ref(path: Path, workload: str, input_size: list[int]):
     from schemas.combos import ModelRef
 
-    return ModelRef(sha256=hashlib.sha256(path.read_bytes()).hexdigest(), size_bytes=path.stat().st_size, format="pt2", workload=workload, input_size=input_size)
+    return ModelRef(
+        sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+        size_bytes=path.stat().st_size,
+        format="pt2",
+        workload=workload,
+        input_size=input_size,
+    )
 
 
 def convert_all(name: str, workdir: Path, trials: int, time_limit_s: float | None) -> dict:
@@ -96,17 +102,36 @@ def convert_all(name: str, workdir: Path, trials: int, time_limit_s: float | Non
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
         return ConversionJob(
-            model=model, model_path=pt2, hardware="intel", batch_size=1, target_cpu=cpu, out_dir=out,
-            tuning_trials=trials_, tuning_dir=tuning, tuning_time_limit_s=time_limit_s,
+            model=model,
+            model_path=pt2,
+            hardware="intel",
+            batch_size=1,
+            target_cpu=cpu,
+            out_dir=out,
+            tuning_trials=trials_,
+            tuning_dir=tuning,
+            tuning_time_limit_s=time_limit_s,
             progress=lambda m: print(f"  [{name}] {m}", file=sys.stderr, flush=True),
         )
 
-    result: dict = {"workload": workload, "input_size": size, "pt2": str(pt2), "target_cpu": cpu, "tuning_dir": str(tuning_dir)}
+    result: dict = {
+        "workload": workload,
+        "input_size": size,
+        "pt2": str(pt2),
+        "target_cpu": cpu,
+        "tuning_dir": str(tuning_dir),
+    }
     started = time.perf_counter()
     onnx = onnx_engine.convert(job(model_dir / "onnx", 0, None))
-    result["onnx"] = {"artifact": str(model_dir / "onnx" / onnx.artifact_file), "conversion_s": time.perf_counter() - started}
+    result["onnx"] = {
+        "artifact": str(model_dir / "onnx" / onnx.artifact_file),
+        "conversion_s": time.perf_counter() - started,
+    }
     int8 = onnx_int8_engine.convert(job(model_dir / "onnx_int8", 0, None))
-    result["onnx_int8"] = {"artifact": str(model_dir / "onnx_int8" / int8.artifact_file), "conversion_s": int8.conversion_s}
+    result["onnx_int8"] = {
+        "artifact": str(model_dir / "onnx_int8" / int8.artifact_file),
+        "conversion_s": int8.conversion_s,
+    }
 
     load_before = _load_average()
     first = tvm_engine.convert(job(model_dir / "tvm", trials, tuning_dir))
@@ -151,11 +176,23 @@ def curve_artifacts(name: str, converted: dict, workdir: Path, checkpoints: list
         out = records.parent / "tvm"
         out.mkdir()
         print(f"  [{name}] compiling from the first {k} records", file=sys.stderr, flush=True)
-        conversion = tvm_engine.convert(ConversionJob(
-            model=model, model_path=Path(converted["pt2"]), hardware="intel", batch_size=1, target_cpu=converted["target_cpu"],
-            out_dir=out, tuning_trials=k, tuning_dir=records))
-        artifacts[k] = {"artifact": str(out / conversion.artifact_file), "variant": conversion.details.get("variant"),
-                        "variants_p50_ms": conversion.details.get("variants_p50_ms")}
+        conversion = tvm_engine.convert(
+            ConversionJob(
+                model=model,
+                model_path=Path(converted["pt2"]),
+                hardware="intel",
+                batch_size=1,
+                target_cpu=converted["target_cpu"],
+                out_dir=out,
+                tuning_trials=k,
+                tuning_dir=records,
+            )
+        )
+        artifacts[k] = {
+            "artifact": str(out / conversion.artifact_file),
+            "variant": conversion.details.get("variant"),
+            "variants_p50_ms": conversion.details.get("variants_p50_ms"),
+        }
     return artifacts
 
 
@@ -172,63 +209,139 @@ def measure(name: str, converted: dict, workdir: Path, threads_list: list[int], 
     inputs_path = workdir / name / "inputs.npz"
     np.savez(inputs_path, __names__=np.frombuffer(json.dumps(list(inputs)).encode(), dtype=np.uint8), **inputs)
 
-    artifacts = {"base": converted["pt2"], "onnx": converted["onnx"]["artifact"], "tvm": converted["tvm"]["artifact"],
-                 "onnx_int8": converted["onnx_int8"]["artifact"]}
+    artifacts = {
+        "base": converted["pt2"],
+        "onnx": converted["onnx"]["artifact"],
+        "tvm": converted["tvm"]["artifact"],
+        "onnx_int8": converted["onnx_int8"]["artifact"],
+    }
     most = max(threads_list)
     reference = base_engine.load(Path(artifacts["base"]), most)(inputs)
     agreement = {
         "onnx": module.agreement(reference, onnx_engine.load(Path(artifacts["onnx"]), most)(inputs)).as_dict(),
         "tvm": module.agreement(reference, tvm_engine.load(Path(artifacts["tvm"]), most)(inputs)).as_dict(),
-        "onnx_int8": module.agreement(reference, onnx_int8_engine.load(Path(artifacts["onnx_int8"]), most)(inputs)).as_dict(),
+        "onnx_int8": module.agreement(
+            reference, onnx_int8_engine.load(Path(artifacts["onnx_int8"]), most)(inputs)
+        ).as_dict(),
     }
-    tuned = {threads: tuned_settings(converted, inputs, reference, threads, workdir / name)["settings"] for threads in threads_list}
-    runs = {label: (engine, artifact, []) for label, (engine, artifact) in
-            {**{engine: (engine, artifact) for engine, artifact in artifacts.items()},
-             **{f"tvm@{k}": ("tvm", curve["artifact"]) for k, curve in converted.get("curve", {}).items()}}.items()}
-    samples: dict[tuple[str, int], list[float]] = {(label, threads): [] for label in [*runs, "onnx_tuned"] for threads in threads_list}
+    tuned = {
+        threads: tuned_settings(converted, inputs, reference, threads, workdir / name)["settings"]
+        for threads in threads_list
+    }
+    runs = {
+        label: (engine, artifact, [])
+        for label, (engine, artifact) in {
+            **{engine: (engine, artifact) for engine, artifact in artifacts.items()},
+            **{f"tvm@{k}": ("tvm", curve["artifact"]) for k, curve in converted.get("curve", {}).items()},
+        }.items()
+    }
+    samples: dict[tuple[str, int], list[float]] = {
+        (label, threads): [] for label in [*runs, "onnx_tuned"] for threads in threads_list
+    }
     loads = []
-    runs_of_a_round = [(threads, label, *spec) for threads in threads_list
-                       for label, spec in {**runs, "onnx_tuned": ("onnx", artifacts["onnx"], [json.dumps(tuned[threads])])}.items()]
+    runs_of_a_round = [
+        (threads, label, *spec)
+        for threads in threads_list
+        for label, spec in {**runs, "onnx_tuned": ("onnx", artifacts["onnx"], [json.dumps(tuned[threads])])}.items()
+    ]
     for round_index in range(rounds):
         # Each round in its own (seeded) order, so no engine always runs right after the same
         # one. In a fixed order the tuned ORT session, always last, timed 1.47x the default one at
         # 2 threads on the encoder, with the very same settings.
-        for threads, label, engine, artifact, extra in random.Random(round_index).sample(runs_of_a_round, len(runs_of_a_round)):
+        for threads, label, engine, artifact, extra in random.Random(round_index).sample(
+            runs_of_a_round, len(runs_of_a_round)
+        ):
             loads.append(_load_average())
             out = subprocess.run(
-                [sys.executable, "-c", CHILD, str(ROOT), engine, artifact, str(inputs_path), str(threads), str(iterations), *extra],
-                capture_output=True, text=True, check=True, env={**os.environ, "OMP_NUM_THREADS": str(threads)},
+                [
+                    sys.executable,
+                    "-c",
+                    CHILD,
+                    str(ROOT),
+                    engine,
+                    artifact,
+                    str(inputs_path),
+                    str(threads),
+                    str(iterations),
+                    *extra,
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+                env={**os.environ, "OMP_NUM_THREADS": str(threads)},
             )
             samples[(label, threads)].extend(json.loads(out.stdout.strip().splitlines()[-1]))
-    p50 = {threads: {label: float(np.percentile(samples[(label, t)], 50)) for (label, t) in samples if t == threads} for threads in threads_list}
-    return {"p50_ms": p50, "agreement": agreement, "onnx_tuned_settings": tuned,
-            "load_average": {"min": min(loads), "max": max(loads)}}
+    p50 = {
+        threads: {label: float(np.percentile(samples[(label, t)], 50)) for (label, t) in samples if t == threads}
+        for threads in threads_list
+    }
+    return {
+        "p50_ms": p50,
+        "agreement": agreement,
+        "onnx_tuned_settings": tuned,
+        "load_average": {"min": min(loads), "max": max(loads)},
+    }
 
 
 def tuned_settings(converted: dict, inputs: dict, reference: list, threads: int, folder: Path) -> dict:
-    """The session settings AYCI's tuning pass picks for this model (`services/inference/measure.tune`),
+    """The session settings AYCI's tuning pass picks for this model (`measuring/measure.tune`),
     run in a process of its own as a measurement would."""
     import numpy as np
 
     reference_path = folder / "reference.npz"
-    np.savez(reference_path, **{f"input:{k}": v for k, v in inputs.items()}, **{f"output:{i}": np.asarray(o) for i, o in enumerate(reference)})
+    np.savez(
+        reference_path,
+        **{f"input:{k}": v for k, v in inputs.items()},
+        **{f"output:{i}": np.asarray(o) for i, o in enumerate(reference)},
+    )
     spec_path = folder / "tune.json"
-    spec_path.write_text(json.dumps({"optimizer": "onnx", "workload": converted["workload"], "artifact_path": converted["onnx"]["artifact"],
-                                     "reference_path": str(reference_path), "threads": threads, "time_cap_s": 16, "mode": "tune"}))
-    out = subprocess.run([sys.executable, "-m", "services.inference.measure", str(spec_path), repr(time.time())], cwd=ROOT,
-                         capture_output=True, text=True, check=True, env={**os.environ, "OMP_NUM_THREADS": str(threads)})
+    spec_path.write_text(
+        json.dumps(
+            {
+                "optimizer": "onnx",
+                "workload": converted["workload"],
+                "artifact_path": converted["onnx"]["artifact"],
+                "reference_path": str(reference_path),
+                "threads": threads,
+                "time_cap_s": 16,
+                "mode": "tune",
+            }
+        )
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "measuring.measure", str(spec_path), repr(time.time())],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "OMP_NUM_THREADS": str(threads)},
+    )
     return json.loads(out.stdout.rsplit("@@RESULT@@", 1)[1])
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=200, help="TVM MetaSchedule trials per model")
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2],
-                        help="thread counts measured (1 = Lambda at 1,769 MB, 2 = at 3,538 MB)")
-    parser.add_argument("--curve", type=int, nargs="*", default=[],
-                        help="also measure TVM compiled from the first K tuning records (the trials-vs-latency curve)")
-    parser.add_argument("--time-limit", type=float, default=TUNING_TIME_LIMIT_S,
-                        help="TVM tuning stops at its trials or after this many seconds (AYCI's limit by default; 0 = none)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        nargs="+",
+        default=[1, 2],
+        help="thread counts measured (1 = Lambda at 1,769 MB, 2 = at 3,538 MB)",
+    )
+    parser.add_argument(
+        "--curve",
+        type=int,
+        nargs="*",
+        default=[],
+        help="also measure TVM compiled from the first K tuning records (the trials-vs-latency curve)",
+    )
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=TUNING_TIME_LIMIT_S,
+        help="TVM tuning stops at its trials or after this many seconds (AYCI's limit by default; 0 = none)",
+    )
     parser.add_argument("--iterations", type=int, default=50, help="timed runs per engine per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
@@ -245,9 +358,13 @@ def main() -> int:
         results["models"][name] = {**converted, **measured}
         (args.workdir / "results.json").write_text(json.dumps(results, indent=2, default=str))
 
-    print(f"\ntrials per model {args.trials}, {os.cpu_count()} CPUs; p50 ms, engines measured side by side in interleaved rounds")
-    header = (f"{'model':10} {'thr':>3} {'torch':>7} {'ort':>7} {'tuned':>7} {'tvm':>7} {'int8':>7} {'tuned/ort':>9} {'tvm/tuned':>9} {'tvm/best':>8} "
-              f"{'torch/tuned':>11} {'int8/tuned':>10} {'tvm tune s':>10} {'2nd conv s':>10} {'load':>9}")
+    print(
+        f"\ntrials per model {args.trials}, {os.cpu_count()} CPUs; p50 ms, engines measured side by side in interleaved rounds"
+    )
+    header = (
+        f"{'model':10} {'thr':>3} {'torch':>7} {'ort':>7} {'tuned':>7} {'tvm':>7} {'int8':>7} {'tuned/ort':>9} {'tvm/tuned':>9} {'tvm/best':>8} "
+        f"{'torch/tuned':>11} {'int8/tuned':>10} {'tvm tune s':>10} {'2nd conv s':>10} {'load':>9}"
+    )
     print(header)
     for name, r in results["models"].items():
         for threads in args.threads:
@@ -260,19 +377,31 @@ def main() -> int:
                 f"{r['load_average']['min']:4.1f}-{r['load_average']['max']:.1f}"
             )
         details = r["tvm"]["details"]
-        limited = f" (the {details.get('tuning_time_limit_s'):.0f} s limit ended the search)" if details.get("time_limit_reached") else ""
-        print(f"{'':10} tvm: {details.get('trials')} trials{limited}, {details.get('tasks')} tasks, build {details.get('variant')} "
-              f"(timed at conversion: {details.get('variants_p50_ms')}), {details.get('kernels_tuned')}/{details.get('kernels')} kernels tuned")
+        limited = (
+            f" (the {details.get('tuning_time_limit_s'):.0f} s limit ended the search)"
+            if details.get("time_limit_reached")
+            else ""
+        )
+        print(
+            f"{'':10} tvm: {details.get('trials')} trials{limited}, {details.get('tasks')} tasks, build {details.get('variant')} "
+            f"(timed at conversion: {details.get('variants_p50_ms')}), {details.get('kernels_tuned')}/{details.get('kernels')} kernels tuned"
+        )
         print(f"{'':10} tuned ORT settings {r['onnx_tuned_settings']}")
-        print(f"{'':10} agreement onnx {r['agreement']['onnx']}, tvm {r['agreement']['tvm']}, onnx_int8 {r['agreement']['onnx_int8']}")
+        print(
+            f"{'':10} agreement onnx {r['agreement']['onnx']}, tvm {r['agreement']['tvm']}, onnx_int8 {r['agreement']['onnx_int8']}"
+        )
         if r["curve"]:
             print(f"{'':10} trials-vs-latency (first K records of this search; tuning s pro rata):")
             for k in [*sorted(r["curve"]), details["trials"]]:
                 label = f"tvm@{k}" if k in r["curve"] else "tvm"
-                cells = "  ".join(f"{threads} thr {r['p50_ms'][threads][label]:7.2f} ms = {r['p50_ms'][threads][label] / r['p50_ms'][threads]['onnx_tuned']:5.2f}x tuned ORT"
-                                  for threads in args.threads)
+                cells = "  ".join(
+                    f"{threads} thr {r['p50_ms'][threads][label]:7.2f} ms = {r['p50_ms'][threads][label] / r['p50_ms'][threads]['onnx_tuned']:5.2f}x tuned ORT"
+                    for threads in args.threads
+                )
                 layout = r["curve"][k]["variant"] if k in r["curve"] else details.get("variant")
-                print(f"{'':12} K={k:5d} (~{r['tvm']['tuning_s'] * k / max(1, details['trials']):6.0f} s, {layout}): {cells}")
+                print(
+                    f"{'':12} K={k:5d} (~{r['tvm']['tuning_s'] * k / max(1, details['trials']):6.0f} s, {layout}): {cells}"
+                )
     return 0
 
 

@@ -24,15 +24,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from resnet_artifact import INPUT_SIZE, resnet18_onnx  # noqa: E402
+from resnet_artifact import INPUT_SIZE, resnet18_onnx
 
-from ayci.bootstrap import embedded  # noqa: E402
-from ayci.settings import Settings  # noqa: E402
-from schemas.combos import Matrix  # noqa: E402
-from schemas.events import RequestSubmitted  # noqa: E402
+from ayci.bootstrap import embedded
+from ayci.settings import Settings
 from schemas import keys
-  # noqa: E402
-from services.request.submission import new_run, store_model  # noqa: E402
+from schemas.combos import Matrix
+from schemas.events import RequestSubmitted
+from services.request.submission import new_run, store_model
 
 
 def main() -> None:
@@ -47,7 +46,11 @@ def main() -> None:
         converter_s = time_handler(app.runners["converter"].service, "ComboPending")
         started = time.perf_counter()
         model = store_model(app.store, model_path, "image_classification", INPUT_SIZE)
-        matrix = Matrix(optimizers={"intel": args.matrix.split(",")}, batch_sizes=[1], memory_sizes_mb=[int(m) for m in args.memory.split(",")])
+        matrix = Matrix(
+            optimizers={"intel": args.matrix.split(",")},
+            batch_sizes=[1],
+            memory_sizes_mb=[int(m) for m in args.memory.split(",")],
+        )
         envelope = new_run(RequestSubmitted(model=model, matrix=matrix))
         app.publisher.publish([envelope])
         app.bus.run_until_idle()
@@ -68,12 +71,21 @@ def main() -> None:
         )
     for f in summary["failures"]:
         print(f"  failed {f['label']}: {f['reason']}")
-    print(json.dumps({
-        "status": summary["status"], "wall_s": round(wall_s, 1), "measuring_s": round(measuring_s, 1),
-        "conversion_s": round(conversion_s, 1), "of_which_engine_s": round(engine_s, 1),
-        "waiting_for_other_measurements_s": round(lock_wait_s, 1), "overhead_s": round(overhead_s, 1),
-        "overhead_ratio": round(overhead_s / work_s, 3), "wall_over_work_with_waiting": round(wall_s / work_s, 3),
-    }))
+    print(
+        json.dumps(
+            {
+                "status": summary["status"],
+                "wall_s": round(wall_s, 1),
+                "measuring_s": round(measuring_s, 1),
+                "conversion_s": round(conversion_s, 1),
+                "of_which_engine_s": round(engine_s, 1),
+                "waiting_for_other_measurements_s": round(lock_wait_s, 1),
+                "overhead_s": round(overhead_s, 1),
+                "overhead_ratio": round(overhead_s / work_s, 3),
+                "wall_over_work_with_waiting": round(wall_s / work_s, 3),
+            }
+        )
+    )
     verdict = "within" if overhead_s / work_s <= 0.10 else "ABOVE"
     print(
         f"verdict: (wall {wall_s:.1f} s - waiting {lock_wait_s:.1f} s) / (measuring {measuring_s:.1f} s + conversion {conversion_s:.1f} s) "

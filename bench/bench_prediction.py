@@ -25,18 +25,22 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ayci.bootstrap import embedded  # noqa: E402
-from ayci.settings import Settings  # noqa: E402
-from core.logs import configure_logging  # noqa: E402
-from core.prediction import measured_and_predicted, predict_run  # noqa: E402
-from schemas import keys  # noqa: E402
-from schemas.combos import Matrix  # noqa: E402
-from schemas.events import RequestSubmitted  # noqa: E402
-from services.inference.confinement import unavailable_reason  # noqa: E402
-from services.request.submission import new_run, store_inputs, store_model  # noqa: E402
+from ayci.bootstrap import embedded
+from ayci.settings import Settings
+from core.logs import configure_logging
+from core.prediction import measured_and_predicted, predict_run
+from measuring.confinement import unavailable_reason
+from schemas import keys
+from schemas.combos import Matrix
+from schemas.events import RequestSubmitted
+from services.request.submission import new_run, store_inputs, store_model
 
 SIZES = [256, 512, 1024, 1536, 1769, 2048, 2560, 3008, 3538]  # what a 2-core host can give as Lambda would
-EXAMPLES = {"resnet18": ("image_classification", [224, 224]), "nlp": ("nlp", [128]), "detector": ("object_detection", [320, 320])}
+EXAMPLES = {
+    "resnet18": ("image_classification", [224, 224]),
+    "nlp": ("nlp", [128]),
+    "detector": ("object_detection", [320, 320]),
+}
 
 
 def model_files(names: list[str], folder: Path):
@@ -47,7 +51,8 @@ def model_files(names: list[str], folder: Path):
     zoo = {}
     if zoo_names:
         try:
-            from zoo_models import export, inputs_file, zoo as zoo_list
+            from zoo_models import export, inputs_file
+            from zoo_models import zoo as zoo_list
 
             zoo = {m.name: m for m in zoo_list()}
         except ImportError as exc:  # transformers is a dev dependency
@@ -64,10 +69,14 @@ def model_files(names: list[str], folder: Path):
             print(f"unknown model {name}: skipped")
 
 
-def measure_all(app, path: Path, workload: str, size: list[int], inputs: Path | None, optimizers: list[str]) -> tuple[RequestSubmitted, dict]:
+def measure_all(
+    app, path: Path, workload: str, size: list[int], inputs: Path | None, optimizers: list[str]
+) -> tuple[RequestSubmitted, dict]:
     sha = store_inputs(app.store, inputs) if inputs else None
     model = store_model(app.store, path, workload, size, sha)
-    request = RequestSubmitted(model=model, matrix=Matrix(optimizers={"intel": optimizers}, batch_sizes=[1], memory_sizes_mb=SIZES), force=True)
+    request = RequestSubmitted(
+        model=model, matrix=Matrix(optimizers={"intel": optimizers}, batch_sizes=[1], memory_sizes_mb=SIZES), force=True
+    )
     envelope = new_run(request)
     app.publisher.publish([envelope])
     app.bus.run_until_idle()
@@ -79,7 +88,10 @@ def compare(request: RequestSubmitted, summary: dict) -> list[dict]:
     predicting = request.model_copy(update={"predict": True})
     anchors, predicted = measured_and_predicted(predicting)
     anchor_labels = {c.label for c in anchors}
-    measured = {f"{r['combo']['hardware']}/{r['combo']['optimizer']}/b{r['combo']['batch_size']}/{r['combo']['memory_mb']}MB": r for r in summary["results"]}
+    measured = {
+        f"{r['combo']['hardware']}/{r['combo']['optimizer']}/b{r['combo']['batch_size']}/{r['combo']['memory_mb']}MB": r
+        for r in summary["results"]
+    }
     anchor_results = [r for label, r in measured.items() if label in anchor_labels]
     anchor_failures = [f for f in summary["failures"] if f["label"] in anchor_labels]
     rows, refused = predict_run(predicting, predicted, anchor_results, anchor_failures, predicting.price_region)
@@ -99,7 +111,9 @@ def compare(request: RequestSubmitted, summary: dict) -> list[dict]:
         out.append(entry)
     for item in refused:
         failed = next((f for f in summary["failures"] if f["label"] == item["label"]), None)
-        out.append({"label": item["label"], "refused": item["reason"], "measured_failed": failed["reason"] if failed else None})
+        out.append(
+            {"label": item["label"], "refused": item["reason"], "measured_failed": failed["reason"] if failed else None}
+        )
     return out
 
 
@@ -112,7 +126,9 @@ def main() -> int:
     args = parser.parse_args()
     configure_logging("console", logging.WARNING)
     reason = unavailable_reason()
-    print(f"confinement: {'cgroups' if reason is None else 'NONE (' + reason + '): sizes are not measured as Lambda would run them'}")
+    print(
+        f"confinement: {'cgroups' if reason is None else 'NONE (' + reason + '): sizes are not measured as Lambda would run them'}"
+    )
     everything, saved, total = [], 0, 0
     with tempfile.TemporaryDirectory(prefix="ayci-bench-prediction-") as tmp:
         folder = Path(tmp)
@@ -126,11 +142,16 @@ def main() -> int:
             for row in rows:
                 row["model"] = name
                 if "refused" in row:
-                    print(f"{name:>13} {row['label']:<26} {row['refused']} (measured: {row['measured_failed'] or 'ran'})")
+                    print(
+                        f"{name:>13} {row['label']:<26} {row['refused']} (measured: {row['measured_failed'] or 'ran'})"
+                    )
                     continue
-                print(f"{name:>13} {row['label']:<26} {row['regime']:<16} p50 {row['p50_predicted']:8.2f} vs {row['p50_measured']:8.2f} "
-                      f"({row['p50_error']:5.1%}{'' if row['p50_inside'] else ' OUT'})  p99 {row['p99_predicted']:8.2f} vs "
-                      f"{row['p99_measured']:8.2f} ({row['p99_error']:5.1%}{'' if row['p99_inside'] else ' OUT'})", flush=True)
+                print(
+                    f"{name:>13} {row['label']:<26} {row['regime']:<16} p50 {row['p50_predicted']:8.2f} vs {row['p50_measured']:8.2f} "
+                    f"({row['p50_error']:5.1%}{'' if row['p50_inside'] else ' OUT'})  p99 {row['p99_predicted']:8.2f} vs "
+                    f"{row['p99_measured']:8.2f} ({row['p99_error']:5.1%}{'' if row['p99_inside'] else ' OUT'})",
+                    flush=True,
+                )
             everything += rows
     scored = [r for r in everything if "refused" not in r]
     if not scored:
@@ -139,11 +160,16 @@ def main() -> int:
     for stat in ("p50", "p99"):
         errors = [r[f"{stat}_error"] for r in scored]
         inside = sum(r[f"{stat}_inside"] for r in scored)
-        print(f"{stat}: mean abs error {statistics.mean(errors):.1%}, max {max(errors):.1%}, inside the interval {inside}/{len(scored)}")
+        print(
+            f"{stat}: mean abs error {statistics.mean(errors):.1%}, max {max(errors):.1%}, inside the interval {inside}/{len(scored)}"
+        )
     by_regime = {}
     for r in scored:
         by_regime.setdefault(r["regime"], []).append(r["p50_error"])
-    print("p50 mean error by regime: " + ", ".join(f"{k} {statistics.mean(v):.1%} ({len(v)})" for k, v in sorted(by_regime.items())))
+    print(
+        "p50 mean error by regime: "
+        + ", ".join(f"{k} {statistics.mean(v):.1%} ({len(v)})" for k, v in sorted(by_regime.items()))
+    )
     print(f"measurements saved: {saved} of {total} sizes predicted ({saved / total:.0%})")
     if args.json:
         Path(args.json).write_text(json.dumps(everything, indent=1))

@@ -25,10 +25,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import boto3  # noqa: E402
+import boto3
 
-from ayci import cloud  # noqa: E402
-from ayci.infra import delete_stack  # noqa: E402
+from infra import localstack as cloud
+from infra.stack import delete_stack
 from schemas import keys
 
 
@@ -47,8 +47,23 @@ def bench_events(prefix: str, outputs, count: int) -> dict:
         for i in range(start, min(count, start + 10)):
             event_id = f"bench-{i}"
             sent_at[event_id] = time.time()
-            detail = {"event_id": event_id, "type": "RunDeadlineReached", "schema_version": 1, "run_id": "bench", "time": "2026-01-01T00:00:00Z", "producer": "bench", "payload": {"deadline": "2026-01-01T00:00:00Z"}}
-            entries.append({"Source": "ayci", "DetailType": "RunDeadlineReached", "Detail": json.dumps(detail), "EventBusName": outputs.bus_name})
+            detail = {
+                "event_id": event_id,
+                "type": "RunDeadlineReached",
+                "schema_version": 1,
+                "run_id": "bench",
+                "time": "2026-01-01T00:00:00Z",
+                "producer": "bench",
+                "payload": {"deadline": "2026-01-01T00:00:00Z"},
+            }
+            entries.append(
+                {
+                    "Source": "ayci",
+                    "DetailType": "RunDeadlineReached",
+                    "Detail": json.dumps(detail),
+                    "EventBusName": outputs.bus_name,
+                }
+            )
         events.put_events(Entries=entries)
     put_s = time.perf_counter() - started
     latencies, received = [], 0
@@ -60,16 +75,36 @@ def bench_events(prefix: str, outputs, count: int) -> dict:
             detail = json.loads(m["Body"])["detail"]
             latencies.append((now - sent_at[detail["event_id"]]) * 1000)
         if messages:
-            sqs.delete_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)])
+            sqs.delete_message_batch(
+                QueueUrl=url,
+                Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)],
+            )
         received += len(messages)
     receive_s = time.perf_counter() - started
     # the hop latency of single events, not queued behind a burst
     hop = []
     for i in range(30):
         event_id = f"hop-{i}"
-        detail = {"event_id": event_id, "type": "RunDeadlineReached", "schema_version": 1, "run_id": "bench", "time": "2026-01-01T00:00:00Z", "producer": "bench", "payload": {"deadline": "2026-01-01T00:00:00Z"}}
+        detail = {
+            "event_id": event_id,
+            "type": "RunDeadlineReached",
+            "schema_version": 1,
+            "run_id": "bench",
+            "time": "2026-01-01T00:00:00Z",
+            "producer": "bench",
+            "payload": {"deadline": "2026-01-01T00:00:00Z"},
+        }
         t0 = time.time()
-        events.put_events(Entries=[{"Source": "ayci", "DetailType": "RunDeadlineReached", "Detail": json.dumps(detail), "EventBusName": outputs.bus_name}])
+        events.put_events(
+            Entries=[
+                {
+                    "Source": "ayci",
+                    "DetailType": "RunDeadlineReached",
+                    "Detail": json.dumps(detail),
+                    "EventBusName": outputs.bus_name,
+                }
+            ]
+        )
         while True:
             messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1, WaitTimeSeconds=5).get("Messages", [])
             if messages:
@@ -77,9 +112,14 @@ def bench_events(prefix: str, outputs, count: int) -> dict:
                 sqs.delete_message(QueueUrl=url, ReceiptHandle=messages[0]["ReceiptHandle"])
                 break
     return {
-        "events": count, "put_events_per_s": count / put_s, "received": received, "receive_per_s": received / receive_s,
-        "hop_ms_p50": statistics.median(hop), "hop_ms_p99": percentile(hop, 99),
-        "burst_latency_ms_p50": statistics.median(latencies), "burst_latency_ms_p99": percentile(latencies, 99),
+        "events": count,
+        "put_events_per_s": count / put_s,
+        "received": received,
+        "receive_per_s": received / receive_s,
+        "hop_ms_p50": statistics.median(hop),
+        "hop_ms_p99": percentile(hop, 99),
+        "burst_latency_ms_p50": statistics.median(latencies),
+        "burst_latency_ms_p99": percentile(latencies, 99),
     }
 
 
@@ -94,12 +134,15 @@ def small_run_wall_times(prefix: str, outputs, model_paths: list[Path]) -> dict:
     from ayci.settings import Settings
     from schemas.combos import Matrix
     from schemas.events import RequestSubmitted
-
     from services.request.submission import new_run, store_model
 
     def request(store, model_path: Path):
         model = store_model(store, model_path, "image_classification", [32, 32])
-        return RequestSubmitted(model=model, matrix=Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1, 2], memory_sizes_mb=[1769]), force=True)
+        return RequestSubmitted(
+            model=model,
+            matrix=Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1, 2], memory_sizes_mb=[1769]),
+            force=True,
+        )
 
     def embedded_s(model_path: Path) -> float:
         with tempfile.TemporaryDirectory() as tmp:
@@ -129,28 +172,47 @@ def small_run_wall_times(prefix: str, outputs, model_paths: list[Path]) -> dict:
     processes.start_all()
     embedded_runs, localstack_runs = [], []
     try:
-        os.environ.update({"AYCI_BUCKET": outputs.bucket, "AYCI_BUS_NAME": outputs.bus_name, "AYCI_QUEUE_PREFIX": prefix})
+        os.environ.update(
+            {"AYCI_BUCKET": outputs.bucket, "AYCI_BUS_NAME": outputs.bus_name, "AYCI_QUEUE_PREFIX": prefix}
+        )
         wiring = aws(Settings())
         processes.wait_started()  # every worker imported (the converter warmed up) and polling
         for model_path in model_paths:
             embedded_runs.append(embedded_s(model_path))
             elapsed, summary = localstack_s(wiring, model_path)
             localstack_runs.append(elapsed)
-            print(f"  small run: embedded {embedded_runs[-1]:.1f} s, LocalStack {elapsed:.1f} s", file=sys.stderr, flush=True)
-        resubmitted_localstack_s = resubmission_s(wiring.store, wiring.publisher, model_paths[0], summary["results"][0], poll=0.05)
+            print(
+                f"  small run: embedded {embedded_runs[-1]:.1f} s, LocalStack {elapsed:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+        resubmitted_localstack_s = resubmission_s(
+            wiring.store, wiring.publisher, model_paths[0], summary["results"][0], poll=0.05
+        )
     finally:
         processes.stop_all()
     with tempfile.TemporaryDirectory() as tmp:
         app = embedded(Settings(data_dir=Path(tmp)))
-        resubmitted_embedded_s = resubmission_s(app.store, app.publisher, model_paths[0], summary["results"][0], drive=app.bus.run_until_idle)
+        resubmitted_embedded_s = resubmission_s(
+            app.store, app.publisher, model_paths[0], summary["results"][0], drive=app.bus.run_until_idle
+        )
     embedded_median, localstack_median = statistics.median(embedded_runs), statistics.median(localstack_runs)
-    return {"embedded_runs": embedded_runs, "localstack_runs": localstack_runs, "embedded_s": embedded_median, "localstack_s": localstack_median,
-            "ratio": localstack_median / embedded_median,
-            "resubmitted_embedded_s": resubmitted_embedded_s, "resubmitted_localstack_s": resubmitted_localstack_s}
+    return {
+        "embedded_runs": embedded_runs,
+        "localstack_runs": localstack_runs,
+        "embedded_s": embedded_median,
+        "localstack_s": localstack_median,
+        "ratio": localstack_median / embedded_median,
+        "resubmitted_embedded_s": resubmitted_embedded_s,
+        "resubmitted_localstack_s": resubmitted_localstack_s,
+    }
 
 
-RESUBMITTED_MATRIX = {"optimizers": {"intel": ["base", "onnx", "tvm"], "arm": ["base", "onnx", "tvm"]},
-                      "batch_sizes": list(range(1, 17)), "memory_sizes_mb": list(range(1024, 2048, 64))}  # 6 x 16 x 16 = 1,536
+RESUBMITTED_MATRIX = {
+    "optimizers": {"intel": ["base", "onnx", "tvm"], "arm": ["base", "onnx", "tvm"]},
+    "batch_sizes": list(range(1, 17)),
+    "memory_sizes_mb": list(range(1024, 2048, 64)),
+}  # 6 x 16 x 16 = 1,536
 
 
 def resubmission_s(store, publisher, model_path: Path, example: dict, drive=None, poll: float = 0.01) -> float:
@@ -189,7 +251,11 @@ def resubmission_s(store, publisher, model_path: Path, example: dict, drive=None
         time.sleep(poll)
     elapsed = time.perf_counter() - started
     summary = json.loads(store.get_bytes(keys.summary(envelope.run_id)))
-    assert summary["status"] == "complete" and len(summary["results"]) == 1536 and all(r["reused"] for r in summary["results"])
+    assert (
+        summary["status"] == "complete"
+        and len(summary["results"]) == 1536
+        and all(r["reused"] for r in summary["results"])
+    )
     return elapsed
 
 
@@ -208,18 +274,31 @@ def main() -> None:
 
         folder = Path(tempfile.mkdtemp())
         # distinct models doing the same work: the example ResNet-18 with 1000, 999, ... classes
-        models = [export_example("image_classification", [32, 32], folder / f"tiny-{i}.pt2", num_classes=1000 - i) for i in range(args.repeats)]
+        models = [
+            export_example("image_classification", [32, 32], folder / f"tiny-{i}.pt2", num_classes=1000 - i)
+            for i in range(args.repeats)
+        ]
         walls = small_run_wall_times(prefix, outputs, models)
     finally:
         delete_stack(prefix, empty_bucket=True)
-    print(f"EventBridge -> SQS: {transport['put_events_per_s']:.0f} events/s put, {transport['receive_per_s']:.0f} msg/s received ({transport['received']}/{transport['events']})")
-    print(f"hop PutEvents -> received (single events): p50 {transport['hop_ms_p50']:.1f} ms, p99 {transport['hop_ms_p99']:.1f} ms")
-    print(f"latency within a burst of {transport['events']}: p50 {transport['burst_latency_ms_p50']:.0f} ms, p99 {transport['burst_latency_ms_p99']:.0f} ms")
+    print(
+        f"EventBridge -> SQS: {transport['put_events_per_s']:.0f} events/s put, {transport['receive_per_s']:.0f} msg/s received ({transport['received']}/{transport['events']})"
+    )
+    print(
+        f"hop PutEvents -> received (single events): p50 {transport['hop_ms_p50']:.1f} ms, p99 {transport['hop_ms_p99']:.1f} ms"
+    )
+    print(
+        f"latency within a burst of {transport['events']}: p50 {transport['burst_latency_ms_p50']:.0f} ms, p99 {transport['burst_latency_ms_p99']:.0f} ms"
+    )
     runs = ", ".join(f"{e:.1f}/{ls:.1f}" for e, ls in zip(walls["embedded_runs"], walls["localstack_runs"]))
-    print(f"same small run, {len(walls['embedded_runs'])} times each in turns (embedded/LocalStack s: {runs}): "
-          f"median LocalStack {walls['localstack_s']:.1f} s vs embedded {walls['embedded_s']:.1f} s -> ratio {walls['ratio']:.2f}x")
-    print(f"resubmitted 1,536-combination matrix, everything stored: embedded {walls['resubmitted_embedded_s']:.2f} s (goal <= 1), "
-          f"LocalStack {walls['resubmitted_localstack_s']:.2f} s (goal <= 3)")
+    print(
+        f"same small run, {len(walls['embedded_runs'])} times each in turns (embedded/LocalStack s: {runs}): "
+        f"median LocalStack {walls['localstack_s']:.1f} s vs embedded {walls['embedded_s']:.1f} s -> ratio {walls['ratio']:.2f}x"
+    )
+    print(
+        f"resubmitted 1,536-combination matrix, everything stored: embedded {walls['resubmitted_embedded_s']:.2f} s (goal <= 1), "
+        f"LocalStack {walls['resubmitted_localstack_s']:.2f} s (goal <= 3)"
+    )
     verdict = "transport overhead small" if walls["ratio"] <= 1.25 else "transport overhead significant"
     print(f"verdict: {verdict} (ratio {walls['ratio']:.2f}, goal <= 1.25)")
 

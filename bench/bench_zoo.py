@@ -24,15 +24,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ayci.bootstrap import embedded  # noqa: E402
-from ayci.settings import Settings  # noqa: E402
-from core.logs import configure_logging  # noqa: E402
-from bench.zoo_models import RECIPES, export, inputs_file, zoo  # noqa: E402
-from schemas import keys  # noqa: E402
-from schemas.combos import Matrix  # noqa: E402
-from schemas.events import RequestSubmitted  # noqa: E402
-from schemas.reasons import decisive  # noqa: E402
-from services.request.submission import new_run, store_inputs, store_model  # noqa: E402
+from ayci.bootstrap import embedded
+from ayci.settings import Settings
+from bench.zoo_models import RECIPES, export, inputs_file, zoo
+from core.logs import configure_logging
+from schemas import keys
+from schemas.combos import Matrix
+from schemas.events import RequestSubmitted
+from schemas.reasons import decisive
+from services.request.submission import new_run, store_inputs, store_model
 
 
 def run_one(app, path: Path, model, optimizers: list[str], batches: list[int], trials: int) -> dict:
@@ -67,31 +67,74 @@ def main() -> int:
                 try:
                     path = export(model, recipe, Path(tmp) / "models" / recipe)
                 except Exception as exc:  # the exporter's own failure: the recipe does not apply to this model
-                    rows.append({"model": model.name, "recipe": recipe, "optimizer": "-", "batch": "-", "state": "export failed",
-                                 "reason": decisive(f"{type(exc).__name__}: {exc}", 200)})
+                    rows.append(
+                        {
+                            "model": model.name,
+                            "recipe": recipe,
+                            "optimizer": "-",
+                            "batch": "-",
+                            "state": "export failed",
+                            "reason": decisive(f"{type(exc).__name__}: {exc}", 200),
+                        }
+                    )
                     print(f"{model.name:16} {recipe:22} export failed: {rows[-1]['reason']}", flush=True)
                     continue
                 batches = [1, 2]
                 try:
                     summary = run_one(app, path, model, args.optimizers.split(","), batches, args.trials)
                 except Exception as exc:
-                    rows.append({"model": model.name, "recipe": recipe, "optimizer": "-", "batch": "-", "state": "refused",
-                                 "reason": decisive(f"{type(exc).__name__}: {exc}", 200)})
+                    rows.append(
+                        {
+                            "model": model.name,
+                            "recipe": recipe,
+                            "optimizer": "-",
+                            "batch": "-",
+                            "state": "refused",
+                            "reason": decisive(f"{type(exc).__name__}: {exc}", 200),
+                        }
+                    )
                     print(f"{model.name:16} {recipe:22} refused: {rows[-1]['reason']}", flush=True)
                     continue
                 for result in summary["results"]:
-                    rows.append({"model": model.name, "recipe": recipe, "optimizer": result["combo"]["optimizer"], "batch": result["combo"]["batch_size"],
-                                 "state": "measured", "p50_ms": round(result["latency_ms"]["p50"], 2), "agreement": round(result["agreement"]["score"], 4)})
+                    rows.append(
+                        {
+                            "model": model.name,
+                            "recipe": recipe,
+                            "optimizer": result["combo"]["optimizer"],
+                            "batch": result["combo"]["batch_size"],
+                            "state": "measured",
+                            "p50_ms": round(result["latency_ms"]["p50"], 2),
+                            "agreement": round(result["agreement"]["score"], 4),
+                        }
+                    )
                 for failure in summary["failures"]:
-                    rows.append({"model": model.name, "recipe": recipe, "optimizer": failure["combo"]["optimizer"], "batch": failure["combo"]["batch_size"],
-                                 "state": "impossible (plan)" if failure["stage"] == "plan" else f"failed ({failure['stage']})",
-                                 "reason": decisive(failure["reason"], 200)})
-                print(f"{model.name:16} {recipe:22} {time.monotonic() - started:6.0f} s  " + ", ".join(
-                    f"{r['optimizer']}/b{r['batch']}: {r['state']}" for r in rows if r["model"] == model.name and r["recipe"] == recipe), flush=True)
+                    rows.append(
+                        {
+                            "model": model.name,
+                            "recipe": recipe,
+                            "optimizer": failure["combo"]["optimizer"],
+                            "batch": failure["combo"]["batch_size"],
+                            "state": "impossible (plan)"
+                            if failure["stage"] == "plan"
+                            else f"failed ({failure['stage']})",
+                            "reason": decisive(failure["reason"], 200),
+                        }
+                    )
+                print(
+                    f"{model.name:16} {recipe:22} {time.monotonic() - started:6.0f} s  "
+                    + ", ".join(
+                        f"{r['optimizer']}/b{r['batch']}: {r['state']}"
+                        for r in rows
+                        if r["model"] == model.name and r["recipe"] == recipe
+                    ),
+                    flush=True,
+                )
     print()
     print(f"{'model':16} {'recipe':22} {'optimizer':9} {'batch':5} {'state':20} detail")
     for r in rows:
-        detail = f"p50 {r['p50_ms']} ms, agreement {r['agreement']}" if r["state"] == "measured" else r.get("reason", "")
+        detail = (
+            f"p50 {r['p50_ms']} ms, agreement {r['agreement']}" if r["state"] == "measured" else r.get("reason", "")
+        )
         print(f"{r['model']:16} {r['recipe']:22} {str(r['optimizer']):9} {str(r['batch']):5} {r['state']:20} {detail}")
     print()
     counts = Counter(r["state"].split(" (")[0] for r in rows)
@@ -100,11 +143,20 @@ def main() -> int:
         per_model = {}
         for r in rows:
             if r["optimizer"] == optimizer and r["batch"] == 1:
-                per_model[(r["model"], r["recipe"])] = per_model.get((r["model"], r["recipe"])) or r["state"] == "measured"
+                per_model[(r["model"], r["recipe"])] = (
+                    per_model.get((r["model"], r["recipe"])) or r["state"] == "measured"
+                )
         if per_model:
             ok = sum(per_model.values())
-            print(f"{optimizer}: measured at batch 1 for {ok} of {len(per_model)} exported model x recipe ({100 * ok / len(per_model):.0f} %)")
-    late = [r for r in rows if r["state"].startswith("failed") and ("fixed batch" in r.get("reason", "") or "certain out of memory" in r.get("reason", ""))]
+            print(
+                f"{optimizer}: measured at batch 1 for {ok} of {len(per_model)} exported model x recipe ({100 * ok / len(per_model):.0f} %)"
+            )
+    late = [
+        r
+        for r in rows
+        if r["state"].startswith("failed")
+        and ("fixed batch" in r.get("reason", "") or "certain out of memory" in r.get("reason", ""))
+    ]
     print(f"combinations that reached a worker though the plan could have called them impossible: {len(late)}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

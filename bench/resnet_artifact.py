@@ -11,8 +11,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import engines
 from adapters.local_store import LocalFolderStore  # noqa: E402
-from engines import ConversionJob, engine_module  # noqa: E402
+from engines import ConversionJob  # noqa: E402
 from schemas.combos import Hardware  # noqa: E402
 from services.converter.handlers import ensure_reference  # noqa: E402
 from services.request.submission import store_model  # noqa: E402
@@ -44,7 +45,14 @@ def resnet18_onnx(cache: Path = ROOT / ".ayci" / "bench") -> Artifact:
     if not (onnx_dir / "model.onnx").exists():
         print("converting it for ONNX Runtime ...", file=sys.stderr)
         onnx_dir.mkdir(exist_ok=True)
-        engine_module("onnx").convert(
-            ConversionJob(model=model, model_path=model_path, hardware=Hardware.intel, batch_size=1, target_cpu="x86_64", out_dir=onnx_dir)
+        engines.module("onnx").convert(
+            ConversionJob(
+                model=model,
+                model_path=model_path,
+                hardware=Hardware.intel,
+                batch_size=1,
+                target_cpu="x86_64",
+                out_dir=onnx_dir,
+            )
         )
     return Artifact(model_path=model_path, onnx_path=onnx_dir / "model.onnx", reference_path=reference_path)

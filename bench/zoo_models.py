@@ -15,9 +15,9 @@ Recipes: `pt2-positional-dynamic`, `pt2-keyword-static`, `onnx-dynamic` (one fil
 from __future__ import annotations
 
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -40,6 +40,7 @@ def _text_inputs(seq: int, vocab: int, with_types: bool = False):
         rng = np.random.default_rng(0)
         out = {"input_ids": rng.integers(0, vocab, (batch, seq)), "attention_mask": np.ones((batch, seq), np.int64)}
         return out
+
     return make
 
 
@@ -53,6 +54,7 @@ def _seeded(build):
 
         torch.manual_seed(0)
         return build().eval()
+
     return wrapped
 
 
@@ -64,16 +66,68 @@ def zoo(full: bool = False) -> list[ZooModel]:
     layers = {} if full else {"num_hidden_layers": 4}
     seq = 64
     return [
-        ZooModel("bert", _seeded(lambda: tf.BertModel(tf.BertConfig(**layers))), "nlp", [seq], _text_inputs(seq, 30522)),
-        ZooModel("distilbert", _seeded(lambda: tf.DistilBertModel(tf.DistilBertConfig(**({} if full else {"n_layers": 4})))), "nlp", [seq], _text_inputs(seq, 30522)),
-        ZooModel("roberta", _seeded(lambda: tf.RobertaModel(tf.RobertaConfig(**layers))), "nlp", [seq], _text_inputs(seq, 50265)),
-        ZooModel("vit-b16", _seeded(lambda: tf.ViTForImageClassification(tf.ViTConfig(**layers))), "image_classification", [224, 224], _image_inputs(224)),
-        ZooModel("resnet-50", _seeded(lambda: tf.ResNetForImageClassification(tf.ResNetConfig())), "image_classification", [224, 224], _image_inputs(224)),
-        ZooModel("mobilenet-v2", _seeded(lambda: tf.MobileNetV2ForImageClassification(tf.MobileNetV2Config())), "image_classification", [224, 224], _image_inputs(224)),
-        ZooModel("efficientnet-b0", _seeded(lambda: tf.EfficientNetForImageClassification(tf.EfficientNetConfig())), "image_classification", [224, 224], _image_inputs(224)),
-        ZooModel("yolos-tiny", _seeded(lambda: tf.YolosForObjectDetection(tf.YolosConfig(
-            hidden_size=192, num_hidden_layers=12 if full else 4, num_attention_heads=3, intermediate_size=768, image_size=[256, 256]))),
-            "custom", [1], _image_inputs(256)),
+        ZooModel(
+            "bert", _seeded(lambda: tf.BertModel(tf.BertConfig(**layers))), "nlp", [seq], _text_inputs(seq, 30522)
+        ),
+        ZooModel(
+            "distilbert",
+            _seeded(lambda: tf.DistilBertModel(tf.DistilBertConfig(**({} if full else {"n_layers": 4})))),
+            "nlp",
+            [seq],
+            _text_inputs(seq, 30522),
+        ),
+        ZooModel(
+            "roberta",
+            _seeded(lambda: tf.RobertaModel(tf.RobertaConfig(**layers))),
+            "nlp",
+            [seq],
+            _text_inputs(seq, 50265),
+        ),
+        ZooModel(
+            "vit-b16",
+            _seeded(lambda: tf.ViTForImageClassification(tf.ViTConfig(**layers))),
+            "image_classification",
+            [224, 224],
+            _image_inputs(224),
+        ),
+        ZooModel(
+            "resnet-50",
+            _seeded(lambda: tf.ResNetForImageClassification(tf.ResNetConfig())),
+            "image_classification",
+            [224, 224],
+            _image_inputs(224),
+        ),
+        ZooModel(
+            "mobilenet-v2",
+            _seeded(lambda: tf.MobileNetV2ForImageClassification(tf.MobileNetV2Config())),
+            "image_classification",
+            [224, 224],
+            _image_inputs(224),
+        ),
+        ZooModel(
+            "efficientnet-b0",
+            _seeded(lambda: tf.EfficientNetForImageClassification(tf.EfficientNetConfig())),
+            "image_classification",
+            [224, 224],
+            _image_inputs(224),
+        ),
+        ZooModel(
+            "yolos-tiny",
+            _seeded(
+                lambda: tf.YolosForObjectDetection(
+                    tf.YolosConfig(
+                        hidden_size=192,
+                        num_hidden_layers=12 if full else 4,
+                        num_attention_heads=3,
+                        intermediate_size=768,
+                        image_size=[256, 256],
+                    )
+                )
+            ),
+            "custom",
+            [1],
+            _image_inputs(256),
+        ),
     ]
 
 
@@ -98,14 +152,29 @@ def export(model: ZooModel, recipe: str, out_dir: Path) -> Path:
         return path
     if recipe == "onnx-dynamic":
         path = out_dir / f"{model.name}.onnx"
-        torch.onnx.export(module, tuple(inputs.values()), str(path), input_names=list(inputs), dynamo=True,
-                          dynamic_shapes=tuple({0: batch} for _ in inputs), external_data=False, verbose=False)
+        torch.onnx.export(
+            module,
+            tuple(inputs.values()),
+            str(path),
+            input_names=list(inputs),
+            dynamo=True,
+            dynamic_shapes=tuple({0: batch} for _ in inputs),
+            external_data=False,
+            verbose=False,
+        )
         return path
     if recipe == "onnx-external-static":
         folder = out_dir / f"{model.name}-external"
         folder.mkdir(exist_ok=True)
-        torch.onnx.export(module, tuple(inputs.values()), str(folder / "model.onnx"), input_names=list(inputs), dynamo=True,
-                          external_data=True, verbose=False)
+        torch.onnx.export(
+            module,
+            tuple(inputs.values()),
+            str(folder / "model.onnx"),
+            input_names=list(inputs),
+            dynamo=True,
+            external_data=True,
+            verbose=False,
+        )
         bundle = out_dir / f"{model.name}-external.zip"
         with zipfile.ZipFile(bundle, "w") as archive:
             for file in sorted(folder.iterdir()):

@@ -4,6 +4,7 @@ A request may name its deadline (`deadline_s`): it is kept as given, so a user w
 cut short gets exactly that. Without one, a run has an hour or twice its estimated length if that
 is longer: the deadline must never cut a large run that is merely long.
 """
+
 from __future__ import annotations
 
 from schemas.combos import Optimizer

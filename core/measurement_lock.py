@@ -47,7 +47,9 @@ def _locked(mode: int, timeout_s: float | None, path: Path | None = None) -> Ite
                 break
             except BlockingIOError:
                 if timeout_s is not None and time.monotonic() - started > timeout_s:
-                    raise LockTimeout(f"the machine's measurement lock ({path}) was busy for {timeout_s:.0f} s") from None
+                    raise LockTimeout(
+                        f"the machine's measurement lock ({path}) was busy for {timeout_s:.0f} s"
+                    ) from None
                 time.sleep(POLL_S)
         yield time.monotonic() - started
     finally:

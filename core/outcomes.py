@@ -35,7 +35,9 @@ class Arrived:
             except NotFound:
                 return None
             except SchemaError as exc:
-                return Outcome(status="failed", stage=FailureStage.inference, reason=f"its outcome cannot be read: {exc}"[:2000])
+                return Outcome(
+                    status="failed", stage=FailureStage.inference, reason=f"its outcome cannot be read: {exc}"[:2000]
+                )
         return self.reused.get(combo_key)
 
     def result(self, outcome: Outcome) -> MeasuredResult:
@@ -72,7 +74,9 @@ def arrived_outcomes(store: ObjectStore, run_id: str) -> Arrived:
             arrived.own.add(name.removesuffix(".json"))
             continue
         record = ReusedOutcomes.read(store.get_bytes(key))
-        arrived.reused |= {k: Outcome(status="done", result_key=result_key, reused=True) for k, result_key in record.results.items()}
+        arrived.reused |= {
+            k: Outcome(status="done", result_key=result_key, reused=True) for k, result_key in record.results.items()
+        }
         if record.bundle is not None:
             try:
                 arrived.documents |= ResultBundle.read(store.get_bytes(record.bundle)).results

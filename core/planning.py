@@ -19,8 +19,8 @@ from pathlib import Path
 from core.deadlines import MEASUREMENT_ESTIMATE_S, conversion_estimate_s
 from core.ports import NotFound, ObjectStore
 from core.results import reused_result
-from schemas.combos import Combo, Hardware, ModelFormat, Optimizer, combo_key
 from schemas import keys
+from schemas.combos import Combo, Hardware, ModelFormat, Optimizer, combo_key
 from schemas.cost import load_prices
 from schemas.documents import ModelInfo
 from schemas.events import RequestSubmitted
@@ -54,7 +54,9 @@ def model_signature(store: ObjectStore, sha256: str) -> ModelSignature | None:
         return None
 
 
-def request_shapes(store: ObjectStore | None, request: RequestSubmitted, inputs_path: Path | None = None) -> Callable[[int], Shapes]:
+def request_shapes(
+    store: ObjectStore | None, request: RequestSubmitted, inputs_path: Path | None = None
+) -> Callable[[int], Shapes]:
     """The shapes of the inputs a run feeds its model at a batch size: the workload's, or those
     of the user's own `.npz` (from `inputs_path`, else from the store)."""
     model = request.model
@@ -73,31 +75,43 @@ def request_shapes(store: ObjectStore | None, request: RequestSubmitted, inputs_
     return lambda batch: {name: ((batch, *shape[1:]), dtype) for name, (shape, dtype) in per_file.items()}
 
 
-def impossible_reason(signature: ModelSignature | None, request: RequestSubmitted, combo: Combo,
-                      shapes: Callable[[int], Shapes]) -> str | None:
+def impossible_reason(
+    signature: ModelSignature | None, request: RequestSubmitted, combo: Combo, shapes: Callable[[int], Shapes]
+) -> str | None:
     """Why `combo` cannot run, as far as the model's file tells; None if it may."""
     model = request.model
     weights_mb = model.size_bytes / (1 << 20)
     floor = runtime_floor_mb(combo.optimizer, model.format)
     if weights_mb + floor > combo.memory_mb:
-        return (f"certain out of memory: the model's weights take {weights_mb:.0f} MB and {combo.optimizer.value}'s runtime "
-                f"at least {floor} MB; {combo.memory_mb} MB cannot hold them")
+        return (
+            f"certain out of memory: the model's weights take {weights_mb:.0f} MB and {combo.optimizer.value}'s runtime "
+            f"at least {floor} MB; {combo.memory_mb} MB cannot hold them"
+        )
     if signature is None:
         return None
     provided = shapes(combo.batch_size)
     module = workload_module(model.workload)
     try:
-        sources = bind(signature, provided, getattr(module, "INPUT_ROLES", {}), workload=f"the {model.workload.value} workload")
+        sources = bind(
+            signature, provided, getattr(module, "INPUT_ROLES", {}), workload=f"the {model.workload.value} workload"
+        )
     except BindingError as exc:
         return str(exc)
     problems = signature.shape_problems(bound_shapes(sources, provided), combo.batch_size)
     return "; ".join(problems) or None
 
 
-def refuse_unbindable(signature: ModelSignature | None, request: RequestSubmitted, shapes: Callable[[int], Shapes]) -> None:
+def refuse_unbindable(
+    signature: ModelSignature | None, request: RequestSubmitted, shapes: Callable[[int], Shapes]
+) -> None:
     """`BindingError` naming the model's inputs that nothing the run feeds can bind to."""
     module = workload_module(request.model.workload)
-    bind(signature, shapes(request.matrix.batch_sizes[0]), getattr(module, "INPUT_ROLES", {}), workload=f"the {request.model.workload.value} workload")
+    bind(
+        signature,
+        shapes(request.matrix.batch_sizes[0]),
+        getattr(module, "INPUT_ROLES", {}),
+        workload=f"the {request.model.workload.value} workload",
+    )
 
 
 @dataclass
@@ -110,8 +124,15 @@ class PlannedCombo:
     measurement_s: float = 0.0
 
     def as_dict(self) -> dict:
-        return {"combination_key": self.key, "label": self.combo.label, "combo": self.combo.model_dump(mode="json"), "state": self.state,
-                "reason": self.reason, "estimated_conversion_s": round(self.conversion_s, 1), "estimated_measurement_s": round(self.measurement_s, 1)}
+        return {
+            "combination_key": self.key,
+            "label": self.combo.label,
+            "combo": self.combo.model_dump(mode="json"),
+            "state": self.state,
+            "reason": self.reason,
+            "estimated_conversion_s": round(self.conversion_s, 1),
+            "estimated_measurement_s": round(self.measurement_s, 1),
+        }
 
 
 @dataclass
@@ -135,14 +156,23 @@ class Plan:
     def as_dict(self) -> dict:
         return {
             "combinations": [c.as_dict() for c in self.combos],
-            "totals": {"to_measure": self.count("measure"), "reused": self.count("reused"), "impossible": self.count("impossible"),
-                       "predicted": self.count("predict"),
-                       "estimated_wall_s": round(self.wall_s, 1), "estimated_benchmark_cost_usd": round(self.benchmark_cost_usd, 6)},
+            "totals": {
+                "to_measure": self.count("measure"),
+                "reused": self.count("reused"),
+                "impossible": self.count("impossible"),
+                "predicted": self.count("predict"),
+                "estimated_wall_s": round(self.wall_s, 1),
+                "estimated_benchmark_cost_usd": round(self.benchmark_cost_usd, 6),
+            },
         }
 
 
-def plan_run(request: RequestSubmitted, signature: ModelSignature | None, store: ObjectStore | None,
-             shapes: Callable[[int], Shapes] | None = None) -> Plan:
+def plan_run(
+    request: RequestSubmitted,
+    signature: ModelSignature | None,
+    store: ObjectStore | None,
+    shapes: Callable[[int], Shapes] | None = None,
+) -> Plan:
     """The plan of `request`: reused where a result is stored (unless `force`), impossible where
     the model cannot run the combination, predicted from measured sizes (`predict`), else to
     measure with estimates."""
@@ -160,7 +190,11 @@ def plan_run(request: RequestSubmitted, signature: ModelSignature | None, store:
             plan.combos.append(PlannedCombo(key, combo, "impossible", reason))
             continue
         if combo in predicted:
-            plan.combos.append(PlannedCombo(key, combo, "predict", "predicted from the measured sizes of its hardware, optimizer and batch"))
+            plan.combos.append(
+                PlannedCombo(
+                    key, combo, "predict", "predicted from the measured sizes of its hardware, optimizer and batch"
+                )
+            )
             continue
         if store is not None and not request.force and reused_result(store, key) is not None:
             plan.combos.append(PlannedCombo(key, combo, "reused"))
@@ -170,9 +204,14 @@ def plan_run(request: RequestSubmitted, signature: ModelSignature | None, store:
         if artifact not in converted:
             converted.add(artifact)
             conversion = conversion_estimate_s(combo.optimizer, request.tuning_trials)
-        plan.combos.append(PlannedCombo(key, combo, "measure", conversion_s=conversion, measurement_s=MEASUREMENT_ESTIMATE_S))
+        plan.combos.append(
+            PlannedCombo(key, combo, "measure", conversion_s=conversion, measurement_s=MEASUREMENT_ESTIMATE_S)
+        )
         measuring = MEASUREMENT_ESTIMATE_S * combo.memory_mb / 1024 * prices.per_gb_second(combo.hardware)
         plan.benchmark_cost_usd += measuring
-        plan.aws_run_cost_usd += (measuring + MEASUREMENT_ESTIMATE_S * AWS_INFERENCE_MB / 1024 * prices.per_gb_second(combo.hardware)
-                                  + conversion * AWS_CONVERTER_MB / 1024 * prices.per_gb_second(Hardware.intel))
+        plan.aws_run_cost_usd += (
+            measuring
+            + MEASUREMENT_ESTIMATE_S * AWS_INFERENCE_MB / 1024 * prices.per_gb_second(combo.hardware)
+            + conversion * AWS_CONVERTER_MB / 1024 * prices.per_gb_second(Hardware.intel)
+        )
     return plan

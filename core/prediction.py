@@ -1,7 +1,7 @@
 """Measure three sizes, predict the rest (`--predict`).
 
 Lambda gives a function `memory / 1,769` vCPUs (at most 6) as a CFS quota, and AYCI runs an
-engine with `floor(vCPUs)` threads (at least one; `services/inference/launcher.py`). So the
+engine with `floor(vCPUs)` threads (at least one; `measuring/launcher.py`). So the
 latency of one combination family (hardware, optimizer, batch) at a memory size is decided by
 two things it knows exactly, and the model below has one part per regime:
 
@@ -33,14 +33,14 @@ import numpy as np
 
 from core.planning import runtime_floor_mb
 from schemas.combos import Combo, combo_key
-from schemas.cost import cost_block, UnknownPriceRegion
+from schemas.cost import UnknownPriceRegion, cost_block
 from schemas.events import RequestSubmitted
 
 MB_PER_VCPU = 1769
 MAX_VCPUS = 6.0
 ONE_VCPU_MB = MB_PER_VCPU
 TWO_VCPU_MB = 2 * MB_PER_VCPU
-CPU_PERIOD_MS = 100.0  # the CFS period the measurement's quota uses (services/inference/confinement.py)
+CPU_PERIOD_MS = 100.0  # the CFS period the measurement's quota uses (measuring/confinement.py)
 MAX_ANCHORS = 3
 MAX_CHECKS = 3  # a predicted pick is measured before the run closes: at most one per recommendation kind
 MIN_REQUESTED_SIZES = MAX_ANCHORS + 1  # fewer: measuring them all costs no more
@@ -128,7 +128,11 @@ class Anchor:
     def rel_ci(self, which: str) -> float:
         """Half the 95 % CI of the p50 or p99, relative to it."""
         lat = self.latency
-        low, high = (lat.get("ci95_low"), lat.get("ci95_high")) if which == "p50" else (lat.get("p99_ci95_low"), lat.get("p99_ci95_high"))
+        low, high = (
+            (lat.get("ci95_low"), lat.get("ci95_high"))
+            if which == "p50"
+            else (lat.get("p99_ci95_low"), lat.get("p99_ci95_high"))
+        )
         if low is None or high is None or not lat[which]:
             return 0.05 if which == "p50" else 0.15
         return (high - low) / 2 / lat[which]
@@ -147,8 +151,13 @@ class Anchor:
 def latency_quantiles(latency: dict) -> list[tuple[float, float]]:
     """(quantile, ms) points of a result's latency stats (a predicted row has no min or max:
     its p50 and p99 stand in)."""
-    return [(0.0, latency.get("min", latency["p50"])), (0.5, latency["p50"]), (0.9, latency.get("p90", latency["p50"])),
-            (0.99, latency["p99"]), (1.0, latency.get("max", latency["p99"]))]
+    return [
+        (0.0, latency.get("min", latency["p50"])),
+        (0.5, latency["p50"]),
+        (0.9, latency.get("p90", latency["p50"])),
+        (0.99, latency["p99"]),
+        (1.0, latency.get("max", latency["p99"])),
+    ]
 
 
 def draw_latencies(quantiles: list[tuple[float, float]], rng: np.random.Generator, n: int) -> np.ndarray:
@@ -184,12 +193,18 @@ def simulate_quota(work_ms: np.ndarray, vcpus: float, period_ms: float = CPU_PER
 def _throttled(latency: dict, vcpus: float, work_factor: float, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     work = draw_latencies(latency_quantiles(latency), rng, SIMULATED_INFERENCES) * work_factor
-    lat = simulate_quota(work, vcpus)[SIMULATED_INFERENCES // 20:]
+    lat = simulate_quota(work, vcpus)[SIMULATED_INFERENCES // 20 :]
     q = {p: float(np.percentile(lat, p)) for p in (25, 50, 75, 90, 97, 99, 99.9)}
-    return {"p50": q[50], "p90": q[90], "p99": q[99], "mean": float(lat.mean()),
-            # where a percentile sits between the unstalled and the stalled inferences it can
-            # land on either side: the spread around it is the honest uncertainty
-            "p50_spread": (q[25], q[75]), "p99_spread": (q[97], q[99.9])}
+    return {
+        "p50": q[50],
+        "p90": q[90],
+        "p99": q[99],
+        "mean": float(lat.mean()),
+        # where a percentile sits between the unstalled and the stalled inferences it can
+        # land on either side: the spread around it is the honest uncertainty
+        "p50_spread": (q[25], q[75]),
+        "p99_spread": (q[97], q[99.9]),
+    }
 
 
 def _calibrate_work_factor(one: dict, vcpus: float, measured_mean: float) -> float:
@@ -241,7 +256,13 @@ class FamilyModel:
             reason = f"it ran out of memory at {max(out_of_memory_mb)} MB; the smallest size that fits is above it"
         smalls = [a for a in anchors if a.memory_mb < ONE_VCPU_MB]
         twos = [a for a in anchors if a.memory_mb == TWO_VCPU_MB]
-        model = cls(one=one, small=smalls[0] if smalls else None, two=twos[0] if twos else None, min_fit_mb=min_fit, fit_reason=reason)
+        model = cls(
+            one=one,
+            small=smalls[0] if smalls else None,
+            two=twos[0] if twos else None,
+            min_fit_mb=min_fit,
+            fit_reason=reason,
+        )
         model._fit_throttled()
         model._fit_threads()
         return model
@@ -258,8 +279,10 @@ class FamilyModel:
             return
         one_p50, small_p50 = self.one.latency["p50"], small.latency["p50"]
         if small_p50 < one_p50 * (1 - self._noise(self.one, small)):
-            self.throttled_problem = (f"measured faster with less CPU ({small_p50:.2f} ms at {small.memory_mb} MB against "
-                                      f"{one_p50:.2f} ms at {ONE_VCPU_MB} MB): the CPU share does not explain it")
+            self.throttled_problem = (
+                f"measured faster with less CPU ({small_p50:.2f} ms at {small.memory_mb} MB against "
+                f"{one_p50:.2f} ms at {ONE_VCPU_MB} MB): the CPU share does not explain it"
+            )
             return
         vcpus = lambda_vcpus(small.memory_mb)
         self.work_factor = _calibrate_work_factor(self.one.latency, vcpus, small.latency.get("mean") or small_p50)
@@ -281,8 +304,10 @@ class FamilyModel:
             return
         one_p50, two_p50 = self.one.latency["p50"], two.latency["p50"]
         if two_p50 > one_p50 * (1 + self._noise(self.one, two)):
-            self.threads_problem = (f"measured slower with 2 vCPUs than with 1 beyond noise ({two_p50:.2f} ms at {TWO_VCPU_MB} MB, "
-                                    f"{one_p50:.2f} ms at {ONE_VCPU_MB} MB): no curve through noise")
+            self.threads_problem = (
+                f"measured slower with 2 vCPUs than with 1 beyond noise ({two_p50:.2f} ms at {TWO_VCPU_MB} MB, "
+                f"{one_p50:.2f} ms at {ONE_VCPU_MB} MB): no curve through noise"
+            )
 
     def _interp_log(self, vcpus: float, at_small: float) -> float:
         """A calibration value, `at_small` at the small anchor's vCPUs and neutral (1) at 1 vCPU,
@@ -311,16 +336,26 @@ class FamilyModel:
                 factor = self._interp_log(vcpus, self.work_factor)
                 r50, r99 = self._interp_log(vcpus, self.p50_ratio_small), self._interp_log(vcpus, self.p99_ratio_small)
                 anchors.append(self.small)
-                basis = (f"1 thread throttled to {vcpus:.2f} vCPU: the {ONE_VCPU_MB} MB distribution run through the CPU quota, "
-                         f"calibrated at {self.small.memory_mb} MB")
+                basis = (
+                    f"1 thread throttled to {vcpus:.2f} vCPU: the {ONE_VCPU_MB} MB distribution run through the CPU quota, "
+                    f"calibrated at {self.small.memory_mb} MB"
+                )
             else:  # no size below 1 vCPU ran (out of memory, or not measured): the quota alone
                 regime, factor, r50, r99 = "throttled_uncalibrated", 1.0, 1.0, 1.0
                 basis = f"1 thread throttled to {vcpus:.2f} vCPU: the {ONE_VCPU_MB} MB distribution run through the CPU quota, uncalibrated"
             simulated = _throttled(one.latency, vcpus, factor)
             p50 = simulated["p50"] * r50
             p99 = max(p50, simulated["p99"] * r99)
-            latency = {"p50": p50, "p90": min(p99, max(p50, simulated["p90"])), "p99": p99, "mean": max(p50, simulated["mean"])}
-            spreads = {"p50": [v * r50 for v in simulated["p50_spread"]], "p99": [v * r99 for v in simulated["p99_spread"]]}
+            latency = {
+                "p50": p50,
+                "p90": min(p99, max(p50, simulated["p90"])),
+                "p99": p99,
+                "mean": max(p50, simulated["mean"]),
+            }
+            spreads = {
+                "p50": [v * r50 for v in simulated["p50_spread"]],
+                "p99": [v * r99 for v in simulated["p99_spread"]],
+            }
             alpha = self.cold_alpha if calibrated else 1.0
             cold = one.result["cold_start_ms"]["total"] * (1 / vcpus) ** alpha
         elif threads == 1:
@@ -349,11 +384,17 @@ class FamilyModel:
         for stat, (low, high) in spreads.items():  # a percentile on the edge between stalled and not: either side
             interval[stat] = [min(interval[stat][0], low), max(interval[stat][1], high)]
         return {
-            "latency": latency, "cold_start_ms": cold, "threads": threads, "vcpus": vcpus, "regime": regime,
-            "beyond_measured_range": regime in ("throttled_below", "throttled_uncalibrated", "threads_beyond"), "basis": basis,
+            "latency": latency,
+            "cold_start_ms": cold,
+            "threads": threads,
+            "vcpus": vcpus,
+            "regime": regime,
+            "beyond_measured_range": regime in ("throttled_below", "throttled_uncalibrated", "threads_beyond"),
+            "basis": basis,
             "anchors": [a.memory_mb for a in anchors],
             "interval": {
-                "level": "about 95 %", **interval,
+                "level": "about 95 %",
+                **interval,
                 "cold_start_ms": [cold * (1 - COLD_START_ERROR), cold * (1 + COLD_START_ERROR)],
             },
         }
@@ -364,8 +405,9 @@ def _family(combo: dict | Combo) -> tuple:
     return (c["hardware"], c["optimizer"], c["batch_size"])
 
 
-def predict_run(request: RequestSubmitted, predicted: list[Combo], results: list[dict],
-                failures: list[dict], region: str) -> tuple[list[dict], list[dict]]:
+def predict_run(
+    request: RequestSubmitted, predicted: list[Combo], results: list[dict], failures: list[dict], region: str
+) -> tuple[list[dict], list[dict]]:
     """Rows for the `predicted` combinations from the run's measured `results` (and the
     `failures` of its anchors): (predicted results, combinations that will not fit or get no
     prediction, each `{combo_key, combo, label, reason, smallest_fit_mb?}`)."""
@@ -409,12 +451,20 @@ def _row(request: RequestSubmitted, combo: Combo, key: str, model: FamilyModel, 
     latency = dict(guess["latency"])
     billed = math.ceil(latency["mean"]) if latency["mean"] >= 1 else 1.0
     try:
-        cost = cost_block(billed_ms_per_request=float(billed), cold_start_ms=guess["cold_start_ms"], memory_mb=combo.memory_mb,
-                          batch_size=combo.batch_size, hardware=combo.hardware, region=region)
+        cost = cost_block(
+            billed_ms_per_request=float(billed),
+            cold_start_ms=guess["cold_start_ms"],
+            memory_mb=combo.memory_mb,
+            batch_size=combo.batch_size,
+            hardware=combo.hardware,
+            region=region,
+        )
     except UnknownPriceRegion:
         cost = None
     return {
-        "combo_key": key, "combo": combo.model_dump(mode="json"), "model": request.model.model_dump(mode="json"),
+        "combo_key": key,
+        "combo": combo.model_dump(mode="json"),
+        "model": request.model.model_dump(mode="json"),
         "predicted": True,
         "prediction": {k: guess[k] for k in ("regime", "beyond_measured_range", "basis", "anchors")},
         "interval": guess["interval"],
@@ -424,7 +474,8 @@ def _row(request: RequestSubmitted, combo: Combo, key: str, model: FamilyModel, 
         "smallest_fit_mb": model.min_fit_mb,
         "agreement": one["agreement"],  # the same artifact on the same inputs: memory does not change the answers
         "emulated": bool(one.get("emulated")),
-        "threads": guess["threads"], "vcpus": guess["vcpus"],
+        "threads": guess["threads"],
+        "vcpus": guess["vcpus"],
         "cost": cost,
         "reused": False,
     }

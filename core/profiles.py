@@ -20,12 +20,86 @@ _GROUP_WORDS = (
     ("attention", ("attention", "softmax", "sdpa", "scaled_dot_product")),
     ("conv", ("conv",)),
     ("matmul", ("matmul", "gemm", "linear", "dense", "addmm", "bmm", "mm", "einsum")),
-    ("layout", ("transpose", "permute", "reshape", "view", "layout", "flatten", "squeeze", "unsqueeze", "expand", "concat", "cat",
-                "split", "slice", "gather", "pad", "reorder", "as_strided", "contiguous")),
-    ("copy", ("copy", "clone", "to_copy", "alloc", "empty", "memcpy", "identity", "cast", "_to", "zeros", "ones", "full", "fill")),
-    ("elementwise", ("relu", "add", "mul", "sub", "div", "sigmoid", "tanh", "gelu", "erf", "exp", "sqrt", "pow", "batch_norm",
-                     "batchnormalization", "layer_norm", "layernormalization", "norm", "clip", "hardtanh", "max_pool", "maxpool",
-                     "avg_pool", "averagepool", "globalaveragepool", "mean", "where", "neg", "abs", "silu", "sum", "reduce", "clamp", "clip", "pool")),
+    (
+        "layout",
+        (
+            "transpose",
+            "permute",
+            "reshape",
+            "view",
+            "layout",
+            "flatten",
+            "squeeze",
+            "unsqueeze",
+            "expand",
+            "concat",
+            "cat",
+            "split",
+            "slice",
+            "gather",
+            "pad",
+            "reorder",
+            "as_strided",
+            "contiguous",
+        ),
+    ),
+    (
+        "copy",
+        (
+            "copy",
+            "clone",
+            "to_copy",
+            "alloc",
+            "empty",
+            "memcpy",
+            "identity",
+            "cast",
+            "_to",
+            "zeros",
+            "ones",
+            "full",
+            "fill",
+        ),
+    ),
+    (
+        "elementwise",
+        (
+            "relu",
+            "add",
+            "mul",
+            "sub",
+            "div",
+            "sigmoid",
+            "tanh",
+            "gelu",
+            "erf",
+            "exp",
+            "sqrt",
+            "pow",
+            "batch_norm",
+            "batchnormalization",
+            "layer_norm",
+            "layernormalization",
+            "norm",
+            "clip",
+            "hardtanh",
+            "max_pool",
+            "maxpool",
+            "avg_pool",
+            "averagepool",
+            "globalaveragepool",
+            "mean",
+            "where",
+            "neg",
+            "abs",
+            "silu",
+            "sum",
+            "reduce",
+            "clamp",
+            "clip",
+            "pool",
+        ),
+    ),
 )
 MAX_TRACE_EVENTS = 50_000  # a stored trace keeps at most this many events (the rest is cut, with a note)
 MAX_TRACE_BYTES = 20_000_000  # and at most about this much JSON
@@ -50,9 +124,19 @@ def operator_rows(calls: list[tuple[str, str, float]], runs: int) -> list[dict]:
         count[(op_type, name)] += 1
     everything = sum(total.values()) or 1.0
     runs = max(1, runs)
-    rows = [{"op_type": op_type, "name": name, "group": operator_group(op_type), "calls": count[key] / runs,
-             "total_ms": total[key] / runs, "mean_ms": total[key] / count[key], "share": total[key] / everything}
-            for key in total for op_type, name in [key]]
+    rows = [
+        {
+            "op_type": op_type,
+            "name": name,
+            "group": operator_group(op_type),
+            "calls": count[key] / runs,
+            "total_ms": total[key] / runs,
+            "mean_ms": total[key] / count[key],
+            "share": total[key] / everything,
+        }
+        for key in total
+        for op_type, name in [key]
+    ]
     return sorted(rows, key=lambda row: -row["total_ms"])
 
 
@@ -79,7 +163,9 @@ def side_by_side(profiles: dict[str, list[dict]]) -> list[dict]:
     return table
 
 
-def bounded_trace(trace: dict, max_events: int = MAX_TRACE_EVENTS, max_bytes: int = MAX_TRACE_BYTES) -> tuple[dict, str | None]:
+def bounded_trace(
+    trace: dict, max_events: int = MAX_TRACE_EVENTS, max_bytes: int = MAX_TRACE_BYTES
+) -> tuple[dict, str | None]:
     """The Chrome trace with at most `max_events` events and about `max_bytes` of JSON (the
     first events: whole inferences first), and the note saying what was cut (None: nothing)."""
     events = trace.get("traceEvents", [])
@@ -96,13 +182,27 @@ def bounded_trace(trace: dict, max_events: int = MAX_TRACE_EVENTS, max_bytes: in
     return {**trace, "traceEvents": events[:kept], "otherData": other}, note
 
 
-def break_even(*, tuning_s: float, tuning_usd: float, tuned_ms: float, untuned_ms: float, saved_usd_per_inference: float,
-               untuned: str) -> dict:
+def break_even(
+    *,
+    tuning_s: float,
+    tuning_usd: float,
+    tuned_ms: float,
+    untuned_ms: float,
+    saved_usd_per_inference: float,
+    untuned: str,
+) -> dict:
     """When tuning pays off: the inferences after which tuning's cost (`tuning_usd`: its seconds
     priced as the build's compute) is repaid by each inference costing `saved_usd_per_inference`
     less than on the best engine without tuning (`untuned`). `inferences` is None ("never")
     when the tuned engine is not faster."""
     faster = untuned_ms > tuned_ms and saved_usd_per_inference > 0
-    return {"tuning_s": tuning_s, "tuning_usd": tuning_usd, "against": untuned, "against_p50_ms": untuned_ms, "tuned_p50_ms": tuned_ms,
-            "saved_ms_per_inference": untuned_ms - tuned_ms, "saved_usd_per_inference": saved_usd_per_inference,
-            "inferences": math.ceil(tuning_usd / saved_usd_per_inference) if faster else None}
+    return {
+        "tuning_s": tuning_s,
+        "tuning_usd": tuning_usd,
+        "against": untuned,
+        "against_p50_ms": untuned_ms,
+        "tuned_p50_ms": tuned_ms,
+        "saved_ms_per_inference": untuned_ms - tuned_ms,
+        "saved_usd_per_inference": saved_usd_per_inference,
+        "inferences": math.ceil(tuning_usd / saved_usd_per_inference) if faster else None,
+    }

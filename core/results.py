@@ -91,11 +91,15 @@ def latest_results(store: ObjectStore, model_sha256: str, combo_keys: list[str])
                 found[key] = fresh
     left = [k for k in combo_keys if k not in found]
     with ThreadPoolExecutor(max_workers=LOOKUPS) as pool:
-        found |= {k: f for k, f in zip(left, pool.map(lambda k: latest_result(store, k), left), strict=True) if f is not None}
+        found |= {
+            k: f for k, f in zip(left, pool.map(lambda k: latest_result(store, k), left), strict=True) if f is not None
+        }
     return found
 
 
-def pack_results(store: ObjectStore, model_sha256: str, run_id: str, archived_at: datetime, measured: dict[str, dict]) -> None:
+def pack_results(
+    store: ObjectStore, model_sha256: str, run_id: str, archived_at: datetime, measured: dict[str, dict]
+) -> None:
     """Keep the results a run measured (result key -> document) in one pack of its model."""
     if measured:
         store.put_bytes(keys.result_pack(model_sha256, archived_at, run_id), ResultBundle(results=measured).to_bytes())

@@ -6,6 +6,7 @@ from __future__ import annotations
 from core.topology import SERVICES
 from schemas.events import Envelope
 
+
 def _routes() -> dict[str, tuple[str, ...]]:
     routes: dict[str, tuple[str, ...]] = {}
     for spec in SERVICES:

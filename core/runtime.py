@@ -16,8 +16,8 @@ from typing import Any
 import structlog
 
 from core.ports import EventPublisher, ObjectStore
-from schemas.events import ComboFailed, RunDeadlineReached, Envelope, FailureStage, Payload
 from schemas import keys
+from schemas.events import ComboFailed, Envelope, FailureStage, Payload, RunDeadlineReached
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,9 @@ class ServiceRunner:
         return keys.processed_marker(self.service.name, envelope.event_id)
 
     def handle(self, envelope: Envelope) -> list[Envelope]:
-        log = self.log.bind(service=self.service.name, run_id=envelope.run_id, event_id=envelope.event_id, event_type=envelope.type)
+        log = self.log.bind(
+            service=self.service.name, run_id=envelope.run_id, event_id=envelope.event_id, event_type=envelope.type
+        )
         combo_key = getattr(envelope.payload, "combo_key", None)
         if combo_key:
             log = log.bind(combo_key=combo_key)
@@ -91,7 +93,10 @@ class ServiceRunner:
             return []
         started = time.perf_counter()
         outputs = handler(envelope, self.service.deps)
-        emitted = [envelope.caused(o.payload if isinstance(o, Delayed) else o, producer=self.service.name, index=i) for i, o in enumerate(outputs)]
+        emitted = [
+            envelope.caused(o.payload if isinstance(o, Delayed) else o, producer=self.service.name, index=i)
+            for i, o in enumerate(outputs)
+        ]
         now_events = [e for e, o in zip(emitted, outputs, strict=True) if not isinstance(o, Delayed)]
         self.publisher.publish(now_events)
         for envelope_out, output in zip(emitted, outputs, strict=True):
@@ -115,9 +120,13 @@ def dead_letter_failure(envelope: Envelope, reason: str) -> Envelope | None:
         failed = ComboFailed(combo=combo, combo_key=key, stage=FailureStage.dead_letter, reason=why)
         return envelope.caused(failed, producer="dead-letter", index=0)
     request = {"RequestSubmitted": payload, "RunPlanned": getattr(payload, "request", None)}.get(envelope.type)
-    if envelope.type in ("RequestSubmitted", "RunPlanned", "CombosReused") or (envelope.type == "RunDeadlineReached" and payload.reason is None):
+    if envelope.type in ("RequestSubmitted", "RunPlanned", "CombosReused") or (
+        envelope.type == "RunDeadlineReached" and payload.reason is None
+    ):
         if envelope.type == "RunDeadlineReached":
             request = payload.request
-        closing = RunDeadlineReached(deadline=envelope.time, reason=f"{envelope.type} {why}", stage=FailureStage.dead_letter, request=request)
+        closing = RunDeadlineReached(
+            deadline=envelope.time, reason=f"{envelope.type} {why}", stage=FailureStage.dead_letter, request=request
+        )
         return envelope.caused(closing, producer="dead-letter", index=0)
     return None

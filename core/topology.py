@@ -4,7 +4,7 @@ messages its worker takes at a time and the processes that run it.
 Derived from this table: the routing (`core.routing.ROUTES`, which `infra/template.yaml`'s
 EventBridge rules must match: `tests/unit/test_topology.py`), the embedded bus's
 subscriptions (`ayci.bootstrap`), the queue workers (`ayci.worker`) and the processes of the
-real path on this machine (`ayci.cloud.ServiceProcesses.start_all`).
+real path on this machine (`infra.localstack.ServiceProcesses.start_all`).
 """
 
 from __future__ import annotations

@@ -83,8 +83,16 @@ def arrivals(traffic: Traffic, rng: np.random.Generator) -> tuple[np.ndarray, fl
         times = np.sort(rng.uniform(0, window, count))
         if traffic.pattern == "spiky":
             starts = np.arange(0, window, BURST_PERIOD_S)
-            extra = [np.sort(rng.uniform(s, min(s + BURST_S, window), rng.poisson(traffic.rps * (BURST_MULTIPLIER - 1) * min(BURST_S, window - s))))
-                     for s in starts]
+            extra = [
+                np.sort(
+                    rng.uniform(
+                        s,
+                        min(s + BURST_S, window),
+                        rng.poisson(traffic.rps * (BURST_MULTIPLIER - 1) * min(BURST_S, window - s)),
+                    )
+                )
+                for s in starts
+            ]
             times = np.sort(np.concatenate([times, *extra]))
         return times[:MAX_EVENTS], window, window < traffic.duration_s
     times = _from_file(Path(traffic.pattern))
@@ -149,9 +157,17 @@ class PoolResult:
         return self.cold_starts / self.requests if self.requests else 0.0
 
 
-def simulate(times: np.ndarray, warm_ms: list[tuple[float, float]], cold_ms: float, idle_timeout_s: float,
-             rng: np.random.Generator, window_s: float, cut_short: bool = False, provisioned: int = 0,
-             max_instances: int | None = None) -> PoolResult:
+def simulate(
+    times: np.ndarray,
+    warm_ms: list[tuple[float, float]],
+    cold_ms: float,
+    idle_timeout_s: float,
+    rng: np.random.Generator,
+    window_s: float,
+    cut_short: bool = False,
+    provisioned: int = 0,
+    max_instances: int | None = None,
+) -> PoolResult:
     """Serve the arrivals `times` (s) with a pool of instances (see the module's docstring).
     `provisioned` instances are always initialized: a request takes one of them first, and
     only spills over to on-demand instances when all are busy (`served_provisioned` counts).
@@ -200,7 +216,9 @@ def simulate(times: np.ndarray, warm_ms: list[tuple[float, float]], cold_ms: flo
             notes.append(f"stopped after {MAX_WALL_S:.0f} s of simulation at {i + 1:,} requests")
             break
     alive_s += sum(min(idle_timeout_s, window_s - s) for s in idle)
-    result = PoolResult(len(latencies), cold_starts, latencies, peak, alive_s, window_s, cut_short, time.perf_counter() - started, notes)
+    result = PoolResult(
+        len(latencies), cold_starts, latencies, peak, alive_s, window_s, cut_short, time.perf_counter() - started, notes
+    )
     result.on_provisioned = on_provisioned[: len(latencies)]
     return result
 
@@ -208,7 +226,9 @@ def simulate(times: np.ndarray, warm_ms: list[tuple[float, float]], cold_ms: flo
 SNAPSTART_RESTORE_MS = 400.0  # assumed: AWS documents sub-second restores; `--snapstart-restore-ms` replaces it
 
 
-def combination_under_traffic(result: dict, traffic: Traffic, seed: int = 0, snapstart_restore_ms: float = SNAPSTART_RESTORE_MS) -> dict:
+def combination_under_traffic(
+    result: dict, traffic: Traffic, seed: int = 0, snapstart_restore_ms: float = SNAPSTART_RESTORE_MS
+) -> dict:
     """A measured (or predicted) combination under `traffic`: cold-start share, latency
     percentiles including cold starts, peak instances and the bill over the duration, on demand;
     and the alternatives priced: provisioned concurrency (as many instances as the on-demand pool
@@ -222,13 +242,17 @@ def combination_under_traffic(result: dict, traffic: Traffic, seed: int = 0, sna
     gb = combo["memory_mb"] / 1024
     cold_split = result["cold_start_ms"]
 
-    times, window, cut = arrivals(traffic, np.random.default_rng(seed))  # the same requests for every way of serving them
+    times, window, cut = arrivals(
+        traffic, np.random.default_rng(seed)
+    )  # the same requests for every way of serving them
 
     def run(cold_ms: float, provisioned: int = 0):
         rng = np.random.default_rng(seed + 1)  # and the same warm latencies
         return simulate(times, warm, cold_ms, traffic.idle_timeout_s, rng, window, cut, provisioned=provisioned)
 
-    def figures(pool: PoolResult, option: str, extra_usd: float = 0.0, duration_price: float | None = None, kept: int = 0) -> dict:
+    def figures(
+        pool: PoolResult, option: str, extra_usd: float = 0.0, duration_price: float | None = None, kept: int = 0
+    ) -> dict:
         scale = traffic.duration_s / pool.window_s if pool.window_s else 0.0
         billed = np.ceil(pool.latencies_ms) / 1000
         on_kept = pool.on_provisioned if pool.on_provisioned is not None else np.zeros(len(billed), dtype=bool)
@@ -238,8 +262,16 @@ def combination_under_traffic(result: dict, traffic: Traffic, seed: int = 0, sna
         requests = pool.requests * scale
         bill = compute * scale + requests * prices.per_million_requests_usd / 1e6 + extra_usd
         p = np.percentile(pool.latencies_ms, [50, 99, 99.9]) if pool.requests else [float("nan")] * 3
-        return {"option": option, "cold_share": pool.cold_share, "p50_ms": float(p[0]), "p99_ms": float(p[1]), "p999_ms": float(p[2]),
-                "peak_instances": pool.peak_instances + kept, "bill_usd": bill, "requests": requests}
+        return {
+            "option": option,
+            "cold_share": pool.cold_share,
+            "p50_ms": float(p[0]),
+            "p99_ms": float(p[1]),
+            "p999_ms": float(p[2]),
+            "peak_instances": pool.peak_instances + kept,
+            "bill_usd": bill,
+            "requests": requests,
+        }
 
     on_demand = run(cold_split["total"])
     options = [figures(on_demand, "on demand")]
@@ -249,15 +281,28 @@ def combination_under_traffic(result: dict, traffic: Traffic, seed: int = 0, sna
         kept_price, duration_price = provisioned_prices
         for n in sorted({max(1, math.ceil(mean_alive)), on_demand.peak_instances}):
             pool = run(cold_split["total"], provisioned=n)
-            options.append(figures(pool, f"provisioned {n}", n * gb * traffic.duration_s * kept_price, duration_price, kept=n))
-    if prices.snapstart_cache_per_gb_second_usd and prices.snapstart_restore_per_gb_usd and "first_inference" in cold_split:
+            options.append(
+                figures(pool, f"provisioned {n}", n * gb * traffic.duration_s * kept_price, duration_price, kept=n)
+            )
+    if (
+        prices.snapstart_cache_per_gb_second_usd
+        and prices.snapstart_restore_per_gb_usd
+        and "first_inference" in cold_split
+    ):
         # a snapshot taken after the imports and the model load: a cold start restores it, then answers
         restored_ms = snapstart_restore_ms + cold_split.get("first_inference", 0.0)
         pool = run(restored_ms)
         scale = traffic.duration_s / pool.window_s if pool.window_s else 0.0
-        fees = gb * traffic.duration_s * prices.snapstart_cache_per_gb_second_usd + pool.cold_starts * scale * gb * prices.snapstart_restore_per_gb_usd
-        options.append({**figures(pool, "SnapStart (estimate)", fees),
-                         "assumption": f"restore {snapstart_restore_ms:g} ms (assumed) + the first inference {cold_split.get('first_inference', 0.0):.0f} ms"})
+        fees = (
+            gb * traffic.duration_s * prices.snapstart_cache_per_gb_second_usd
+            + pool.cold_starts * scale * gb * prices.snapstart_restore_per_gb_usd
+        )
+        options.append(
+            {
+                **figures(pool, "SnapStart (estimate)", fees),
+                "assumption": f"restore {snapstart_restore_ms:g} ms (assumed) + the first inference {cold_split.get('first_inference', 0.0):.0f} ms",
+            }
+        )
     notes = list(on_demand.notes)
     if on_demand.cut_short and not on_demand.notes:
         notes.append(f"{on_demand.window_s / 3600:.0f} h simulated ({on_demand.requests:,} requests), scaled")
@@ -266,8 +311,11 @@ def combination_under_traffic(result: dict, traffic: Traffic, seed: int = 0, sna
         "combination": f"{combo['hardware']}/{combo['optimizer']}/b{combo['batch_size']}/{combo['memory_mb']}MB",
         "predicted": bool(result.get("predicted")),
         **{k: best[k] for k in ("cold_share", "p50_ms", "p99_ms", "p999_ms", "peak_instances", "bill_usd", "requests")},
-        "mean_instances": mean_alive, "options": options,
-        "simulated_requests": on_demand.requests, "simulated_s": on_demand.window_s, "notes": notes,
+        "mean_instances": mean_alive,
+        "options": options,
+        "simulated_requests": on_demand.requests,
+        "simulated_s": on_demand.window_s,
+        "notes": notes,
     }
 
 
@@ -275,13 +323,24 @@ def traffic_report(summary: dict, traffic: Traffic, slo_p99_ms: float | None = N
     """Every timed combination of a run under `traffic`, and the cheapest (combination, way of
     serving it: on demand, provisioned concurrency, SnapStart) whose p99 including cold starts
     meets the SLO (none given: the cheapest)."""
-    rows = [combination_under_traffic(r, traffic) for r in summary["results"]
-            if not r.get("emulated") and not r.get("host_limited") and r.get("confined") is not False]
+    rows = [
+        combination_under_traffic(r, traffic)
+        for r in summary["results"]
+        if not r.get("emulated") and not r.get("host_limited") and r.get("confined") is not False
+    ]
     if not rows:
         raise TrafficError("the run has no combination timed as Lambda would run it: nothing to simulate")
     meeting = [(r, o) for r in rows for o in r["options"] if slo_p99_ms is None or o["p99_ms"] <= slo_p99_ms]
     best = min(meeting, key=lambda ro: (ro[1]["bill_usd"], ro[1]["p99_ms"])) if meeting else None
     pick = f"{best[0]['combination']} ({best[1]['option']})" if best else None
-    return {"traffic": {"rps": traffic.rps, "pattern": traffic.pattern, "idle_timeout_s": traffic.idle_timeout_s,
-                        "duration_s": traffic.duration_s}, "slo_p99_ms": slo_p99_ms, "rows": sorted(rows, key=lambda r: r["bill_usd"]),
-            "recommended": pick}
+    return {
+        "traffic": {
+            "rps": traffic.rps,
+            "pattern": traffic.pattern,
+            "idle_timeout_s": traffic.idle_timeout_s,
+            "duration_s": traffic.duration_s,
+        },
+        "slo_p99_ms": slo_p99_ms,
+        "rows": sorted(rows, key=lambda r: r["bill_usd"]),
+        "recommended": pick,
+    }

@@ -14,13 +14,12 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 if TYPE_CHECKING:  # the contract's types, for annotations only: a measuring process never imports pydantic
-    from schemas.combos import Hardware, ModelRef, Optimizer
+    from schemas.combos import Hardware, ModelRef
 
 
 class ConversionError(Exception):
@@ -40,7 +39,9 @@ class ConversionJob:
     target_cpu: str
     out_dir: Path
     tuning_trials: int = 0
-    tuning_time_limit_s: float | None = None  # the search stops at its trials or this, whichever comes first (None: trials only)
+    tuning_time_limit_s: float | None = (
+        None  # the search stops at its trials or this, whichever comes first (None: trials only)
+    )
     tuning_dir: Path | None = None  # where stored tuning records are read and written
     shared_tuning_dirs: list[Path] = field(default_factory=list)  # other models' records for the same CPU (read only)
     inputs_path: Path | None = None  # the user's own example inputs (.npz), if the model has them
@@ -55,11 +56,46 @@ class Conversion:
     details: dict = field(default_factory=dict)
 
 
-def engine_module(optimizer: Optimizer | str) -> ModuleType:
-    """The module implementing `optimizer` (`engines.base`, `engines.onnx`, `engines.tvm`)."""
-    from schemas.combos import Optimizer
+class Engine(Protocol):
+    """What every engine module (`engines.module(name)`) provides."""
 
-    return importlib.import_module(f"engines.{Optimizer(optimizer).value}_engine")
+    def convert(self, job: ConversionJob) -> Conversion:
+        """Write one artifact for `job` into `job.out_dir` (raises ConversionError with the reason)."""
+
+    def import_runtime(self, path: Path) -> None:
+        """Import what running the artifact needs, and nothing else (timed as the cold start's imports)."""
+
+    def load(self, path: Path, threads: int) -> Runner:
+        """Load the artifact once; the runner maps named inputs to the outputs."""
+
+    def profile(
+        self,
+        path: Path,
+        threads: int,
+        inputs: dict[str, np.ndarray],
+        runs: int,
+        work: Path,
+        settings: dict | None = None,
+    ):
+        """A profiled pass over the artifact: where the time goes, by operator."""
+
+
+# optimizer name -> the module implementing it (names as in schemas.combos.Optimizer; kept here as
+# plain strings so that a measuring process imports no pydantic)
+_MODULES = {
+    "base": "engines.base_engine",
+    "onnx": "engines.onnx_engine",
+    "onnx_int8": "engines.onnx_int8_engine",
+    "tvm": "engines.tvm_engine",
+}
+
+
+def module(optimizer: str) -> Engine:
+    """The engine implementing `optimizer` (an Optimizer or its name), imported on first use."""
+    name = getattr(optimizer, "value", optimizer)
+    if name not in _MODULES:
+        raise ValueError(f"unknown optimizer {name!r}: one of {', '.join(_MODULES)}")
+    return importlib.import_module(_MODULES[name])  # type: ignore[return-value]
 
 
 def warm_up_conversion() -> float:

@@ -47,7 +47,18 @@ def arm_python_command(sysroot: Path | str | None = None) -> list[str]:
     root = Path(sysroot or default_sysroot())
     qemu = shutil.which(QEMU) or QEMU
     variables = [f"{name}={value}" for name, value in arm_environment(root).items()]
-    return ["env", "-u", "PYTHONHOME", "-u", "VIRTUAL_ENV", *variables, qemu, "-L", str(root), str(root / "usr" / "bin" / "python3")]
+    return [
+        "env",
+        "-u",
+        "PYTHONHOME",
+        "-u",
+        "VIRTUAL_ENV",
+        *variables,
+        qemu,
+        "-L",
+        str(root),
+        str(root / "usr" / "bin" / "python3"),
+    ]
 
 
 def arm_available(sysroot: Path | str | None = None) -> tuple[bool, str]:
@@ -60,7 +71,10 @@ def arm_available(sysroot: Path | str | None = None) -> tuple[bool, str]:
     if not (root / "opt" / "site" / "numpy").is_dir():
         return False, f"the aarch64 root at {root} has no wheels in opt/site (run scripts/arm-sysroot.sh)"
     if not (root / "proc" / "cpuinfo").is_file():
-        return False, f"the aarch64 root at {root} has no proc/cpuinfo (ONNX Runtime would crash; run scripts/arm-sysroot.sh)"
+        return (
+            False,
+            f"the aarch64 root at {root} has no proc/cpuinfo (ONNX Runtime would crash; run scripts/arm-sysroot.sh)",
+        )
     try:
         probe = subprocess.run(
             [*arm_python_command(root), "-c", "import platform, numpy; print(platform.machine())"],
@@ -75,6 +89,10 @@ def arm_available(sysroot: Path | str | None = None) -> tuple[bool, str]:
     return True, "ok"
 
 
-def run_arm_python(args: list[str], sysroot: Path | str | None = None, timeout: float = 1800, cwd: Path | str | None = None) -> subprocess.CompletedProcess:
+def run_arm_python(
+    args: list[str], sysroot: Path | str | None = None, timeout: float = 1800, cwd: Path | str | None = None
+) -> subprocess.CompletedProcess:
     """Run the emulated Python with `args` (a script and its arguments); output captured as text."""
-    return subprocess.run([*arm_python_command(sysroot), *args], capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    return subprocess.run(
+        [*arm_python_command(sysroot), *args], capture_output=True, text=True, timeout=timeout, cwd=cwd
+    )

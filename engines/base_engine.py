@@ -37,7 +37,7 @@ def convert(job: ConversionJob) -> Conversion:
     return Conversion(artifact_file=name, conversion_s=time.perf_counter() - started)
 
 
-AOTI_SUFFIX = ".aoti.pt2"  # an AOTInductor package (a cold-start lever, `services/inference/levers.py`)
+AOTI_SUFFIX = ".aoti.pt2"  # an AOTInductor package (a cold-start lever, `measuring/levers.py`)
 
 
 def compile_aoti(pt2_path: Path, out_path: Path) -> Path:
@@ -91,7 +91,9 @@ def load(path: Path, threads: int):
     return run
 
 
-def profile(path: Path, threads: int, inputs: dict[str, np.ndarray], runs: int, work: Path, settings: dict | None = None):
+def profile(
+    path: Path, threads: int, inputs: dict[str, np.ndarray], runs: int, work: Path, settings: dict | None = None
+):
     """`runs` inferences under `torch.profiler` (CPU): its Chrome trace and one `(op, op, ms)` per
     operator call, timed by its self time (nested calls are not counted twice); and each
     profiled inference's wall time (ms). An ONNX model's
@@ -111,6 +113,9 @@ def profile(path: Path, threads: int, inputs: dict[str, np.ndarray], runs: int, 
         run_ms = [timed_ms(run, inputs) for _ in range(runs)]
     trace_file = work / "torch-trace.json"
     profiler.export_chrome_trace(str(trace_file))
-    calls = [(event.name, event.name, event.self_cpu_time_total / 1000) for event in profiler.events()
-             if event.name.startswith("aten::") and event.self_cpu_time_total > 0]
+    calls = [
+        (event.name, event.name, event.self_cpu_time_total / 1000)
+        for event in profiler.events()
+        if event.name.startswith("aten::") and event.self_cpu_time_total > 0
+    ]
     return json.loads(trace_file.read_text()), calls, run_ms

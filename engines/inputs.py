@@ -19,8 +19,14 @@ class InputsDoNotFit(ValueError):
     """The inputs cannot run on this model (a fixed dim, a range, a rank); the message says which."""
 
 
-def model_inputs(model: ModelRef, model_path: Path, batch: int, *, user_inputs: Path | None = None,
-                 signature: ModelSignature | None = None) -> dict[str, np.ndarray]:
+def model_inputs(
+    model: ModelRef,
+    model_path: Path,
+    batch: int,
+    *,
+    user_inputs: Path | None = None,
+    signature: ModelSignature | None = None,
+) -> dict[str, np.ndarray]:
     """The model's inputs at `batch`, named and ordered as its signature declares them."""
     signature = signature or read_signature(model_path, model.format)
     module = workload_module(model.workload)
@@ -30,7 +36,12 @@ def model_inputs(model: ModelRef, model_path: Path, batch: int, *, user_inputs: 
         arrays, roles = inputs_from_npz(user_inputs, batch), {}
     else:
         arrays, roles = module.example_inputs(batch, list(model.input_size)), module.INPUT_ROLES
-    sources = bind(signature, {k: (v.shape, str(v.dtype)) for k, v in arrays.items()}, roles, workload=f"the {model.workload.value} workload")
+    sources = bind(
+        signature,
+        {k: (v.shape, str(v.dtype)) for k, v in arrays.items()},
+        roles,
+        workload=f"the {model.workload.value} workload",
+    )
     bound = bound_arrays(signature, sources, arrays)
     problems = signature.shape_problems({k: v.shape for k, v in bound.items()}, batch)
     if problems:

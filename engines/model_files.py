@@ -57,7 +57,9 @@ def sniff_format(path: Path) -> ModelFormat:
             return ModelFormat.pt2
         if any(n.lower().endswith(".onnx") for n in names):
             return ModelFormat.onnx
-        raise NotAModelError("a zip archive but neither a torch.export (.pt2) archive nor an ONNX bundle (an .onnx and its data files)")
+        raise NotAModelError(
+            "a zip archive but neither a torch.export (.pt2) archive nor an ONNX bundle (an .onnx and its data files)"
+        )
     if is_onnx_bundle(path):
         return ModelFormat.onnx
     import onnx
@@ -89,7 +91,9 @@ def _bundle_members(path: Path) -> list[tuple[str, int]]:
                 if member.isdir():
                     continue
                 if not member.isfile():
-                    raise NotAModelError(f"the bundle holds a link or device ({member.name}): only regular files are accepted")
+                    raise NotAModelError(
+                        f"the bundle holds a link or device ({member.name}): only regular files are accepted"
+                    )
                 members.append((member.name, member.size))
     if len(members) > BUNDLE_MAX_FILES:
         raise NotAModelError(f"the bundle holds {len(members)} files; at most {BUNDLE_MAX_FILES}")
@@ -134,7 +138,8 @@ def single_file_onnx(path: Path, out_dir: Path) -> Path:
             raise NotAModelError(
                 f"the ONNX model keeps its weights in external files ({', '.join(sorted(missing)[:3])}) that were not uploaded: "
                 "upload a .zip or .tar of the .onnx and its data files, or save one file with "
-                "onnx.save_model(model, 'model.onnx', save_as_external_data=False)")
+                "onnx.save_model(model, 'model.onnx', save_as_external_data=False)"
+            )
         return path
     members = _bundle_members(path)
     onnx_files = [name for name, _ in members if name.lower().endswith(".onnx")]
@@ -152,7 +157,11 @@ def single_file_onnx(path: Path, out_dir: Path) -> Path:
     base = model_path.parent.resolve()
     for location in _external_locations(model):
         target = (base / location).resolve()
-        if PurePosixPath(location).is_absolute() or ".." in PurePosixPath(location).parts or not target.is_relative_to(unpacked.resolve()):
+        if (
+            PurePosixPath(location).is_absolute()
+            or ".." in PurePosixPath(location).parts
+            or not target.is_relative_to(unpacked.resolve())
+        ):
             raise NotAModelError(f"an external data location points outside the bundle ({location})")
         if not target.is_file():
             raise NotAModelError(f"the bundle lacks the external data file {location} the model names")
@@ -170,8 +179,11 @@ def _external_locations(model) -> set[str]:
 
     tensors = list(model.graph.initializer) + [a.t for n in model.graph.node for a in n.attribute if a.HasField("t")]
     return {
-        entry.value for t in tensors if t.data_location == onnx.TensorProto.EXTERNAL
-        for entry in t.external_data if entry.key == "location"
+        entry.value
+        for t in tensors
+        if t.data_location == onnx.TensorProto.EXTERNAL
+        for entry in t.external_data
+        if entry.key == "location"
     }
 
 
@@ -182,7 +194,9 @@ def _refuse_pickled_payloads(path: Path) -> None:
                 text = archive.read(name).decode(errors="replace")
                 with contextlib.suppress(ValueError):
                     if '"use_pickle": true' in json.dumps(json.loads(text)):
-                        raise NotAModelError(f"the archive stores pickled tensors ({name}); only plain tensors are accepted")
+                        raise NotAModelError(
+                            f"the archive stores pickled tensors ({name}); only plain tensors are accepted"
+                        )
 
 
 def _plain_spec(node: dict, known: set[str]) -> bool:

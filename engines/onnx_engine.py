@@ -6,7 +6,7 @@ transforms for this CPU) happen when the measuring worker loads the model, becau
 saved with them only runs on the CPU that saved it. Before measuring, a tuning pass under the
 combination's confinement tries the session settings of `tuning_candidates` and the
 measurement keeps the default unless one whose agreement holds is faster by a margin, twice
-(`services/inference/measure.tune`; the result names them: `engine_settings`).
+(`measuring/measure.tune`; the result names them: `engine_settings`).
 """
 
 from __future__ import annotations
@@ -75,12 +75,17 @@ def export_program_to_onnx(program, onnx_path: Path) -> None:
 
 def default_settings(threads: int) -> dict:
     """The session settings a measurement starts from (and keeps unless tuning finds faster)."""
-    return {"graph_optimization": "all", "intra_op_threads": threads, "memory_arena": True, "execution_mode": "sequential"}
+    return {
+        "graph_optimization": "all",
+        "intra_op_threads": threads,
+        "memory_arena": True,
+        "execution_mode": "sequential",
+    }
 
 
 def tuning_candidates(threads: int) -> list[dict]:
     """The session settings tried per combination, under its confinement, the default first
-    (`services/inference/measure.py tune`): the graph optimization level (`disabled` keeps only
+    (`measuring/measure.py tune`): the graph optimization level (`disabled` keeps only
     what conversion applied offline: never slower than doing nothing), the memory arena, fewer
     intra-op threads, the parallel execution mode."""
     default = default_settings(threads)
@@ -96,14 +101,20 @@ def tuning_candidates(threads: int) -> list[dict]:
     return candidates
 
 
-def load_session(path: Path, threads: int, optimize: bool = True, settings: dict | None = None, profile_prefix: Path | None = None):
+def load_session(
+    path: Path, threads: int, optimize: bool = True, settings: dict | None = None, profile_prefix: Path | None = None
+):
     """A runner of the model in an ONNX Runtime session (with `profile_prefix`: the runner and
     the session, profiling into files of that prefix)."""
     import onnxruntime as ort
 
     settings = settings or {**default_settings(threads), "graph_optimization": "all" if optimize else "disabled"}
-    levels = {"all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL, "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-              "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC, "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL}
+    levels = {
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    }
     options = ort.SessionOptions()
     options.graph_optimization_level = levels[settings["graph_optimization"]]
     options.intra_op_num_threads = int(settings["intra_op_threads"])
@@ -133,19 +144,36 @@ def load(path: Path, threads: int, settings: dict | None = None):
     return load_session(path, threads, optimize=True, settings=settings)
 
 
-def profile(path: Path, threads: int, inputs: dict[str, np.ndarray], runs: int, work: Path, settings: dict | None = None, *,
-            optimize: bool = True):
+def profile(
+    path: Path,
+    threads: int,
+    inputs: dict[str, np.ndarray],
+    runs: int,
+    work: Path,
+    settings: dict | None = None,
+    *,
+    optimize: bool = True,
+):
     """`runs` inferences under ONNX Runtime's profiler (`enable_profiling`), with the
     combination's session settings: its Chrome trace and one `(node name, op type, ms)` per
     node run; and each profiled inference's wall time (ms)."""
     import json
 
-    run, session = load_session(path, threads, optimize=optimize, settings=settings, profile_prefix=work / "ort-profile")
+    run, session = load_session(
+        path, threads, optimize=optimize, settings=settings, profile_prefix=work / "ort-profile"
+    )
     run_ms = [timed_ms(run, inputs) for _ in range(runs)]
     events = json.loads(Path(session.end_profiling()).read_text())
-    calls = [(event["name"].removesuffix("_kernel_time"), event["args"].get("op_name", "?"), event["dur"] / 1000)
-             for event in events if event.get("cat") == "Node" and event["name"].endswith("_kernel_time")]
-    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"profiler": "onnxruntime enable_profiling"}}, calls, run_ms
+    calls = [
+        (event["name"].removesuffix("_kernel_time"), event["args"].get("op_name", "?"), event["dur"] / 1000)
+        for event in events
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time")
+    ]
+    return (
+        {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"profiler": "onnxruntime enable_profiling"}},
+        calls,
+        run_ms,
+    )
 
 
 DIVERGENCE_ATOL = 1e-4  # a node's output diverges past atol + rtol * its reference's largest magnitude
@@ -174,22 +202,46 @@ def with_every_output(path: Path, out_path: Path) -> tuple[list[tuple[str, str, 
     return order, outputs
 
 
-def first_divergent_node(candidate: Path, reference: Path, inputs: dict[str, np.ndarray], threads: int, work: Path,
-                         settings: dict | None = None) -> dict | None:
+def first_divergent_node(
+    candidate: Path,
+    reference: Path,
+    inputs: dict[str, np.ndarray],
+    threads: int,
+    work: Path,
+    settings: dict | None = None,
+) -> dict | None:
     """The first node (in graph order) whose output from `candidate` (run with `settings`)
     differs from `reference`'s (a graph of the same node names, run unoptimized) past the
     tolerance: its name, op type, output and max abs diff; None if every intermediate output
     agrees. Every intermediate is made an output, so both sessions keep each node's result."""
     order, candidate_names = with_every_output(candidate, work / "candidate-all-outputs.onnx")
     _, reference_names = with_every_output(reference, work / "reference-all-outputs.onnx")
-    got = dict(zip(candidate_names, load_session(work / "candidate-all-outputs.onnx", threads, settings=settings)(inputs), strict=True))
-    want = dict(zip(reference_names, load_session(work / "reference-all-outputs.onnx", threads, optimize=False)(inputs), strict=True))
+    got = dict(
+        zip(
+            candidate_names,
+            load_session(work / "candidate-all-outputs.onnx", threads, settings=settings)(inputs),
+            strict=True,
+        )
+    )
+    want = dict(
+        zip(
+            reference_names,
+            load_session(work / "reference-all-outputs.onnx", threads, optimize=False)(inputs),
+            strict=True,
+        )
+    )
     for node, op_type, name in order:
         if name not in want:
             continue
         a, b = np.asarray(got[name]), np.asarray(want[name])
         if a.shape != b.shape:
-            return {"node": node, "op_type": op_type, "output": name, "max_abs_diff": None, "detail": f"shape {a.shape} against {b.shape}"}
+            return {
+                "node": node,
+                "op_type": op_type,
+                "output": name,
+                "max_abs_diff": None,
+                "detail": f"shape {a.shape} against {b.shape}",
+            }
         if a.size == 0 or not np.issubdtype(b.dtype, np.number):
             continue
         diff = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))

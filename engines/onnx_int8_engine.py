@@ -44,7 +44,7 @@ def convert(job: ConversionJob) -> Conversion:
     prepared = job.out_dir / "prepared.onnx"
     try:
         quant_pre_process(str(exported), str(prepared))
-    except Exception:  # noqa: BLE001 - pre-processing is an improvement, not a need
+    except Exception:
         prepared = exported
     try:
         names = [i.name for i in ort.InferenceSession(str(prepared), providers=["CPUExecutionProvider"]).get_inputs()]
@@ -62,11 +62,23 @@ def convert(job: ConversionJob) -> Conversion:
     quantized = job.out_dir / "model.int8.onnx"
     job.progress("onnx_int8: calibrating and quantizing")
     try:
-        quantize_static(str(prepared), str(quantized), Calibration(), quant_format=QuantFormat.QDQ,
-                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True)
+        quantize_static(
+            str(prepared),
+            str(quantized),
+            Calibration(),
+            quant_format=QuantFormat.QDQ,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            per_channel=True,
+        )
     except Exception as exc:
         raise ConversionError(f"ONNX Runtime cannot quantize the model: {whole(exc)}") from exc
     for leftover in {exported, prepared}:
         leftover.unlink(missing_ok=True)
-    return Conversion(artifact_file=quantized.name, conversion_s=time.perf_counter() - started,
-                      details={"quantization": "static QDQ, int8 weights per channel, uint8 activations, calibrated on the example inputs"})
+    return Conversion(
+        artifact_file=quantized.name,
+        conversion_s=time.perf_counter() - started,
+        details={
+            "quantization": "static QDQ, int8 weights per channel, uint8 activations, calibrated on the example inputs"
+        },
+    )

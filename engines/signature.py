@@ -20,13 +20,40 @@ from schemas.signature import DimRange, ModelSignature, TensorSpec
 
 # torch._export.serde.schema.ScalarType -> numpy's name
 _PT2_DTYPES = {
-    1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "float16", 7: "float32", 8: "float64",
-    10: "complex64", 11: "complex128", 12: "bool", 13: "bfloat16", 28: "uint16", 34: "uint32", 35: "uint64",
+    1: "uint8",
+    2: "int8",
+    3: "int16",
+    4: "int32",
+    5: "int64",
+    6: "float16",
+    7: "float32",
+    8: "float64",
+    10: "complex64",
+    11: "complex128",
+    12: "bool",
+    13: "bfloat16",
+    28: "uint16",
+    34: "uint32",
+    35: "uint64",
 }
 # onnx.TensorProto.DataType -> numpy's name
 _ONNX_DTYPES = {
-    1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 8: "string", 9: "bool",
-    10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 14: "complex64", 15: "complex128", 16: "bfloat16",
+    1: "float32",
+    2: "uint8",
+    3: "int8",
+    4: "uint16",
+    5: "int16",
+    6: "int32",
+    7: "int64",
+    8: "string",
+    9: "bool",
+    10: "float16",
+    11: "float64",
+    12: "uint32",
+    13: "uint64",
+    14: "complex64",
+    15: "complex128",
+    16: "bfloat16",
 }
 _SYMBOL = re.compile(r"Symbol\('([^']+)'")
 
@@ -49,12 +76,15 @@ def _onnx_signature(path: Path) -> ModelSignature:
         dims = None
         if tensor.HasField("shape"):
             dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tensor.shape.dim]
-        return TensorSpec(name=value.name, dtype=_ONNX_DTYPES.get(tensor.elem_type, f"onnx:{tensor.elem_type}"), dims=dims)
+        return TensorSpec(
+            name=value.name, dtype=_ONNX_DTYPES.get(tensor.elem_type, f"onnx:{tensor.elem_type}"), dims=dims
+        )
 
-    external = any(
-        init.data_location == onnx.TensorProto.EXTERNAL for init in graph.initializer
-    ) or any(
-        attr.t.data_location == onnx.TensorProto.EXTERNAL for node in graph.node for attr in node.attribute if attr.HasField("t")
+    external = any(init.data_location == onnx.TensorProto.EXTERNAL for init in graph.initializer) or any(
+        attr.t.data_location == onnx.TensorProto.EXTERNAL
+        for node in graph.node
+        for attr in node.attribute
+        if attr.HasField("t")
     )
     inputs = [spec(v) for v in graph.input if v.name not in initializers]
     rows = {init.name: init.dims[0] for init in graph.initializer if init.dims}
@@ -133,7 +163,9 @@ def _pt2_signature(path: Path) -> ModelSignature:
         for s in module["signature"]["output_specs"]
         if "user_output" in s and "as_tensor" in s["user_output"]["arg"]
     ]
-    return ModelSignature(format=ModelFormat.pt2.value, inputs=inputs, outputs=outputs, dim_ranges=ranges, problems=problems)
+    return ModelSignature(
+        format=ModelFormat.pt2.value, inputs=inputs, outputs=outputs, dim_ranges=ranges, problems=problems
+    )
 
 
 def _pt2_index_bounds(graph: dict, tensors: dict) -> dict[str, int]:
@@ -165,12 +197,14 @@ def _call_spec(call: dict | None) -> tuple[int, list[str], list[str]]:
     args, kwargs = spec["children_spec"]
     problems = [
         f"positional input {i} is a nested {child['type']}: export with one tensor per argument"
-        for i, child in enumerate(args["children_spec"]) if child.get("children_spec")
+        for i, child in enumerate(args["children_spec"])
+        if child.get("children_spec")
     ]
     names = json.loads(kwargs["context"]) if kwargs.get("context") not in (None, "null") else []
     problems += [
         f"keyword input {names[i]} is a nested {child['type']}: export with one tensor per argument"
-        for i, child in enumerate(kwargs["children_spec"]) if child.get("children_spec") and i < len(names)
+        for i, child in enumerate(kwargs["children_spec"])
+        if child.get("children_spec") and i < len(names)
     ]
     return len(args["children_spec"]), names, problems
 

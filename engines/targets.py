@@ -17,7 +17,9 @@ from schemas.combos import Hardware, Optimizer
 DEFAULT_ARM_CPU = "neoverse-n1"  # Graviton2
 
 
-def target_cpu(hardware: Hardware, optimizer: Optimizer, *, intel_cpu: str | None = None, arm_cpu: str = DEFAULT_ARM_CPU) -> str:
+def target_cpu(
+    hardware: Hardware, optimizer: Optimizer, *, intel_cpu: str | None = None, arm_cpu: str = DEFAULT_ARM_CPU
+) -> str:
     """What an artifact of `optimizer` for `hardware` is built for (part of its key)."""
     if Optimizer(optimizer) != Optimizer.tvm:
         return "aarch64" if Hardware(hardware) == Hardware.arm else "x86_64"

@@ -71,6 +71,7 @@ Runtime: `load` imports only TVM's runtime (`TVM_USE_RUNTIME_LIB=1`, torch kept 
 ~95 MB) and runs the Relax VM; inputs are passed in the order of the dict (the workload's
 `INPUT_NAMES` order), outputs come back flattened in the model's output order.
 """
+
 from __future__ import annotations
 
 import json
@@ -207,7 +208,9 @@ def convert(job: ConversionJob) -> Conversion:
         "records_reused": tuning.reused,
         "kernels_from_other_models": tuning.borrowed,
         **chosen,
-        **({"variants_estimated_ms": {k: round(v, 3) for k, v in tuning.estimates.items()}} if tuning.estimates else {}),
+        **(
+            {"variants_estimated_ms": {k: round(v, 3) for k, v in tuning.estimates.items()}} if tuning.estimates else {}
+        ),
         **scheduled,
         "tuned": (tuning.trials > 0 or tuning.borrowed > 0) and hardware != "arm",
     }
@@ -248,9 +251,9 @@ def _unsupported_ops(exc: BaseException) -> str:
 
 def _import_pt2(path: Path, examples: dict[str, np.ndarray]):
     import torch
+    from tvm.relax.frontend.torch import from_exported_program
 
     from engines.model_files import NotAModelError, load_exported_program
-    from tvm.relax.frontend.torch import from_exported_program
 
     try:
         program = load_exported_program(path)
@@ -282,7 +285,6 @@ def _export_static(program, inputs: dict, path: Path):
 
 def _import_onnx(path: Path, examples: dict[str, np.ndarray]):
     import onnx
-
     from tvm.relax.frontend.onnx import from_onnx
 
     model = onnx.load(str(path))
@@ -290,7 +292,9 @@ def _import_onnx(path: Path, examples: dict[str, np.ndarray]):
     graph_inputs = [i.name for i in model.graph.input if i.name not in initializers]
     if len(graph_inputs) != len(examples):
         raise ConversionError(f"the ONNX model has inputs {graph_inputs}, the workload feeds {list(examples)}")
-    by_name = examples if set(graph_inputs) == set(examples) else dict(zip(graph_inputs, examples.values(), strict=True))
+    by_name = (
+        examples if set(graph_inputs) == set(examples) else dict(zip(graph_inputs, examples.values(), strict=True))
+    )
     shapes = {name: list(by_name[name].shape) for name in graph_inputs}
     dtypes = {name: str(by_name[name].dtype) for name in graph_inputs}
     try:
@@ -302,7 +306,7 @@ def _import_onnx(path: Path, examples: dict[str, np.ndarray]):
     # conversion is for, ONNX Runtime's basic optimizations fold them into constants.
     try:
         return from_onnx(_folded_at(model, shapes), shape_dict=shapes, dtype_dict=dtypes, keep_params_in_input=False)
-    except Exception:  # noqa: BLE001 - the first failure is the one that names the model's problem
+    except Exception:
         raise ConversionError(f"TVM cannot import the ONNX model: {_unsupported_ops(first)}") from first
 
 
@@ -347,7 +351,7 @@ def _prepare(mod, spec: dict, measured: bool) -> dict:
             raise ConversionError(f"TVM cannot lower the model: {_unsupported_ops(exc)}") from exc
     try:
         variants = {"nhwc": _lower(mod, spec, nhwc=True, winograd=False)}
-    except Exception:  # noqa: BLE001 - the layout conversion's own failure: stay NCHW
+    except Exception:
         try:
             return {"nchw": _lower(mod, spec, nhwc=False, winograd=False)}
         except Exception as exc:
@@ -379,7 +383,9 @@ def _has_convolutions(mod) -> bool:
 def _winograd_kernels(mod) -> int:
     from tvm import tirx
 
-    return sum(1 for gv, f in mod.functions_items() if isinstance(f, tirx.PrimFunc) and "conv2d_winograd" in gv.name_hint)
+    return sum(
+        1 for gv, f in mod.functions_items() if isinstance(f, tirx.PrimFunc) and "conv2d_winograd" in gv.name_hint
+    )
 
 
 def _convolutions_unfused():
@@ -444,12 +450,19 @@ def _lower(mod, spec: dict, *, nhwc: bool, winograd: bool):
     from engines import tvm_vector_math, tvm_winograd
 
     target = tvm.target.Target(spec)
-    layout = [
-        _squeeze_axes_nonnegative(),
-        relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]}),
-        relax.transform.FoldConstant(),
-    ] if nhwc else []
-    legalize = {**tvm_vector_math.legalize_map(), **({"relax.nn.conv2d": tvm_winograd.legalize_conv2d} if winograd else {})}
+    layout = (
+        [
+            _squeeze_axes_nonnegative(),
+            relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]}),
+            relax.transform.FoldConstant(),
+        ]
+        if nhwc
+        else []
+    )
+    legalize = {
+        **tvm_vector_math.legalize_map(),
+        **({"relax.nn.conv2d": tvm_winograd.legalize_conv2d} if winograd else {}),
+    }
     with target:
         return tvm.transform.Sequential(
             [
@@ -475,14 +488,14 @@ def _choose_variant(variants: dict, spec: dict, tune_spec: dict, database, examp
     tuning target and timed on this host (interleaved rounds, the same inputs), and the fastest
     is kept: its measured time, and the others', go into the details."""
     if len(variants) == 1:
-        (variant, mod), = variants.items()
+        ((variant, mod),) = variants.items()
         executable, scheduled = _compile(mod, spec, database)
         return {"variant": variant}, executable, scheduled
     compiled, failures = {}, {}
     for variant, mod in variants.items():
         try:
             compiled[variant] = _compile(mod, tune_spec, database)
-        except Exception as exc:  # noqa: BLE001 - TVM raises InternalError/ScheduleError from C++
+        except Exception as exc:
             failures[variant] = _first_line(exc)
     if not compiled:
         raise ConversionError(f"TVM failed to compile the model: {'; '.join(f'{k}: {v}' for k, v in failures.items())}")
@@ -497,7 +510,9 @@ def _choose_variant(variants: dict, spec: dict, tune_spec: dict, database, examp
     return chosen, executable, scheduled
 
 
-def _time_executables(executables: dict, examples: dict[str, np.ndarray], budget_s: float = 6.0, most: int = 15) -> dict[str, float]:
+def _time_executables(
+    executables: dict, examples: dict[str, np.ndarray], budget_s: float = 6.0, most: int = 15
+) -> dict[str, float]:
     """Median ms of each executable on `examples`, run in turns (so a burst of other work on the
     machine hits each alike): at least 3 runs each, at most `most`, stopping after `budget_s`."""
     import tvm
@@ -564,7 +579,7 @@ def _split_weight_packing(mod):
         if isinstance(func, tirx.PrimFunc):
             try:
                 split(tvm.IRModule({gv: func}))
-            except Exception:  # noqa: BLE001 - TVM raises InternalError from C++ checks
+            except Exception:
                 aside[gv] = func
     if aside:
         kept = {gv: func for gv, func in mod.functions_items() if gv not in aside}
@@ -579,8 +594,18 @@ def _split_weight_packing(mod):
 
 
 class _Tuning:
-    def __init__(self, database=None, trials: int = 0, tasks: int = 0, seconds: float = 0.0, reused: bool = False, scratch: str | None = None, borrowed: int = 0,
-                 estimates: dict | None = None, time_limited: bool = False):
+    def __init__(
+        self,
+        database=None,
+        trials: int = 0,
+        tasks: int = 0,
+        seconds: float = 0.0,
+        reused: bool = False,
+        scratch: str | None = None,
+        borrowed: int = 0,
+        estimates: dict | None = None,
+        time_limited: bool = False,
+    ):
         self.database, self.trials, self.tasks, self.seconds, self.reused = database, trials, tasks, seconds, reused
         self.time_limited = time_limited  # the time limit, not the trials, ended the search
         self.estimates = estimates or {}  # each build's ms as the race last estimated it (`_search`)
@@ -628,7 +653,11 @@ def _extract_tasks(variants: dict, target) -> tuple[list, dict]:
     uses: dict[str, list] = {variant: [] for variant in variants}
     for variant, mod in variants.items():
         for task in ms.relax_integration.extract_tasks(mod, target, module_equality=MODULE_EQUALITY):
-            if task.mod.attrs and task.mod.attrs.get("tirx.is_scheduled", False) or not _has_loops_to_schedule(task, target):
+            if (
+                task.mod.attrs
+                and task.mod.attrs.get("tirx.is_scheduled", False)
+                or not _has_loops_to_schedule(task, target)
+            ):
                 continue
             uses[variant].append((task.mod, int(task.weight)))
             same = next((t for t in tasks if _same_kernel(t.mod, task.mod)), None)
@@ -696,17 +725,36 @@ def _tune(variants: dict, job: ConversionJob, tune_spec: dict) -> _Tuning:
         missing = [task for task in extracted if not database.has_workload(task.mod)] if covered_all else []
         if not missing:
             job.progress(f"tvm: applying stored tuning records ({have} trials, {tasks_before} tasks)")
-            return _Tuning(database, trials=have, tasks=tasks_before, seconds=time.perf_counter() - started, reused=True, scratch=scratch)
+            return _Tuning(
+                database,
+                trials=have,
+                tasks=tasks_before,
+                seconds=time.perf_counter() - started,
+                reused=True,
+                scratch=scratch,
+            )
         # The kernels the records lack are searched, as deeply as the others were.
         job.progress(f"tvm: the stored tuning records lack {len(missing)} of {len(extracted)} kernels; searching those")
-        extracted, budget = missing, max(MIN_TRIALS_PER_TASK * len(missing), have * len(missing) // max(1, tasks_before))
+        extracted, budget = (
+            missing,
+            max(MIN_TRIALS_PER_TASK * len(missing), have * len(missing) // max(1, tasks_before)),
+        )
     else:
         borrowed = _borrow_schedules(database, extracted, job, tune_spec)
         extracted = [task for task in extracted if task not in borrowed]
         if borrowed:
-            job.progress(f"tvm: {len(borrowed)} of {len(borrowed) + len(extracted)} kernels take schedules tuned for other models")
+            job.progress(
+                f"tvm: {len(borrowed)} of {len(borrowed) + len(extracted)} kernels take schedules tuned for other models"
+            )
         if not extracted:
-            return _Tuning(database, trials=have, tasks=0, borrowed=len(borrowed), seconds=time.perf_counter() - started, scratch=scratch)
+            return _Tuning(
+                database,
+                trials=have,
+                tasks=0,
+                borrowed=len(borrowed),
+                seconds=time.perf_counter() - started,
+                scratch=scratch,
+            )
 
     try:
         records = _Records(database, records_dir, have=have, asked=asked, tasks=tasks_before)
@@ -722,7 +770,7 @@ def _open_records(folder: Path):
 
     try:
         return ms.database.JSONDatabase(work_dir=str(folder), module_equality=MODULE_EQUALITY)
-    except Exception:  # noqa: BLE001 - TVM raises RuntimeError/InternalError from C++ parsing
+    except Exception:
         return None
 
 
@@ -753,8 +801,9 @@ def _borrow_schedules(database, tasks: list, job: ConversionJob, tune_spec: dict
                 continue
             workload = database.commit_workload(task.mod)
             for record in best:
-                database.commit_tuning_record(ms.database.TuningRecord(
-                    record.trace, workload, record.run_secs, record.target, record.args_info))
+                database.commit_tuning_record(
+                    ms.database.TuningRecord(record.trace, workload, record.run_secs, record.target, record.args_info)
+                )
             borrowed.append(task)
     return borrowed
 
@@ -771,8 +820,12 @@ class _Records:
     tasks: int = 0
 
     def write_meta(self, tune_spec: dict, measured: int, asked: int, tasks: int) -> None:
-        meta = {"target": tune_spec, "trials": self.have + measured, "trials_asked": max(self.asked, self.have + asked),
-                "tasks": self.tasks + tasks}
+        meta = {
+            "target": tune_spec,
+            "trials": self.have + measured,
+            "trials_asked": max(self.asked, self.have + asked),
+            "tasks": self.tasks + tasks,
+        }
         (self.folder / TUNING_META).write_text(json.dumps(meta))
 
 
@@ -792,7 +845,11 @@ class _TimeLimit:
         if self.at is None:
             return True
         now = time.perf_counter()
-        pace = (now - self.first_batch) / self.started_trials if self.first_batch is not None and self.started_trials else 0.0
+        pace = (
+            (now - self.first_batch) / self.started_trials
+            if self.first_batch is not None and self.started_trials
+            else 0.0
+        )
         if now + pace * trials > self.at:
             self.reached = True
         return not self.reached
@@ -881,7 +938,9 @@ def _search(job, records: _Records, extracted, uses, budget, scratch, tune_spec,
     # asks more): a first round sized for a budget the limit cuts would end before it reached
     # the last kernels, and they would stay naive loops. The search goes on past it while the
     # limit allows.
-    planned = budget if job.tuning_time_limit_s is None else max(1, min(budget, int(job.tuning_time_limit_s / TRIAL_PACE_S)))
+    planned = (
+        budget if job.tuning_time_limit_s is None else max(1, min(budget, int(job.tuning_time_limit_s / TRIAL_PACE_S)))
+    )
     extracted = extracted[: max(1, min(len(extracted), planned // MIN_TRIALS_PER_TASK))]
     # Half the budget goes to a first round over every task, the other half to the rounds the
     # gradient scheduler gives the tasks that still cost the most (a convolution gains from 100+
@@ -891,9 +950,9 @@ def _search(job, records: _Records, extracted, uses, budget, scratch, tune_spec,
     limit = _TimeLimit(job.tuning_time_limit_s, started)
     # The stock evolutionary search evolves 512 schedules for 4 generations before every round;
     # with a few trials per round that search, not measuring, took 80-90% of the time here.
-    strategy = _time_limited(ms.search_strategy.EvolutionarySearch(
-        population_size=128, init_min_unmeasured=32, genetic_num_iters=2
-    ), limit)
+    strategy = _time_limited(
+        ms.search_strategy.EvolutionarySearch(population_size=128, init_min_unmeasured=32, genetic_num_iters=2), limit
+    )
     contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
         extracted, work_dir=scratch, strategy=strategy, num_threads=host_num_cores(), seed=0
     )
@@ -911,7 +970,9 @@ def _search(job, records: _Records, extracted, uses, budget, scratch, tune_spec,
             max_trials_per_task=trials_per_task or max(trials_per_round, trials // len(chosen) * 4),
             num_trials_per_iter=trials_per_round,
             builder=ms.builder.LocalBuilder(f_build=_make_f_build(), max_workers=cores, timeout_sec=120),
-            runner=ms.runner.LocalRunner(timeout_sec=60, evaluator_config=ms.runner.EvaluatorConfig(number=3, repeat=1, min_repeat_ms=50)),
+            runner=ms.runner.LocalRunner(
+                timeout_sec=60, evaluator_config=ms.runner.EvaluatorConfig(number=3, repeat=1, min_repeat_ms=50)
+            ),
             database=records.database,
             cost_model=cost_model,
             measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), progress],
@@ -928,15 +989,21 @@ def _search(job, records: _Records, extracted, uses, budget, scratch, tune_spec,
         job.progress(f"tvm: tuning {len(contexts)} tasks, {budget} trials{within} ({per_round} per round)")
         run(everything, budget, per_round)
     else:
-        job.progress(f"tvm: tuning {len(contexts)} tasks of the builds {', '.join(uses)}, {budget} trials{within}: "
-                     f"a first round of {first_round} trials ({per_round} each)")
+        job.progress(
+            f"tvm: tuning {len(contexts)} tasks of the builds {', '.join(uses)}, {budget} trials{within}: "
+            f"a first round of {first_round} trials ({per_round} each)"
+        )
         # One round each and no more (a task whose search space is small yields fewer candidates,
         # and the scheduler would give what they leave to the next rounds of the others).
         run(everything, first_round, per_round, trials_per_task=per_round)
         racing, kernels = list(uses), [task.mod for task in extracted]
         while (rest := budget - measured[0]) >= 4 and limit.allows(4):
             alike = _run_alike(uses, racing)
-            costs = {variant: c for variant in racing if (c := _kernel_costs(records.database, uses[variant], alike)) is not None}
+            costs = {
+                variant: c
+                for variant in racing
+                if (c := _kernel_costs(records.database, uses[variant], alike)) is not None
+            }
             if not costs:  # a kernel of every build has no record and they differ in it
                 run(everything, rest, max(4, min(32, rest // len(everything) // 2)))
                 break
@@ -954,11 +1021,21 @@ def _search(job, records: _Records, extracted, uses, budget, scratch, tune_spec,
             if measured[0] == before:  # every task's search space is spent
                 break
     if limit.reached:
-        job.progress(f"tvm: the tuning time limit ({job.tuning_time_limit_s:.0f} s) ended the search after "
-                     f"{records.have + measured[0]} of {records.have + budget} trials")
+        job.progress(
+            f"tvm: the tuning time limit ({job.tuning_time_limit_s:.0f} s) ended the search after "
+            f"{records.have + measured[0]} of {records.have + budget} trials"
+        )
     records.write_meta(tune_spec, measured[0], budget, len(contexts))
-    return _Tuning(records.database, trials=records.have + measured[0], tasks=len(contexts), borrowed=borrowed,
-                   seconds=time.perf_counter() - started, scratch=scratch, estimates=estimates, time_limited=limit.reached)
+    return _Tuning(
+        records.database,
+        trials=records.have + measured[0],
+        tasks=len(contexts),
+        borrowed=borrowed,
+        seconds=time.perf_counter() - started,
+        scratch=scratch,
+        estimates=estimates,
+        time_limited=limit.reached,
+    )
 
 
 def _best_s(database, kernel) -> float | None:
@@ -991,7 +1068,11 @@ def _kernel_costs(database, kernels: list, alike: list = ()) -> list | None:
 def _run_alike(uses: dict, builds: list) -> list:
     """The kernels (`[(kernel, calls)]`) every one of `builds` runs, as often (`uses`: `_extract_tasks`)."""
     first, *others = builds
-    return [(kernel, calls) for kernel, calls in uses[first] if all(_runs_as_often(uses[build], kernel, calls) for build in others)]
+    return [
+        (kernel, calls)
+        for kernel, calls in uses[first]
+        if all(_runs_as_often(uses[build], kernel, calls) for build in others)
+    ]
 
 
 def _runs_as_often(kernels: list, kernel, calls: int) -> bool:
@@ -1004,8 +1085,11 @@ def _kernels_that_matter(costs: list, tasks: list) -> list[int]:
     that take at least 1% of its estimated time: the rest are done (an elementwise kernel takes
     0.01-0.1 ms of ResNet-18's 20+) and further trials would not show."""
     total = sum(cost for _, cost in costs) or 1.0
-    chosen = [i for i, task in enumerate(tasks)
-              if any(cost >= 0.01 * total and _same_kernel(task, kernel) for kernel, cost in costs)]
+    chosen = [
+        i
+        for i, task in enumerate(tasks)
+        if any(cost >= 0.01 * total and _same_kernel(task, kernel) for kernel, cost in costs)
+    ]
     return chosen or list(range(len(tasks)))
 
 
@@ -1039,7 +1123,7 @@ def _task_cost(task) -> float:
 
     try:
         return float(estimate_tir_flops(task.dispatched[0])) * int(task.weight)
-    except Exception:  # noqa: BLE001 - kernels the estimator cannot read (packed calls) come last
+    except Exception:
         return 0.0
 
 
@@ -1079,7 +1163,7 @@ def _import_runtime():
         sys.modules["torch"] = None  # type: ignore[assignment]  # ImportError for `import torch`
     try:
         import tvm
-        import tvm.runtime.vm  # noqa: F401
+        import tvm.runtime.vm
     finally:
         if blocked:
             del sys.modules["torch"]
@@ -1099,7 +1183,9 @@ def _load_runtime_extra() -> None:
         return
     runtime_dir = Path(_LOADED_LIBS["tvm_runtime"]._name).resolve().parent
     try:
-        _LOADED_LIBS["tvm_runtime_extra"] = load_lib_ctypes(package="tvm", target_name="tvm_runtime_extra", extra_lib_paths=[runtime_dir], mode="RTLD_LOCAL")
+        _LOADED_LIBS["tvm_runtime_extra"] = load_lib_ctypes(
+            package="tvm", target_name="tvm_runtime_extra", extra_lib_paths=[runtime_dir], mode="RTLD_LOCAL"
+        )
     except (OSError, RuntimeError):  # a TVM without it: only models that call its functions fail, naming the function
         pass
 
@@ -1135,7 +1221,9 @@ def load(path: Path, threads: int):
     return _runner(*_load_vm(path, threads))
 
 
-def profile(path: Path, threads: int, inputs: dict[str, np.ndarray], runs: int, work: Path, settings: dict | None = None):
+def profile(
+    path: Path, threads: int, inputs: dict[str, np.ndarray], runs: int, work: Path, settings: dict | None = None
+):
     """`runs` inferences with the Relax VM's instrument hook timing every call it makes (fused
     kernels and the VM's builtins: allocation, copies, shape checks): a Chrome trace and one
     `(name, op_type, ms)` per call; and each profiled inference's wall time (ms). (TVM 0.2x's VM has no `profile()`; its instrument is how a
@@ -1156,14 +1244,27 @@ def profile(path: Path, threads: int, inputs: dict[str, np.ndarray], runs: int, 
             started.append(now)
         elif started:
             begin = started.pop()
-            events.append({"name": str(symbol), "cat": "tvm", "ph": "X", "pid": 0, "tid": 0,
-                           "ts": (begin - origin) * 1e6, "dur": (now - begin) * 1e6})
+            events.append(
+                {
+                    "name": str(symbol),
+                    "cat": "tvm",
+                    "ph": "X",
+                    "pid": 0,
+                    "tid": 0,
+                    "ts": (begin - origin) * 1e6,
+                    "dur": (now - begin) * 1e6,
+                }
+            )
         return 0  # VMInstrumentReturnKind.NO_OP: run the call as usual
 
     vm.set_instrument(instrument)
     run_ms = [timed_ms(run, inputs) for _ in range(runs)]
     calls = [(event["name"], _kernel_type(event["name"]), event["dur"] / 1000) for event in events]
-    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"profiler": "tvm relax vm instrument"}}, calls, run_ms
+    return (
+        {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"profiler": "tvm relax vm instrument"}},
+        calls,
+        run_ms,
+    )
 
 
 def _kernel_type(symbol: str) -> str:

@@ -47,7 +47,11 @@ def _gelu(x, _attrs):
 def _gelu_tanh(x, _attrs):
     from tvm import tirx, topi
 
-    inner = tirx.const(math.sqrt(2.0 / math.pi), "float32") * x * (tirx.const(1.0, "float32") + tirx.const(0.044715, "float32") * x * x)
+    inner = (
+        tirx.const(math.sqrt(2.0 / math.pi), "float32")
+        * x
+        * (tirx.const(1.0, "float32") + tirx.const(0.044715, "float32") * x * x)
+    )
     return tirx.const(0.5, "float32") * x * (tirx.const(1.0, "float32") + topi.fast_tanh(inner))
 
 
@@ -74,5 +78,7 @@ def legalize_map() -> dict:
         "relax.nn.silu": _legalized("relax.nn.silu", _silu, "silu"),
         "relax.nn.gelu": _legalized("relax.nn.gelu", _gelu, "gelu"),
         "relax.nn.gelu_tanh": _legalized("relax.nn.gelu_tanh", _gelu_tanh, "gelu_tanh"),
-        "relax.nn.softmax": _legalized("relax.nn.softmax", lambda x, attrs: topi.nn.fast_softmax(x, int(attrs.axis)), "softmax"),
+        "relax.nn.softmax": _legalized(
+            "relax.nn.softmax", lambda x, attrs: topi.nn.fast_softmax(x, int(attrs.axis)), "softmax"
+        ),
     }

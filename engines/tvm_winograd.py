@@ -15,6 +15,7 @@ the schedule rules MetaSchedule's CPU rules expect: `conv2d_nhwc_winograd_data_p
 Used for NHWC/OHWI convolutions with constant 3x3 weights, stride 1, no dilation, one group;
 every other convolution keeps TVM's direct legalization.
 """
+
 from __future__ import annotations
 
 TILE = 4  # F(4x4, 3x3): a 6x6 input tile per 4x4 output tile
@@ -58,7 +59,13 @@ def conv2d(data, kernel_pack, padding: list[int], out_dtype: str, tile: int = TI
     tiles = batch * n_h * n_w
     extra_h = (n_h - 1) * m + alpha - (height + pad_t + pad_b)
     extra_w = (n_w - 1) * m + alpha - (width + pad_l + pad_r)
-    data_pad = pad(data, (0, pad_t, pad_l, 0), (0, pad_b + extra_h, pad_r + extra_w, 0), name="data_pad", attrs={"schedule_rule": "None"})
+    data_pad = pad(
+        data,
+        (0, pad_t, pad_l, 0),
+        (0, pad_b + extra_h, pad_r + extra_w, 0),
+        name="data_pad",
+        attrs={"schedule_rule": "None"},
+    )
     input_tile = te.compute(
         (alpha, alpha, tiles, in_channels),
         lambda eps, nu, p, ci: data_pad[p // (n_h * n_w), ((p // n_w) % n_h) * m + eps, (p % n_w) * m + nu, ci],
@@ -71,8 +78,10 @@ def conv2d(data, kernel_pack, padding: list[int], out_dtype: str, tile: int = TI
         (alpha, alpha, tiles, in_channels),
         lambda eps, nu, p, ci: te.sum(input_tile[r_a, r_b, p, ci] * b[r_a, eps] * b[r_b, nu], axis=[r_a, r_b]),
         name="data_pack",
-        attrs={"auto_scheduler_simplify_const_tensor_indices": ["eps", "nu", "r_a", "r_b"],
-               "schedule_rule": "conv2d_nhwc_winograd_data_pack"},
+        attrs={
+            "auto_scheduler_simplify_const_tensor_indices": ["eps", "nu", "r_a", "r_b"],
+            "schedule_rule": "conv2d_nhwc_winograd_data_pack",
+        },
     )
     ci = te.reduce_axis((0, in_channels), name="ci")
     bgemm = te.compute(
@@ -87,8 +96,10 @@ def conv2d(data, kernel_pack, padding: list[int], out_dtype: str, tile: int = TI
         (m, m, tiles, out_channels),
         lambda vh, vw, p, co: te.sum(bgemm[r_a, r_b, p, co] * a[r_a, vh] * a[r_b, vw], axis=[r_a, r_b]),
         name="inverse",
-        attrs={"auto_scheduler_simplify_const_tensor_indices": ["vh", "vw", "r_a", "r_b"],
-               "schedule_rule": "conv2d_nhwc_winograd_inverse"},
+        attrs={
+            "auto_scheduler_simplify_const_tensor_indices": ["vh", "vw", "r_a", "r_b"],
+            "schedule_rule": "conv2d_nhwc_winograd_inverse",
+        },
     )
     return te.compute(
         (batch, out_h, out_w, out_channels),
@@ -122,5 +133,11 @@ def legalize_conv2d(bb, call):
         return tvm.ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")(bb, call)
     out_dtype = str(call.attrs.out_dtype) or str(call.args[0].struct_info.dtype)
     packed = bb.emit(bb.call_te(weight_transform, call.args[1], primfunc_name_hint="winograd_weight"))
-    return bb.call_te(conv2d, call.args[0], packed, [int(p) for p in call.attrs.padding], out_dtype,
-                      primfunc_name_hint="conv2d_winograd")
+    return bb.call_te(
+        conv2d,
+        call.args[0],
+        packed,
+        [int(p) for p in call.attrs.padding],
+        out_dtype,
+        primfunc_name_hint="conv2d_winograd",
+    )

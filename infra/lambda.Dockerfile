@@ -4,7 +4,7 @@
 # single-architecture images only (the base image is multi-arch, so one file serves both):
 #   docker buildx build --platform linux/amd64 -f infra/lambda.Dockerfile -t REPO:TAG-x86_64 .
 #   docker buildx build --platform linux/arm64 -f infra/lambda.Dockerfile -t REPO:TAG-arm64 .
-# `python -m ayci.infra deploy` does both and pushes them to the stack's ECR repository.
+# `python -m infra deploy` does both and pushes them to the stack's ECR repository.
 # Expected size: ~2.3 GB uncompressed per architecture (scripts/lambda_image_size.py; it could
 # not be built on the machine this was written on, which has no Docker engine).
 FROM public.ecr.aws/lambda/python:3.11
@@ -24,6 +24,7 @@ COPY ayci ${LAMBDA_TASK_ROOT}/ayci
 COPY core ${LAMBDA_TASK_ROOT}/core
 COPY data ${LAMBDA_TASK_ROOT}/data
 COPY engines ${LAMBDA_TASK_ROOT}/engines
+COPY measuring ${LAMBDA_TASK_ROOT}/measuring
 COPY report ${LAMBDA_TASK_ROOT}/report
 COPY schemas ${LAMBDA_TASK_ROOT}/schemas
 COPY services ${LAMBDA_TASK_ROOT}/services

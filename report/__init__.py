@@ -7,6 +7,13 @@ from report.render import email_message, print_report, results_csv, results_docu
 from report.table import COLUMNS, RECOMMENDATION_KINDS, format_cell, summary_rows
 
 __all__ = [
-    "COLUMNS", "RECOMMENDATION_KINDS", "email_message", "format_cell", "print_report", "recommend",
-    "results_csv", "results_document", "summary_rows",
+    "COLUMNS",
+    "RECOMMENDATION_KINDS",
+    "email_message",
+    "format_cell",
+    "print_report",
+    "recommend",
+    "results_csv",
+    "results_document",
+    "summary_rows",
 ]

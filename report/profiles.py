@@ -57,14 +57,26 @@ def profile_tables(profiles: list[dict], trace_url=lambda profile: None) -> list
     tables = []
     for title, members in groups.items():
         members = sorted(members, key=lambda p: p["optimizer"])
-        tables.append({
-            "title": title,
-            "optimizers": [{"optimizer": p["optimizer"], "combo_key": p["combo_key"], "run_id": p["run_id"],
-                            "unprofiled_p50_ms": p["unprofiled_p50_ms"], "profiled_p50_ms": p["profiled_p50_ms"],
-                            "trace": trace_url(p), "trace_note": p.get("trace_note"), "profiled_at": p.get("profiled_at"), "top": p["operators"][:TOP_OPERATORS]}
-                           for p in members],
-            "rows": side_by_side({p["optimizer"]: p["operators"] for p in members}),
-        })
+        tables.append(
+            {
+                "title": title,
+                "optimizers": [
+                    {
+                        "optimizer": p["optimizer"],
+                        "combo_key": p["combo_key"],
+                        "run_id": p["run_id"],
+                        "unprofiled_p50_ms": p["unprofiled_p50_ms"],
+                        "profiled_p50_ms": p["profiled_p50_ms"],
+                        "trace": trace_url(p),
+                        "trace_note": p.get("trace_note"),
+                        "profiled_at": p.get("profiled_at"),
+                        "top": p["operators"][:TOP_OPERATORS],
+                    }
+                    for p in members
+                ],
+                "rows": side_by_side({p["optimizer"]: p["operators"] for p in members}),
+            }
+        )
     return tables
 
 
@@ -82,12 +94,24 @@ def print_profile_tables(tables: list[dict], console) -> None:
             cells = []
             for optimizer in optimizers:
                 cell = row["optimizers"][optimizer]
-                cells.append(f"{cell['total_ms']:.2f} ({cell['share']:.0%}) {cell['top'] or ''}".strip() if cell["total_ms"] else "-")
+                cells.append(
+                    f"{cell['total_ms']:.2f} ({cell['share']:.0%}) {cell['top'] or ''}".strip()
+                    if cell["total_ms"]
+                    else "-"
+                )
             table.add_row(row["group"], *cells)
-        table.add_row("p50 unprofiled / profiled", *(f"{o['unprofiled_p50_ms']:.2f} / {o['profiled_p50_ms']:.2f} ms" for o in entry["optimizers"]))
+        table.add_row(
+            "p50 unprofiled / profiled",
+            *(f"{o['unprofiled_p50_ms']:.2f} / {o['profiled_p50_ms']:.2f} ms" for o in entry["optimizers"]),
+        )
         console.print(table)
         for o in entry["optimizers"]:
-            top = ", ".join(f"{r['op_type']}{'' if r['name'] == r['op_type'] else ' ' + r['name']} {r['total_ms']:.2f} ms x{r['calls']:g}"
-                            for r in o["top"])
-            console.print(f"  {o['optimizer']}: trace {o['trace']}{' (' + o['trace_note'] + ')' if o['trace_note'] else ''}; top: {top}",
-                          markup=False, soft_wrap=True)
+            top = ", ".join(
+                f"{r['op_type']}{'' if r['name'] == r['op_type'] else ' ' + r['name']} {r['total_ms']:.2f} ms x{r['calls']:g}"
+                for r in o["top"]
+            )
+            console.print(
+                f"  {o['optimizer']}: trace {o['trace']}{' (' + o['trace_note'] + ')' if o['trace_note'] else ''}; top: {top}",
+                markup=False,
+                soft_wrap=True,
+            )

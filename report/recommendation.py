@@ -15,7 +15,9 @@ candidates:
 from __future__ import annotations
 
 
-def recommend(results: list[dict], *, slo_p99_ms: float | None, min_agreement: float, balance_weight: float = 0.5) -> dict:
+def recommend(
+    results: list[dict], *, slo_p99_ms: float | None, min_agreement: float, balance_weight: float = 0.5
+) -> dict:
     """The recommendation for a run's `results` (stored result dicts with `combo`,
     `latency_ms`, `agreement`, `cost`); combinations are named by their labels."""
     candidates, excluded = [], {}
@@ -26,8 +28,18 @@ def recommend(results: list[dict], *, slo_p99_ms: float | None, min_agreement: f
         else:
             candidates.append(result)
     recommendation = {
-        "fastest": None, "cheapest": None, "balanced": None, "pareto": [], "candidates": {}, "excluded": excluded,
-        "criteria": {"slo_p99_ms": slo_p99_ms, "min_agreement": min_agreement, "balance_weight": balance_weight, "fastest_by": "p99"},
+        "fastest": None,
+        "cheapest": None,
+        "balanced": None,
+        "pareto": [],
+        "candidates": {},
+        "excluded": excluded,
+        "criteria": {
+            "slo_p99_ms": slo_p99_ms,
+            "min_agreement": min_agreement,
+            "balance_weight": balance_weight,
+            "fastest_by": "p99",
+        },
         "disturbed": sorted(label(r) for r in results if (r.get("load") or {}).get("disturbed")),
     }
     if not candidates:
@@ -40,7 +52,10 @@ def recommend(results: list[dict], *, slo_p99_ms: float | None, min_agreement: f
         cheapest=min(cost, key=lambda k: (cost[k], p99[k])),
         balanced=min(scores, key=lambda k: (scores[k], p99[k], cost[k])),
         pareto=pareto_front(p99, cost),
-        candidates={k: {"p99_ms": p99[k], "per_million_inferences_usd": cost[k], "balance_score": scores[k]} for k in sorted(p99, key=p99.get)},
+        candidates={
+            k: {"p99_ms": p99[k], "per_million_inferences_usd": cost[k], "balance_score": scores[k]}
+            for k in sorted(p99, key=p99.get)
+        },
     )
     return recommendation
 
@@ -50,8 +65,10 @@ def exclusion(result: dict, *, slo_p99_ms: float | None, min_agreement: float) -
     if result.get("emulated"):
         return "timed under emulation: neither its latency nor its cost is real"
     if result.get("host_limited"):
-        return (f"host-limited: Lambda gives {result['combo']['memory_mb']} MB {result.get('vcpus') or 0:.1f} vCPUs, "
-                f"this host has {result.get('vcpus_available')}: measured with fewer, not costed")
+        return (
+            f"host-limited: Lambda gives {result['combo']['memory_mb']} MB {result.get('vcpus') or 0:.1f} vCPUs, "
+            f"this host has {result.get('vcpus_available')}: measured with fewer, not costed"
+        )
     if result.get("confined") is False:
         return f"unconfined: not measured as Lambda would run it ({result.get('confinement_reason')})"
     load = result.get("load") or {}
@@ -141,12 +158,25 @@ def with_break_even(results: list[dict], region: str) -> list[dict]:
         tuned_ms, untuned_ms = result["latency_ms"]["p50"], best["latency_ms"]["p50"]
         try:
             tuning_usd = build_cost_usd(result.get("tuning_s") or 0.0, region, table)
-            saved = inference_cost_usd(untuned_ms - tuned_ms, c["memory_mb"], c["hardware"], c["batch_size"], region, table)
+            saved = inference_cost_usd(
+                untuned_ms - tuned_ms, c["memory_mb"], c["hardware"], c["batch_size"], region, table
+            )
         except UnknownPriceRegion:
             out.append(result)
             continue
-        out.append({**result, "break_even": break_even(tuning_s=result.get("tuning_s") or 0.0, tuning_usd=tuning_usd, tuned_ms=tuned_ms,
-                                                       untuned_ms=untuned_ms, saved_usd_per_inference=saved, untuned=label(best))})
+        out.append(
+            {
+                **result,
+                "break_even": break_even(
+                    tuning_s=result.get("tuning_s") or 0.0,
+                    tuning_usd=tuning_usd,
+                    tuned_ms=tuned_ms,
+                    untuned_ms=untuned_ms,
+                    saved_usd_per_inference=saved,
+                    untuned=label(best),
+                ),
+            }
+        )
     return out
 
 

@@ -3,14 +3,13 @@ CLI's rich table. Every one shows the same rows (`report.table`)."""
 
 from __future__ import annotations
 
-from schemas.reasons import decisive
-
 import csv
 import html
 import io
 
 from report.recommendation import label as combination_label
 from report.table import COLUMNS, RECOMMENDATION_KINDS, format_cell, summary_rows
+from schemas.reasons import decisive
 
 
 def print_report(summary: dict, console) -> None:
@@ -53,12 +52,16 @@ def traffic_lines(summary: dict) -> list[str]:
         report = traffic_report({"results": results}, Traffic(**profile), slo)
     except TrafficError as exc:
         return [f"Under your traffic: {exc}"]
-    lines = [f"Under your traffic ({profile['rps']:g} req/s, {profile['pattern']}, idle timeout {profile['idle_timeout_s']:g} s, "
-             f"{profile['duration_s'] / 86400:g} days; simulated):"]
+    lines = [
+        f"Under your traffic ({profile['rps']:g} req/s, {profile['pattern']}, idle timeout {profile['idle_timeout_s']:g} s, "
+        f"{profile['duration_s'] / 86400:g} days; simulated):"
+    ]
     for row in report["rows"]:
         for option in row["options"]:
-            lines.append(f"  {row['combination']} {option['option']}: cold starts {option['cold_share']:.2%}, p99 {option['p99_ms']:.1f} ms "
-                         f"with them, ${option['bill_usd']:.2f}")
+            lines.append(
+                f"  {row['combination']} {option['option']}: cold starts {option['cold_share']:.2%}, p99 {option['p99_ms']:.1f} ms "
+                f"with them, ${option['bill_usd']:.2f}"
+            )
     lines.append(f"  cheapest{' meeting the SLO' if slo else ''}: {report['recommended'] or 'none'}")
     return lines
 
@@ -68,8 +71,10 @@ def check_lines(recommendation: dict) -> list[str]:
     lines = []
     for check in recommendation.get("checks") or []:
         measured = f", measured {format_cell('p50_ms', check['measured_p50_ms'])} ms" if check.get("measured") else ""
-        lines.append(f"checked the {', '.join(check['picked_as'])} pick {check['combination']}: predicted p50 "
-                     f"{format_cell('p50_ms', check['predicted_p50_ms'])} ms{measured}: {check['verdict']}")
+        lines.append(
+            f"checked the {', '.join(check['picked_as'])} pick {check['combination']}: predicted p50 "
+            f"{format_cell('p50_ms', check['predicted_p50_ms'])} ms{measured}: {check['verdict']}"
+        )
     return lines
 
 
@@ -87,7 +92,9 @@ def email_message(summary: dict, results_url: str) -> dict[str, str]:
     measured = len(summary.get("results", []))
     model = summary.get("model") or {}
     headline = f"Run {run_id} is {status}: {measured} combination(s) measured, {len(failures)} failed."
-    model_line = f"Model {model.get('sha256', '?')[:12]} ({model.get('workload', '?')}, input {model.get('input_size', '?')})."
+    model_line = (
+        f"Model {model.get('sha256', '?')[:12]} ({model.get('workload', '?')}, input {model.get('input_size', '?')})."
+    )
     best = next((label for _, label in picks if label), None)
     subject = f"AYCI run {run_id[:8]}: {status}" + (f", fastest {best}" if best else "")
 
@@ -114,16 +121,28 @@ def email_message(summary: dict, results_url: str) -> dict[str, str]:
     text.append(f"On the page: {page_link}")
 
     e = html.escape
-    th = "".join(f'<th style="text-align:left;padding:3px 8px;border-bottom:1px solid #ccc">{e(h)}</th>' for h in headers)
-    trs = "".join(
-        "<tr>" + "".join(f'<td style="padding:3px 8px;border-bottom:1px solid #eee">{e(c)}</td>' for c in r) + "</tr>" for r in cells
+    th = "".join(
+        f'<th style="text-align:left;padding:3px 8px;border-bottom:1px solid #ccc">{e(h)}</th>' for h in headers
     )
-    rec_html = "".join(f"<li><b>{e(kind)}</b>: {e(label or 'none qualifies')}</li>" for kind, label in picks) or "<li>none</li>"
+    trs = "".join(
+        "<tr>" + "".join(f'<td style="padding:3px 8px;border-bottom:1px solid #eee">{e(c)}</td>' for c in r) + "</tr>"
+        for r in cells
+    )
+    rec_html = (
+        "".join(f"<li><b>{e(kind)}</b>: {e(label or 'none qualifies')}</li>" for kind, label in picks)
+        or "<li>none</li>"
+    )
     rec_html += "".join(f"<li>{e(line)}</li>" for line in check_lines(recommendation))
-    rec_html += "".join(f"<li>not recommended {e(label)}: {e(why)}</li>" for label, why in (recommendation.get("excluded") or {}).items())
+    rec_html += "".join(
+        f"<li>not recommended {e(label)}: {e(why)}</li>"
+        for label, why in (recommendation.get("excluded") or {}).items()
+    )
     fail_html = (
-        "<h3>Failed combinations</h3><ul>" + "".join(f"<li><b>{e(label)}</b>: {e(reason)}</li>" for label, reason in failures) + "</ul>"
-        if failures else ""
+        "<h3>Failed combinations</h3><ul>"
+        + "".join(f"<li><b>{e(label)}</b>: {e(reason)}</li>" for label, reason in failures)
+        + "</ul>"
+        if failures
+        else ""
     )
     traffic_html = "<h3>Under your traffic</h3><pre>" + e("\n".join(under_traffic)) + "</pre>" if under_traffic else ""
     body = (
@@ -155,7 +174,9 @@ def results_document(summary: dict, results_url: str) -> dict:
         "recommendation": recommendation,
         "recommended": {kind: recommendation[kind] for kind in RECOMMENDATION_KINDS if recommendation.get(kind)},
         "pareto_front": recommendation.get("pareto", []),  # the archiver's, over the candidates
-        "failures": [{"combination": f["label"], "stage": f["stage"], "reason": f["reason"]} for f in summary.get("failures", [])],
+        "failures": [
+            {"combination": f["label"], "stage": f["stage"], "reason": f["reason"]} for f in summary.get("failures", [])
+        ],
         "results_url": results_url,
     }
 

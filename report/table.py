@@ -35,19 +35,34 @@ def summary_rows(summary: dict) -> list[dict]:
         interval = r.get("interval") or {}
         rows.append(
             {
-                "combination": _label(r["combo"]), "combo_key": r.get("combo_key"), "status": "predicted" if r.get("predicted") else "measured",
+                "combination": _label(r["combo"]),
+                "combo_key": r.get("combo_key"),
+                "status": "predicted" if r.get("predicted") else "measured",
                 "predicted": bool(r.get("predicted")),
                 "interval": _interval_cell(interval) if interval else None,
-                "p50_interval": interval.get("p50"), "p99_interval": interval.get("p99"),
-                "p50_ms": r["latency_ms"]["p50"], "p90_ms": r["latency_ms"]["p90"], "p99_ms": r["latency_ms"]["p99"],
-                "cold_start_ms": r["cold_start_ms"]["total"], "peak_rss_mb": r["peak_rss_mb"],
-                "cost_per_million_usd": cost.get("per_million_inferences_usd"), "cold_start_usd": cost.get("cold_start_usd"),
-                "agreement": r["agreement"]["score"], "agreement_metric": r["agreement"]["metric"],
+                "p50_interval": interval.get("p50"),
+                "p99_interval": interval.get("p99"),
+                "p50_ms": r["latency_ms"]["p50"],
+                "p90_ms": r["latency_ms"]["p90"],
+                "p99_ms": r["latency_ms"]["p99"],
+                "cold_start_ms": r["cold_start_ms"]["total"],
+                "peak_rss_mb": r["peak_rss_mb"],
+                "cost_per_million_usd": cost.get("per_million_inferences_usd"),
+                "cold_start_usd": cost.get("cold_start_usd"),
+                "agreement": r["agreement"]["score"],
+                "agreement_metric": r["agreement"]["metric"],
                 "note": ", ".join(_notes(r)),
             }
         )
     for f in summary["failures"]:
-        rows.append({"combination": f["label"], "combo_key": f.get("combo_key"), "status": "failed", "note": f"{f['stage']}: {decisive(f['reason'])}"})
+        rows.append(
+            {
+                "combination": f["label"],
+                "combo_key": f.get("combo_key"),
+                "status": "failed",
+                "note": f"{f['stage']}: {decisive(f['reason'])}",
+            }
+        )
     return rows
 
 
@@ -56,12 +71,16 @@ def _notes(result: dict) -> list[str]:
     notes = []
     prediction = result.get("prediction")
     if prediction:
-        notes.append(f"predicted from {', '.join(map(str, prediction['anchors']))} MB"
-                     + (", beyond the measured range" if prediction.get("beyond_measured_range") else ""))
+        notes.append(
+            f"predicted from {', '.join(map(str, prediction['anchors']))} MB"
+            + (", beyond the measured range" if prediction.get("beyond_measured_range") else "")
+        )
     check = result.get("check")
     if check:
-        notes.append(f"predicted p50 {check['predicted_p50_ms']:.2f} ms, measured "
-                     + ("within the interval" if check["within_interval"] else "outside the interval"))
+        notes.append(
+            f"predicted p50 {check['predicted_p50_ms']:.2f} ms, measured "
+            + ("within the interval" if check["within_interval"] else "outside the interval")
+        )
     settings, tuning = result.get("engine_settings"), result.get("engine_tuning") or {}
     tried = tuning.get("tried") or []
     if settings and tried and settings != tried[0]["settings"]:
@@ -71,8 +90,14 @@ def _notes(result: dict) -> list[str]:
         notes.append(f"session not tuned: {tuning['failed']}")
     payoff = result.get("break_even")
     if payoff:
-        notes.append(f"tuned {payoff['tuning_s']:.0f} s: " + (f"pays off after {payoff['inferences']:,} inferences against {payoff['against']}"
-                                                            if payoff["inferences"] is not None else f"never pays off (not faster than {payoff['against']})"))
+        notes.append(
+            f"tuned {payoff['tuning_s']:.0f} s: "
+            + (
+                f"pays off after {payoff['inferences']:,} inferences against {payoff['against']}"
+                if payoff["inferences"] is not None
+                else f"never pays off (not faster than {payoff['against']})"
+            )
+        )
     agreement = result.get("agreement") or {}
     if (result.get("combo") or {}).get("optimizer") == "onnx_int8" and agreement.get("max_abs_diff") is not None:
         notes.append(f"quantized: outputs differ from base by up to {agreement['max_abs_diff']:.3g}")
@@ -81,7 +106,9 @@ def _notes(result: dict) -> list[str]:
     if result.get("emulated"):
         notes.append("emulated: timings not real, not costed")
     if result.get("host_limited"):
-        notes.append(f"host-limited: needs {result.get('vcpus') or 0:.1f} vCPUs, host has {result.get('vcpus_available')}; not costed")
+        notes.append(
+            f"host-limited: needs {result.get('vcpus') or 0:.1f} vCPUs, host has {result.get('vcpus_available')}; not costed"
+        )
     if (result.get("latency_ms") or {}).get("p99_estimate"):
         notes.append(f"p99 an estimate ({result['latency_ms'].get('p99_samples')} samples)")
     elif result.get("confined") is False:

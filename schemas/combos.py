@@ -181,8 +181,16 @@ def artifact_key(model: ModelRef, combo: Combo, target_cpu: str) -> str:
 
 def reference_key(model: ModelRef, batch_size: int) -> str:
     """The key of the base model's outputs on the fixed example inputs of one batch size."""
-    return _digest({"model": model.sha256, "input_size": model.input_size, "batch": batch_size, "engine": ENGINE_VERSION,
-                    "libraries": engine_versions("base", model.format.value), **_inputs(model)})
+    return _digest(
+        {
+            "model": model.sha256,
+            "input_size": model.input_size,
+            "batch": batch_size,
+            "engine": ENGINE_VERSION,
+            "libraries": engine_versions("base", model.format.value),
+            **_inputs(model),
+        }
+    )
 
 
 def _inputs(model: ModelRef) -> dict:
@@ -204,7 +212,9 @@ def parse_memory_sizes(text: str) -> list[int]:
             raise ValueError(f"memory sizes are MB numbers or ranges like 128-10240, got {part!r}") from None
         for bound in bounds if dash else ():  # a single size is checked by the matrix (memory_sizes_mb)
             if not LAMBDA_MIN_MEMORY_MB <= bound <= LAMBDA_MAX_MEMORY_MB:
-                raise ValueError(f"memory size {bound} MB is outside Lambda's {LAMBDA_MIN_MEMORY_MB}-{LAMBDA_MAX_MEMORY_MB} MB")
+                raise ValueError(
+                    f"memory size {bound} MB is outside Lambda's {LAMBDA_MIN_MEMORY_MB}-{LAMBDA_MAX_MEMORY_MB} MB"
+                )
         if bounds[0] > bounds[1]:
             raise ValueError(f"the range {part} runs backwards: write {bounds[1]}-{bounds[0]}")
         sizes.update({bounds[0], bounds[1], *(m for m in MEMORY_LADDER_MB if bounds[0] <= m <= bounds[1])})

@@ -45,7 +45,10 @@ class RegionPrices(BaseModel):
     def provisioned(self, hardware: Hardware) -> tuple[float, float] | None:
         """(per GB-second provisioned, per GB-second of the requests it serves), or None."""
         arch = ARCHITECTURE[Hardware(hardware)]
-        kept, duration = getattr(self, f"provisioned_{arch}_per_gb_second_usd"), getattr(self, f"provisioned_{arch}_duration_per_gb_second_usd")
+        kept, duration = (
+            getattr(self, f"provisioned_{arch}_per_gb_second_usd"),
+            getattr(self, f"provisioned_{arch}_duration_per_gb_second_usd"),
+        )
         return (kept, duration) if kept and duration else None
 
 
@@ -89,12 +92,20 @@ def default_region() -> str:
 
 def request_cost_usd(billed_ms: float, memory_mb: int, hardware: Hardware, prices: RegionPrices) -> float:
     """One request billed `billed_ms` (already rounded up) at `memory_mb` on `hardware`."""
-    return billed_ms / 1000 * (memory_mb / 1024) * prices.per_gb_second(hardware) + prices.per_million_requests_usd / 1e6
+    return (
+        billed_ms / 1000 * (memory_mb / 1024) * prices.per_gb_second(hardware) + prices.per_million_requests_usd / 1e6
+    )
 
 
 def cost_block(
-    *, billed_ms_per_request: float, cold_start_ms: float, memory_mb: int, batch_size: int, hardware: Hardware,
-    region: str, table: PriceTable | None = None,
+    *,
+    billed_ms_per_request: float,
+    cold_start_ms: float,
+    memory_mb: int,
+    batch_size: int,
+    hardware: Hardware,
+    region: str,
+    table: PriceTable | None = None,
 ) -> dict:
     """A result's `cost`: per request (its mean billed duration), per million inferences, and
     of a cold start (a request whose billed duration is the whole cold start, since Lambda
@@ -124,7 +135,9 @@ def build_cost_usd(seconds: float, region: str, table: PriceTable | None = None)
     return seconds * (BUILD_MEMORY_MB / 1024) * prices.per_gb_second(Hardware.intel)
 
 
-def inference_cost_usd(ms: float, memory_mb: int, hardware: Hardware, batch_size: int, region: str, table: PriceTable | None = None) -> float:
+def inference_cost_usd(
+    ms: float, memory_mb: int, hardware: Hardware, batch_size: int, region: str, table: PriceTable | None = None
+) -> float:
     """The compute of one inference taking `ms` per request of `batch_size` at `memory_mb`
     (unrounded, no request price: what a difference in latency is worth)."""
     prices = (table or load_prices()).region(region)

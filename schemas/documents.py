@@ -29,9 +29,9 @@ from typing import Any, ClassVar, Literal, Self
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import from_json
 
-from schemas.signature import ModelSignature
 from schemas.combos import Combo, ModelRef
 from schemas.events import FailureStage, InferenceDone, ModelConverted, SchemaError
+from schemas.signature import ModelSignature
 
 
 def json_object(raw: bytes | str, name: str = "document") -> dict[str, Any]:
@@ -77,7 +77,11 @@ class Document(BaseModel):
         """`to_dict` as JSON, serialized in one pass (a summary of 1,536 results: ~20 ms, not
         ~100 ms through Python dicts): the model's own serializer, its version put first."""
         body = self.__pydantic_serializer__.to_json(self, exclude_unset=True, indent=indent)
-        version = b'"document_version":%d' % self.VERSION if indent is None else b'\n%s"document_version": %d' % (b" " * indent, self.VERSION)
+        version = (
+            b'"document_version":%d' % self.VERSION
+            if indent is None
+            else b'\n%s"document_version": %d' % (b" " * indent, self.VERSION)
+        )
         return b"{" + version + (b"}" if body == b"{}" else b"," + body[1:])
 
 
@@ -110,11 +114,18 @@ class ArtifactManifest(Document):
     tuning_s: float = 0.0
     details: dict[str, Any] = {}
 
-    def model_converted(self, *, model: ModelRef, combo: Combo, combo_key: str, artifact_key: str, reused: bool) -> ModelConverted:
+    def model_converted(
+        self, *, model: ModelRef, combo: Combo, combo_key: str, artifact_key: str, reused: bool
+    ) -> ModelConverted:
         """The `ModelConverted` this artifact stands for: the one place it is built from a manifest."""
         return ModelConverted(
-            model=model, combo=combo, combo_key=combo_key, artifact_key=artifact_key,
-            artifact_file=self.artifact_file, conversion_s=self.conversion_s, tuning_s=self.tuning_s,
+            model=model,
+            combo=combo,
+            combo_key=combo_key,
+            artifact_key=artifact_key,
+            artifact_file=self.artifact_file,
+            conversion_s=self.conversion_s,
+            tuning_s=self.tuning_s,
             artifact_reused=reused,
         )
 
@@ -161,7 +172,7 @@ class Agreement(Flexible):
 
 
 class MeasurementReport(Flexible):
-    """What the measuring process (`services/inference/measure.py`) and its launcher report."""
+    """What the measuring process (`measuring/measure.py`) and its launcher report."""
 
     cold_start_ms: ColdStart
     latency_ms: LatencyStats
@@ -218,8 +229,12 @@ class MeasuredResult(Document):
     def inference_done(self, *, result_key: str, reused: bool) -> InferenceDone:
         """The `InferenceDone` this result stands for: the one place it is built from a result."""
         return InferenceDone(
-            combo=self.combo, combo_key=self.combo_key, result_key=result_key,
-            p50_ms=self.latency_ms.p50, p99_ms=self.latency_ms.p99, reused=reused,
+            combo=self.combo,
+            combo_key=self.combo_key,
+            result_key=result_key,
+            p50_ms=self.latency_ms.p50,
+            p99_ms=self.latency_ms.p99,
+            reused=reused,
         )
 
 

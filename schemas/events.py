@@ -309,7 +309,9 @@ class Envelope(BaseModel):
         producer and its position, so handling a redelivered event yields the same ids and
         consumers downstream see a duplicate, not a new event."""
         event_id = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{self.event_id}/{producer}/{index}/{payload.TYPE}"))
-        return Envelope.wrap(payload, run_id=self.run_id, producer=producer, causation_id=self.event_id, event_id=event_id)
+        return Envelope.wrap(
+            payload, run_id=self.run_id, producer=producer, causation_id=self.event_id, event_id=event_id
+        )
 
     def to_json(self) -> str:
         return self.model_dump_json()
@@ -337,7 +339,12 @@ class Envelope(BaseModel):
         while version < payload_cls.VERSION:
             try:
                 payload = UPCASTERS[(event_type, version)](payload)
-            except (KeyError, TypeError, ValueError, AttributeError) as exc:  # an old payload missing what its version had
+            except (
+                KeyError,
+                TypeError,
+                ValueError,
+                AttributeError,
+            ) as exc:  # an old payload missing what its version had
                 raise SchemaError(f"{event_type} v{version} cannot be upcast: {type(exc).__name__}: {exc}") from exc
             version += 1
         try:
@@ -348,4 +355,3 @@ class Envelope(BaseModel):
             )
         except ValidationError as exc:
             raise SchemaError(f"{event_type} v{data.get('schema_version')} does not fit the schema: {exc}") from exc
-

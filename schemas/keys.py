@@ -103,6 +103,8 @@ def profile(combo_key: str, run_id: str) -> str:
 
 def profile_trace(combo_key: str, run_id: str) -> str:
     return f"results/{combo_key}/{run_id}.trace.json"
+
+
 def result_pack(model_sha256: str, archived_at: datetime, run_id: str) -> str:
     """Named by when the run was archived (UTC, to the microsecond): a listing is oldest first."""
     return f"{result_packs_prefix(model_sha256)}{archived_at.astimezone(UTC):%Y%m%dT%H%M%S%fZ}-{run_id}.json"
@@ -147,7 +149,11 @@ def expected_outcomes(run_id: str, count: int) -> str:
 def expected_outcomes_in(listed: list[str]) -> int | None:
     """The count named by the `expected-{N}` markers among listed outcome keys: the largest, as
     checks of predicted picks add one (None: no plan yet)."""
-    counts = [int(name.removeprefix("expected-")) for name in (key.rsplit("/", 1)[-1] for key in listed) if name.startswith("expected-")]
+    counts = [
+        int(name.removeprefix("expected-"))
+        for name in (key.rsplit("/", 1)[-1] for key in listed)
+        if name.startswith("expected-")
+    ]
     return max(counts) if counts else None
 
 
@@ -166,8 +172,11 @@ def outcomes_in(listed: list[str]) -> int:
     """How many outcomes the listed outcome keys hold: one each, N for `reused-{N}-...` (not
     the `expected-{N}` markers)."""
     names = [key.rsplit("/", 1)[-1] for key in listed]
-    return sum(int(name.removeprefix(REUSED_OUTCOMES).split("-", 1)[0]) if name.startswith(REUSED_OUTCOMES) else 1
-               for name in names if not name.startswith("expected-"))
+    return sum(
+        int(name.removeprefix(REUSED_OUTCOMES).split("-", 1)[0]) if name.startswith(REUSED_OUTCOMES) else 1
+        for name in names
+        if not name.startswith("expected-")
+    )
 
 
 def pick_checks(run_id: str) -> str:

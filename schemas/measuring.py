@@ -5,7 +5,7 @@ does not measure in its own process: it invokes the measuring function of the co
 architecture, configured with the combination's memory size (`adapters/lambda_sizes.py`), with a
 `MeasureRequest` as the event. The function downloads the artifact and the reference into its
 ephemeral storage (`/tmp`), measures with the same code as everywhere else
-(`services/inference/launcher.py` -> `measure.py`) and answers a `MeasureAnswer`.
+(`measuring/launcher.py` -> `measure.py`) and answers a `MeasureAnswer`.
 """
 
 from __future__ import annotations

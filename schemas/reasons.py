@@ -11,7 +11,9 @@ import re
 
 REASON_LIMIT = 4000
 SHOWN_LIMIT = 400
-_FRAME = re.compile(r"^\s*(File \"|\d+: |at |Stack trace:|Traceback \(most recent call last\):|\^+$|~+$|During handling)")
+_FRAME = re.compile(
+    r"^\s*(File \"|\d+: |at |Stack trace:|Traceback \(most recent call last\):|\^+$|~+$|During handling)"
+)
 
 
 def whole(text_or_exc: object) -> str:
@@ -29,11 +31,13 @@ def from_traceback(stderr: str) -> str:
     """The exception a Python process died of, whole (every line of its message), from its
     stderr; the last line if there is no traceback."""
     lines = stderr.strip().splitlines()
-    start = max((i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")), default=None)
+    start = max(
+        (i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")), default=None
+    )
     if start is None:
         tail = [line for line in lines if line.strip()]
         return whole(tail[-1] if tail else "no output")
-    block = lines[start + 1:]
+    block = lines[start + 1 :]
     first = next((i for i, line in enumerate(block) if line and not line.startswith((" ", "\t"))), None)
     return whole("\n".join(block[first:]) if first is not None else block[-1] if block else "no output")
 

@@ -61,7 +61,9 @@ class ModelSignature(BaseModel):
             if shape is None or spec.dims is None:
                 continue
             if len(shape) != len(spec.dims):
-                problems.append(f"{spec.name} has {len(spec.dims)} dims {spec.shape_text()}; the inputs have {len(shape)} {list(shape)}")
+                problems.append(
+                    f"{spec.name} has {len(spec.dims)} dims {spec.shape_text()}; the inputs have {len(shape)} {list(shape)}"
+                )
                 continue
             for axis, (dim, size) in enumerate(zip(spec.dims, shape, strict=True)):
                 if axis == 0 and size == batch and isinstance(dim, int) and dim != size:
@@ -72,8 +74,11 @@ class ModelSignature(BaseModel):
                     problems.append(problem)
         for dim, names in fixed_batch.items():
             who = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
-            problems.insert(0, f"{who} {'has' if len(names) == 1 else 'have'} a fixed batch of {dim}: batch {batch} cannot run; "
-                               "export with a dynamic batch dimension")
+            problems.insert(
+                0,
+                f"{who} {'has' if len(names) == 1 else 'have'} a fixed batch of {dim}: batch {batch} cannot run; "
+                "export with a dynamic batch dimension",
+            )
         return problems
 
     def _dim_problem(self, spec: TensorSpec, axis: int, dim: Dim, size: int, batch: int) -> str | None:
@@ -82,8 +87,10 @@ class ModelSignature(BaseModel):
             if dim == size:
                 return None
             if batch_axis:
-                return (f"{spec.name} has a fixed batch of {dim}: batch {batch} cannot run; "
-                        "export with a dynamic batch dimension")
+                return (
+                    f"{spec.name} has a fixed batch of {dim}: batch {batch} cannot run; "
+                    "export with a dynamic batch dimension"
+                )
             return f"{spec.name} has a fixed size {dim} on axis {axis} {spec.shape_text()}: the input size gives {size}"
         allowed = self.dim_ranges.get(dim)
         if allowed is None or allowed.holds(size):

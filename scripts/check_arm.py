@@ -41,7 +41,7 @@ def elf_machine(path: Path) -> int:
 
 def run_emulated(workdir: Path) -> None:
     """Inside the emulated Python: run every artifact listed in plan.json, save the outputs."""
-    import importlib
+    import engines
 
     plan = json.loads((workdir / "plan.json").read_text())
     inputs = dict(np.load(workdir / "inputs.npz"))
@@ -49,7 +49,7 @@ def run_emulated(workdir: Path) -> None:
     timings = {}
     for name, artifact in plan["artifacts"].items():
         started = time.perf_counter()
-        engine = importlib.import_module(f"engines.{name}_engine")
+        engine = engines.module(name)
         runner = engine.load(workdir / artifact, 1)
         loaded = time.perf_counter()
         outputs = runner(inputs)
@@ -58,7 +58,9 @@ def run_emulated(workdir: Path) -> None:
     (workdir / "emulated.json").write_text(json.dumps({"timings": timings, "torch_imported": "torch" in sys.modules}))
 
 
-def check_arm(workdir: Path, input_size: list[int], trials: int = 0, with_base: bool = False, sysroot: Path | None = None) -> dict:
+def check_arm(
+    workdir: Path, input_size: list[int], trials: int = 0, with_base: bool = False, sysroot: Path | None = None
+) -> dict:
     """Convert for arm on the host, run under emulation, compare with x86 `base`. Returns a summary
     with `ok` (every engine agreed: top-1 equal and max abs diff under 1e-3)."""
     from engines import ConversionJob, base_engine, onnx_engine, tvm_engine
@@ -74,7 +76,11 @@ def check_arm(workdir: Path, input_size: list[int], trials: int = 0, with_base: 
     module = workload_module(WORKLOAD)
     pt2 = export_example(WORKLOAD, input_size, workdir / "model.pt2")
     model = ModelRef(
-        sha256=hashlib.sha256(pt2.read_bytes()).hexdigest(), size_bytes=pt2.stat().st_size, format="pt2", workload=WORKLOAD, input_size=input_size
+        sha256=hashlib.sha256(pt2.read_bytes()).hexdigest(),
+        size_bytes=pt2.stat().st_size,
+        format="pt2",
+        workload=WORKLOAD,
+        input_size=input_size,
     )
     summary: dict = {"input_size": input_size, "conversions": {}, "engines": {}}
     artifacts = {}
@@ -82,11 +88,21 @@ def check_arm(workdir: Path, input_size: list[int], trials: int = 0, with_base: 
         out = workdir / name
         out.mkdir(exist_ok=True)
         job = ConversionJob(
-            model=model, model_path=pt2, hardware="arm", batch_size=1, target_cpu="neoverse-n1", out_dir=out, tuning_trials=trials if name == "tvm" else 0
+            model=model,
+            model_path=pt2,
+            hardware="arm",
+            batch_size=1,
+            target_cpu="neoverse-n1",
+            out_dir=out,
+            tuning_trials=trials if name == "tvm" else 0,
         )
         conversion = engine.convert(job)
         artifacts[name] = f"{name}/{conversion.artifact_file}"
-        summary["conversions"][name] = {"conversion_s": round(conversion.conversion_s, 2), "tuning_s": round(conversion.tuning_s, 2), **conversion.details}
+        summary["conversions"][name] = {
+            "conversion_s": round(conversion.conversion_s, 2),
+            "tuning_s": round(conversion.tuning_s, 2),
+            **conversion.details,
+        }
     summary["tvm_elf_machine"] = elf_machine(workdir / artifacts["tvm"])
     if with_base:
         artifacts["base"] = "model.pt2"

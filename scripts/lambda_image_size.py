@@ -19,13 +19,15 @@ from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CODE_DIRS = ("adapters", "ayci", "core", "data", "engines", "report", "schemas", "services", "workloads")
+CODE_DIRS = ("adapters", "ayci", "core", "data", "engines", "measuring", "report", "schemas", "services", "workloads")
 LAMBDA_IMAGE_LIMIT_MB = 10240  # Lambda's limit on a container image, uncompressed
 # Not measurable here (no Docker, no pull): public.ecr.aws/lambda/python:3.11 (Amazon Linux 2,
 # Python 3.11, the runtime interface client, boto3) is about half a gigabyte uncompressed, and
 # gcc + gcc-c++ from Amazon Linux 2's repositories (TVM links its libraries with them) about 0.2 GB.
-STATED_MB = {"base image public.ecr.aws/lambda/python:3.11 (stated, not measured)": 550,
-             "gcc, gcc-c++ for TVM's linking (stated, not measured)": 200}
+STATED_MB = {
+    "base image public.ecr.aws/lambda/python:3.11 (stated, not measured)": 550,
+    "gcc, gcc-c++ for TVM's linking (stated, not measured)": 200,
+}
 
 
 def _name(requirement: str) -> str | None:
@@ -80,7 +82,12 @@ def installed_mb(dist: metadata.Distribution) -> float:
 def estimate() -> dict:
     dists = closure(ROOT / "requirements.txt")
     packages = sorted(((name, installed_mb(dist)) for name, dist in dists.items()), key=lambda item: -item[1])
-    code = sum(p.stat().st_size for d in CODE_DIRS for p in (ROOT / d).rglob("*") if p.is_file() and "__pycache__" not in p.parts) / (1 << 20)
+    code = sum(
+        p.stat().st_size
+        for d in CODE_DIRS
+        for p in (ROOT / d).rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    ) / (1 << 20)
     wheels = sum(size for _, size in packages)
     total = wheels + code + sum(STATED_MB.values())
     return {
@@ -100,13 +107,17 @@ def main(argv: list[str]) -> None:
     if "--json" in argv:
         print(json.dumps(figures, indent=2))
         return
-    print(f"requirements.txt installs {figures['distributions']} distributions: {figures['wheels_mb']:,} MB (measured here, Python {figures['python']}, x86_64)")
+    print(
+        f"requirements.txt installs {figures['distributions']} distributions: {figures['wheels_mb']:,} MB (measured here, Python {figures['python']}, x86_64)"
+    )
     for name, size in figures["largest_mb"].items():
         print(f"  {name:<24} {size:>6,} MB")
     print(f"AYCI's code: {figures['ayci_code_mb']} MB")
     for what, size in figures["stated_mb"].items():
         print(f"{what}: ~{size} MB")
-    print(f"estimated image: ~{figures['estimated_image_mb']:,} MB uncompressed per architecture (Lambda allows {figures['lambda_limit_mb']:,} MB)")
+    print(
+        f"estimated image: ~{figures['estimated_image_mb']:,} MB uncompressed per architecture (Lambda allows {figures['lambda_limit_mb']:,} MB)"
+    )
 
 
 if __name__ == "__main__":

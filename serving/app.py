@@ -36,9 +36,15 @@ def create_app(endpoint: Endpoint, *, max_body_bytes: int = 16 << 20, request_ti
 
     @app.get("/models")
     def list_models() -> dict:
-        return {"budget_mb": endpoint.budget.budget_mb, "reserved_mb": endpoint.budget.used_mb,
-                "confined": endpoint.confinement_reason is None, "confinement_reason": endpoint.confinement_reason,
-                "max_workers": endpoint.policy.max_workers, "idle_s": endpoint.policy.idle_s, "models": endpoint.state()}
+        return {
+            "budget_mb": endpoint.budget.budget_mb,
+            "reserved_mb": endpoint.budget.used_mb,
+            "confined": endpoint.confinement_reason is None,
+            "confinement_reason": endpoint.confinement_reason,
+            "max_workers": endpoint.policy.max_workers,
+            "idle_s": endpoint.policy.idle_s,
+            "models": endpoint.state(),
+        }
 
     @app.get("/metrics")
     def metrics_text() -> Response:
@@ -75,10 +81,14 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-async def _invoke(endpoint: Endpoint, name: str, request: Request, limit: int, timeout_s: float) -> tuple[Response, bool]:
+async def _invoke(
+    endpoint: Endpoint, name: str, request: Request, limit: int, timeout_s: float
+) -> tuple[Response, bool]:
     model = endpoint.models.get(name)
     if model is None:
-        return _refusal(404, f"no model {name!r}; this endpoint serves {', '.join(sorted(endpoint.models))} (GET /models)"), False
+        return _refusal(
+            404, f"no model {name!r}; this endpoint serves {', '.join(sorted(endpoint.models))} (GET /models)"
+        ), False
     try:
         body = await _read_body(request, limit)
     except BodyTooLarge:
@@ -102,12 +112,20 @@ async def _invoke(endpoint: Endpoint, name: str, request: Request, limit: int, t
     outputs = list(wire.unpack(served.payload).values())
     specs = model.signature.outputs if model.signature and len(model.signature.outputs) == len(outputs) else []
     names = [s.name for s in specs] or [f"output_{i}" for i in range(len(outputs))]
-    headers = {"X-Cold-Load": "1" if served.cold else "0", "X-Worker-Pid": str(served.worker_pid),
-               "X-Queued-Ms": f"{served.queued_ms:.1f}", "X-Inference-Ms": f"{served.infer_ms:.1f}"}
+    headers = {
+        "X-Cold-Load": "1" if served.cold else "0",
+        "X-Worker-Pid": str(served.worker_pid),
+        "X-Queued-Ms": f"{served.queued_ms:.1f}",
+        "X-Inference-Ms": f"{served.infer_ms:.1f}",
+    }
     if from_json:
-        return JSONResponse({"model": name, "outputs": {n: np.asarray(o).tolist() for n, o in zip(names, outputs, strict=True)}},
-                            headers=headers), served.cold
-    return Response(wire.pack(dict(zip(names, outputs, strict=True))), media_type="application/x-npz", headers=headers), served.cold
+        return JSONResponse(
+            {"model": name, "outputs": {n: np.asarray(o).tolist() for n, o in zip(names, outputs, strict=True)}},
+            headers=headers,
+        ), served.cold
+    return Response(
+        wire.pack(dict(zip(names, outputs, strict=True))), media_type="application/x-npz", headers=headers
+    ), served.cold
 
 
 class ServerThread:

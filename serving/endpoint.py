@@ -21,13 +21,13 @@ from pathlib import Path
 import numpy as np
 import structlog
 
+from measuring.confinement import unavailable_reason
 from serving import wire
 from serving.budget import MemoryBudget
 from serving.models import ServedModel
 from serving.pool import ModelPool, Overloaded, Worker
 from serving.processes import ProcessWorker, WorkerSpec
 from serving.scaling import ScalingPolicy
-from services.inference.confinement import unavailable_reason
 
 log = structlog.get_logger()
 
@@ -39,20 +39,34 @@ class UnknownModel(KeyError):
 
 
 class Endpoint:
-    def __init__(self, models: list[ServedModel], *, budget_mb: int, policy: ScalingPolicy, max_queue: int = 32,
-                 work_dir: Path | None = None, confine: bool = True,
-                 start_worker: Callable[[ServedModel], Worker] | None = None) -> None:
+    def __init__(
+        self,
+        models: list[ServedModel],
+        *,
+        budget_mb: int,
+        policy: ScalingPolicy,
+        max_queue: int = 32,
+        work_dir: Path | None = None,
+        confine: bool = True,
+        start_worker: Callable[[ServedModel], Worker] | None = None,
+    ) -> None:
         self.models = {m.name: m for m in models}
         too_big = [m for m in models if m.memory_mb > budget_mb]
         if too_big:
-            raise ValueError(f"memory budget {budget_mb} MB: {', '.join(f'{m.name} needs {m.memory_mb} MB' for m in too_big)} per worker")
+            raise ValueError(
+                f"memory budget {budget_mb} MB: {', '.join(f'{m.name} needs {m.memory_mb} MB' for m in too_big)} per worker"
+            )
         self.budget = MemoryBudget(budget_mb)
         self.policy = policy
         self.max_queue = max_queue
         self.confine = confine
         self.work_dir = work_dir or Path(tempfile.mkdtemp(prefix="ayci-endpoint-"))
         self._start_worker = start_worker or self._process_worker
-        self.confinement_reason = (unavailable_reason() if confine else "confinement turned off") if start_worker is None else "in-process workers"
+        self.confinement_reason = (
+            (unavailable_reason() if confine else "confinement turned off")
+            if start_worker is None
+            else "in-process workers"
+        )
         self.pools: dict[str, ModelPool] = {}
         self.evictions: Counter[str] = Counter()
         self.loads: Counter[tuple[str, str]] = Counter()  # of pools gone (evicted): (model, kind) -> loads
@@ -75,9 +89,15 @@ class Endpoint:
 
     def _process_worker(self, model: ServedModel) -> Worker:
         result = model.result
-        spec = WorkerSpec(optimizer=model.optimizer, artifact_path=str(model.artifact_path), threads=result.get("threads") or 1,
-                          memory_mb=model.memory_mb, settings=result.get("engine_settings"), reference_path=str(model.reference_path),
-                          confine=self.confine)
+        spec = WorkerSpec(
+            optimizer=model.optimizer,
+            artifact_path=str(model.artifact_path),
+            threads=result.get("threads") or 1,
+            memory_mb=model.memory_mb,
+            settings=result.get("engine_settings"),
+            reference_path=str(model.reference_path),
+            confine=self.confine,
+        )
         return ProcessWorker.start(spec, self.work_dir)
 
     # --- requests
@@ -103,7 +123,9 @@ class Endpoint:
         return pool
 
     def _make_room(self, name: str, need_mb: int) -> bool:
-        victims = self.budget.evictions_for(name, need_mb, idle=lambda other: other in self.pools and self.pools[other].idle)
+        victims = self.budget.evictions_for(
+            name, need_mb, idle=lambda other: other in self.pools and self.pools[other].idle
+        )
         if victims is None:
             return False
         for victim in victims:
@@ -160,13 +182,20 @@ class Endpoint:
             rows = []
             for name, model in self.models.items():
                 pool = self.pools.get(name)
-                rows.append({
-                    **model.public(), "loaded": pool is not None, "workers": pool.workers if pool else 0,
-                    "starting": pool.starting if pool else 0, "busy": pool.busy if pool else 0,
-                    "queue_depth": pool.queue_depth if pool else 0, "worker_pids": pool.worker_pids() if pool else [],
-                    "loads": {kind: n for (m, kind), n in loads.items() if m == name},
-                    "evictions": self.evictions[name], "lost_workers": self.lost_workers[name] + (pool.lost_workers if pool else 0),
-                    "last_load_error": (pool.failed_loads[-1] if pool and pool.failed_loads else None),
-                    "reserved_mb": self.budget.reserved_mb(name),
-                })
+                rows.append(
+                    {
+                        **model.public(),
+                        "loaded": pool is not None,
+                        "workers": pool.workers if pool else 0,
+                        "starting": pool.starting if pool else 0,
+                        "busy": pool.busy if pool else 0,
+                        "queue_depth": pool.queue_depth if pool else 0,
+                        "worker_pids": pool.worker_pids() if pool else [],
+                        "loads": {kind: n for (m, kind), n in loads.items() if m == name},
+                        "evictions": self.evictions[name],
+                        "lost_workers": self.lost_workers[name] + (pool.lost_workers if pool else 0),
+                        "last_load_error": (pool.failed_loads[-1] if pool and pool.failed_loads else None),
+                        "reserved_mb": self.budget.reserved_mb(name),
+                    }
+                )
             return rows

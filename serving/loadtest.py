@@ -120,11 +120,21 @@ def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app) -> dict:
     for name, model in endpoint.models.items():
         mine = [r for r in requests if r["model"] == name]
         observed = observed_figures(mine, samples, name, state[name])
-        predicted = predicted_figures(model.result, [r["t"] for r in mine], plan, endpoint.policy.idle_s, endpoint.policy.max_workers,
-                                      out_dir / f"arrivals-{name}.csv")
-        report["models"][name] = {"combination": model.label, "run_id": model.run_id, "observed": observed, "predicted": predicted,
-                                  "comparison": compare(observed, predicted, model.result, endpoint.policy.max_workers,
-                                                        len(endpoint.models))}
+        predicted = predicted_figures(
+            model.result,
+            [r["t"] for r in mine],
+            plan,
+            endpoint.policy.idle_s,
+            endpoint.policy.max_workers,
+            out_dir / f"arrivals-{name}.csv",
+        )
+        report["models"][name] = {
+            "combination": model.label,
+            "run_id": model.run_id,
+            "observed": observed,
+            "predicted": predicted,
+            "comparison": compare(observed, predicted, model.result, endpoint.policy.max_workers, len(endpoint.models)),
+        }
     plot(requests, samples, plan, out_dir / "loadtest.png")
     report["plot"] = str(out_dir / "loadtest.png")
     (out_dir / "report.json").write_text(json.dumps(report, indent=1))
@@ -133,9 +143,20 @@ def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app) -> dict:
 
 def _sample(endpoint, samples: list[dict], started: float, stop: threading.Event) -> None:
     while not stop.wait(SAMPLE_S):
-        samples.append({"t": time.time() - started,
-                        "models": {r["model"]: {"workers": r["workers"], "starting": r["starting"], "queue": r["queue_depth"],
-                                                "loaded": r["loaded"]} for r in endpoint.state()}})
+        samples.append(
+            {
+                "t": time.time() - started,
+                "models": {
+                    r["model"]: {
+                        "workers": r["workers"],
+                        "starting": r["starting"],
+                        "queue": r["queue_depth"],
+                        "loaded": r["loaded"],
+                    }
+                    for r in endpoint.state()
+                },
+            }
+        )
 
 
 def _run_locust(url: str, plan: LoadPlan, bodies: Path, log_path: Path, out_dir: Path) -> dict:
@@ -144,13 +165,35 @@ def _run_locust(url: str, plan: LoadPlan, bodies: Path, log_path: Path, out_dir:
     if not url.startswith("http://127.0.0.1:"):
         raise ValueError(f"the load test drives a loopback endpoint only, not {url}")
     locustfile = Path(__file__).with_name("locustfile.py")
-    command = [sys.executable, "-m", "locust", "-f", str(locustfile), "--headless", "--host", url,
-               "--run-time", f"{math.ceil(plan.duration_s) + 5}s", "--stop-timeout", "5", "--only-summary", "--loglevel", "WARNING"]
-    env = {**os.environ, **plan.env(), "AYCI_LOAD_BODIES": str(bodies), "AYCI_LOAD_LOG": str(log_path),
-           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    command = [
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(locustfile),
+        "--headless",
+        "--host",
+        url,
+        "--run-time",
+        f"{math.ceil(plan.duration_s) + 5}s",
+        "--stop-timeout",
+        "5",
+        "--only-summary",
+        "--loglevel",
+        "WARNING",
+    ]
+    env = {
+        **os.environ,
+        **plan.env(),
+        "AYCI_LOAD_BODIES": str(bodies),
+        "AYCI_LOAD_LOG": str(log_path),
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+    }
     with open(out_dir / "locust.log", "w+") as output:
         try:
-            code = subprocess.run(command, env=env, stdout=output, stderr=subprocess.STDOUT, timeout=plan.duration_s + 60).returncode
+            code = subprocess.run(
+                command, env=env, stdout=output, stderr=subprocess.STDOUT, timeout=plan.duration_s + 60
+            ).returncode
         except subprocess.TimeoutExpired:
             code = None
         output.seek(0)
@@ -163,8 +206,19 @@ def read_requests(path: Path, started: float) -> list[dict]:
         return []
     with open(path, newline="") as handle:
         rows = list(csv.DictReader(handle))
-    return sorted(({"t": float(r["sent_at"]) - started, "model": r["model"], "status": int(r["status"]), "latency_ms": float(r["latency_ms"]),
-                    "cold": r["cold"] == "1"} for r in rows), key=lambda r: r["t"])
+    return sorted(
+        (
+            {
+                "t": float(r["sent_at"]) - started,
+                "model": r["model"],
+                "status": int(r["status"]),
+                "latency_ms": float(r["latency_ms"]),
+                "cold": r["cold"] == "1",
+            }
+            for r in rows
+        ),
+        key=lambda r: r["t"],
+    )
 
 
 # --- the figures
@@ -175,33 +229,64 @@ def observed_figures(requests: list[dict], samples: list[dict], name: str, state
     for r in requests:
         if r["status"] != 200:
             errors[str(r["status"] or "connection")] = errors.get(str(r["status"] or "connection"), 0) + 1
-    p50, p99 = (np.percentile(latencies, [50, 99]) if len(latencies) else (float("nan"), float("nan")))
+    p50, p99 = np.percentile(latencies, [50, 99]) if len(latencies) else (float("nan"), float("nan"))
     waited = sum(r["cold"] for r in answered)
     cold_starts = sum(state["loads"].values())  # workers started: each a cold start, as an instance's on Lambda
     workers = [s["models"][name]["workers"] + s["models"][name]["starting"] for s in samples if name in s["models"]]
-    return {"requests": len(requests), "answered": len(answered), "errors": errors, "p50_ms": float(p50), "p99_ms": float(p99),
-            "cold_starts": cold_starts, "cold_share": cold_starts / len(answered) if answered else 0.0,
-            "waited_for_load": waited, "waited_share": waited / len(answered) if answered else 0.0, "loads": state["loads"],
-            "evictions": state["evictions"], "lost_workers": state["lost_workers"], "peak_workers": max(workers, default=0)}
+    return {
+        "requests": len(requests),
+        "answered": len(answered),
+        "errors": errors,
+        "p50_ms": float(p50),
+        "p99_ms": float(p99),
+        "cold_starts": cold_starts,
+        "cold_share": cold_starts / len(answered) if answered else 0.0,
+        "waited_for_load": waited,
+        "waited_share": waited / len(answered) if answered else 0.0,
+        "loads": state["loads"],
+        "evictions": state["evictions"],
+        "lost_workers": state["lost_workers"],
+        "peak_workers": max(workers, default=0),
+    }
 
 
-def predicted_figures(result: dict, sent_at: list[float], plan: LoadPlan, idle_s: float, max_workers: int, arrivals_csv: Path) -> dict | None:
+def predicted_figures(
+    result: dict, sent_at: list[float], plan: LoadPlan, idle_s: float, max_workers: int, arrivals_csv: Path
+) -> dict | None:
     """The simulation on the same arrivals (None: too few requests to simulate): as a Lambda
     pool (`combination_under_traffic`, on demand: no cap on instances) and as the endpoint's pool
     (`simulate` with the endpoint's cap on workers: requests queue at the cap)."""
     if len(sent_at) < 2:
         return None
     arrivals_csv.write_text("seconds\n" + "\n".join(f"{t:.6f}" for t in sent_at) + "\n")
-    traffic = Traffic(rps=max(len(sent_at) / plan.duration_s, 1e-3), pattern=str(arrivals_csv), idle_timeout_s=idle_s,
-                      duration_s=max(60.0, plan.duration_s))
+    traffic = Traffic(
+        rps=max(len(sent_at) / plan.duration_s, 1e-3),
+        pattern=str(arrivals_csv),
+        idle_timeout_s=idle_s,
+        duration_s=max(60.0, plan.duration_s),
+    )
     lambda_pool = combination_under_traffic(result, traffic)
     times, window, cut = arrivals(traffic, np.random.default_rng(0))
-    capped = simulate(times, latency_quantiles(result["latency_ms"]), result["cold_start_ms"]["total"], idle_s,
-                      np.random.default_rng(1), window, cut, max_instances=max_workers)
+    capped = simulate(
+        times,
+        latency_quantiles(result["latency_ms"]),
+        result["cold_start_ms"]["total"],
+        idle_s,
+        np.random.default_rng(1),
+        window,
+        cut,
+        max_instances=max_workers,
+    )
     p50, p99 = np.percentile(capped.latencies_ms, [50, 99])
-    return {"cold_share": capped.cold_share, "cold_starts": capped.cold_starts, "p50_ms": float(p50), "p99_ms": float(p99),
-            "peak_instances": capped.peak_instances, "simulated_requests": capped.requests,
-            "lambda": {k: lambda_pool[k] for k in ("cold_share", "p50_ms", "p99_ms", "peak_instances")}}
+    return {
+        "cold_share": capped.cold_share,
+        "cold_starts": capped.cold_starts,
+        "p50_ms": float(p50),
+        "p99_ms": float(p99),
+        "peak_instances": capped.peak_instances,
+        "simulated_requests": capped.requests,
+        "lambda": {k: lambda_pool[k] for k in ("cold_share", "p50_ms", "p99_ms", "peak_instances")},
+    }
 
 
 def within(observed: float, predicted: float) -> bool:
@@ -212,13 +297,20 @@ def within(observed: float, predicted: float) -> bool:
 
 def compare(observed: dict, predicted: dict | None, result: dict, max_workers: int, models: int) -> dict:
     if predicted is None:
-        return {"p99_within": None, "cold_share_within": None, "explained": ["too few requests reached this model to simulate"]}
+        return {
+            "p99_within": None,
+            "cold_share_within": None,
+            "explained": ["too few requests reached this model to simulate"],
+        }
     p99_ok = within(observed["p99_ms"], predicted["p99_ms"])
     cold_ok = within(observed["cold_share"], predicted["cold_share"])
-    return {"p99_ratio": observed["p99_ms"] / predicted["p99_ms"] if predicted["p99_ms"] else None,
-            "cold_share_ratio": observed["cold_share"] / predicted["cold_share"] if predicted["cold_share"] else None,
-            "p99_within": p99_ok, "cold_share_within": cold_ok,
-            "explained": [] if p99_ok and cold_ok else explain(observed, predicted, result, max_workers, models)}
+    return {
+        "p99_ratio": observed["p99_ms"] / predicted["p99_ms"] if predicted["p99_ms"] else None,
+        "cold_share_ratio": observed["cold_share"] / predicted["cold_share"] if predicted["cold_share"] else None,
+        "p99_within": p99_ok,
+        "cold_share_within": cold_ok,
+        "explained": [] if p99_ok and cold_ok else explain(observed, predicted, result, max_workers, models),
+    }
 
 
 def explain(observed: dict, predicted: dict, result: dict, max_workers: int, models: int) -> list[str]:
@@ -227,31 +319,45 @@ def explain(observed: dict, predicted: dict, result: dict, max_workers: int, mod
     reasons = []
     measured_cold = result["cold_start_ms"]["total"]
     lambda_pool = predicted["lambda"]
-    reasons.append(f"as a Lambda pool (no cap) the same arrivals would start up to {lambda_pool['peak_instances']} instances, "
-                   f"cold share {lambda_pool['cold_share']:.2%}, p99 {lambda_pool['p99_ms']:.1f} ms; the endpoint and the prediction "
-                   f"compared here cap a model at {max_workers} workers and queue the rest")
+    reasons.append(
+        f"as a Lambda pool (no cap) the same arrivals would start up to {lambda_pool['peak_instances']} instances, "
+        f"cold share {lambda_pool['cold_share']:.2%}, p99 {lambda_pool['p99_ms']:.1f} ms; the endpoint and the prediction "
+        f"compared here cap a model at {max_workers} workers and queue the rest"
+    )
     if observed["waited_for_load"] > observed["cold_starts"]:
-        reasons.append(f"{observed['waited_for_load']} requests waited for {observed['cold_starts']} cold loads: every request queued while "
-                       "the only workers load waits for them, where the simulation charges a cold start to the request that caused it")
+        reasons.append(
+            f"{observed['waited_for_load']} requests waited for {observed['cold_starts']} cold loads: every request queued while "
+            "the only workers load waits for them, where the simulation charges a cold start to the request that caused it"
+        )
     if predicted["cold_starts"] > observed["cold_starts"]:
-        reasons.append(f"the simulation started {predicted['cold_starts']} instances where the endpoint loaded {observed['cold_starts']} "
-                       f"workers: a request that finds every worker busy waits in the queue, and the scaler adds a worker only if "
-                       f"requests still wait at its next look (every {TICK_S * 1000:.0f} ms), where the simulated pool starts one at once")
+        reasons.append(
+            f"the simulation started {predicted['cold_starts']} instances where the endpoint loaded {observed['cold_starts']} "
+            f"workers: a request that finds every worker busy waits in the queue, and the scaler adds a worker only if "
+            f"requests still wait at its next look (every {TICK_S * 1000:.0f} ms), where the simulated pool starts one at once"
+        )
     tail_rank = max(1, round(observed["answered"] * 0.01))
     if predicted["cold_starts"] >= tail_rank:
-        reasons.append(f"with {observed['answered']} requests the p99 is about the {tail_rank}. slowest: the simulated p99 falls on its "
-                       f"{predicted['cold_starts']} cold starts ({measured_cold:.0f} ms measured), the load test's on "
-                       f"{'its cold loads' if observed['cold_starts'] >= tail_rank else 'warm requests'}")
+        reasons.append(
+            f"with {observed['answered']} requests the p99 is about the {tail_rank}. slowest: the simulated p99 falls on its "
+            f"{predicted['cold_starts']} cold starts ({measured_cold:.0f} ms measured), the load test's on "
+            f"{'its cold loads' if observed['cold_starts'] >= tail_rank else 'warm requests'}"
+        )
     overhead = observed["p50_ms"] - predicted["p50_ms"]
     if overhead > TOLERANCE * predicted["p50_ms"]:
-        reasons.append(f"HTTP, the body's (de)serialization and Locust add about {overhead:.1f} ms a request (p50 {observed['p50_ms']:.1f} "
-                       f"ms against the simulated {predicted['p50_ms']:.1f} ms from the measurement)")
+        reasons.append(
+            f"HTTP, the body's (de)serialization and Locust add about {overhead:.1f} ms a request (p50 {observed['p50_ms']:.1f} "
+            f"ms against the simulated {predicted['p50_ms']:.1f} ms from the measurement)"
+        )
     cores = os.cpu_count() or 1
-    reasons.append(f"this host has {cores} cores shared by Locust, the endpoint and up to {max_workers * models} workers; the warm "
-                   f"latencies and the {measured_cold:.0f} ms cold start were measured alone")
+    reasons.append(
+        f"this host has {cores} cores shared by Locust, the endpoint and up to {max_workers * models} workers; the warm "
+        f"latencies and the {measured_cold:.0f} ms cold start were measured alone"
+    )
     if observed["cold_starts"] < 10:
-        reasons.append(f"the cold shares rest on {observed['cold_starts']} cold loads observed and {predicted['cold_starts']} simulated, "
-                       f"out of {observed['answered']} requests: one load more or less moves the share by {1 / max(1, observed['answered']):.2%}")
+        reasons.append(
+            f"the cold shares rest on {observed['cold_starts']} cold loads observed and {predicted['cold_starts']} simulated, "
+            f"out of {observed['answered']} requests: one load more or less moves the share by {1 / max(1, observed['answered']):.2%}"
+        )
     return reasons
 
 
@@ -264,12 +370,19 @@ def plot(requests: list[dict], samples: list[dict], plan: LoadPlan, path: Path) 
     import matplotlib.pyplot as plt
 
     figure, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(11, 7), height_ratios=[3, 2])
-    for label, chosen, style in (("warm", lambda r: r["status"] == 200 and not r["cold"], dict(s=6, color="tab:blue", alpha=0.5)),
-                                 ("waited for a cold load", lambda r: r["status"] == 200 and r["cold"], dict(s=14, color="tab:orange")),
-                                 ("refused / failed", lambda r: r["status"] != 200, dict(s=14, color="tab:red", marker="x"))):
+    for label, chosen, style in (
+        ("warm", lambda r: r["status"] == 200 and not r["cold"], dict(s=6, color="tab:blue", alpha=0.5)),
+        ("waited for a cold load", lambda r: r["status"] == 200 and r["cold"], dict(s=14, color="tab:orange")),
+        ("refused / failed", lambda r: r["status"] != 200, dict(s=14, color="tab:red", marker="x")),
+    ):
         picked = [r for r in requests if chosen(r)]
         if picked:
-            top.scatter([r["t"] for r in picked], [max(r["latency_ms"], 0.1) for r in picked], label=f"{label} ({len(picked)})", **style)
+            top.scatter(
+                [r["t"] for r in picked],
+                [max(r["latency_ms"], 0.1) for r in picked],
+                label=f"{label} ({len(picked)})",
+                **style,
+            )
     top.set_yscale("log")
     top.set_ylabel("latency (ms)")
     top.set_title(f"ayci loadtest: {plan.pattern}, {plan.rps:g} req/s for {plan.duration_s:g} s")
@@ -277,8 +390,15 @@ def plot(requests: list[dict], samples: list[dict], plan: LoadPlan, path: Path) 
     models = sorted({m for s in samples for m in s["models"]})
     times = [s["t"] for s in samples]
     for name in models:
-        bottom.step(times, [s["models"].get(name, {}).get("workers", 0) + s["models"].get(name, {}).get("starting", 0) for s in samples],
-                    where="post", label=f"{name} workers")
+        bottom.step(
+            times,
+            [
+                s["models"].get(name, {}).get("workers", 0) + s["models"].get(name, {}).get("starting", 0)
+                for s in samples
+            ],
+            where="post",
+            label=f"{name} workers",
+        )
     bottom.set_ylabel("workers (ready + loading)")
     bottom.set_xlabel("seconds into the test")
     rate = bottom.twinx()

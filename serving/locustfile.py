@@ -24,7 +24,17 @@ _sent = 0
 
 
 @events.request.add_listener
-def _record(request_type, name, response_time, response_length, response=None, context=None, exception=None, start_time=None, **_):
+def _record(
+    request_type,
+    name,
+    response_time,
+    response_length,
+    response=None,
+    context=None,
+    exception=None,
+    start_time=None,
+    **_,
+):
     global _sent
     _sent += 1
     status = getattr(response, "status_code", 0) or 0
@@ -53,8 +63,12 @@ class EndpointUser(FastHttpUser):
     @task
     def invoke(self):
         model = random.choice(list(BODIES))
-        with self.client.post(f"/invocations/{model}", data=BODIES[model], headers={"content-type": "application/x-npz"},
-                              catch_response=True) as response:
+        with self.client.post(
+            f"/invocations/{model}",
+            data=BODIES[model],
+            headers={"content-type": "application/x-npz"},
+            catch_response=True,
+        ) as response:
             if response.status_code == 200:
                 response.success()
             else:

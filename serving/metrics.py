@@ -17,10 +17,16 @@ class EndpointCollector:
         self.endpoint = endpoint
 
     def collect(self):
-        loads = CounterMetricFamily("ayci_model_loads", "Cold loads of a model's worker (first, scale-out, replacement)", labels=["model", "kind"])
+        loads = CounterMetricFamily(
+            "ayci_model_loads",
+            "Cold loads of a model's worker (first, scale-out, replacement)",
+            labels=["model", "kind"],
+        )
         for (model, kind), count in sorted(self.endpoint.load_counts().items()):
             loads.add_metric([model, kind], count)
-        evictions = CounterMetricFamily("ayci_model_evictions", "Models evicted from the memory budget", labels=["model"])
+        evictions = CounterMetricFamily(
+            "ayci_model_evictions", "Models evicted from the memory budget", labels=["model"]
+        )
         lost = CounterMetricFamily("ayci_workers_lost", "Workers that died while serving", labels=["model"])
         workers = GaugeMetricFamily("ayci_workers", "Workers ready per model", labels=["model"])
         starting = GaugeMetricFamily("ayci_workers_starting", "Workers loading per model", labels=["model"])
@@ -40,9 +46,16 @@ class EndpointCollector:
 class Metrics:
     def __init__(self, endpoint: Endpoint) -> None:
         self.registry = CollectorRegistry()
-        self.requests = Counter("ayci_requests", "Requests by model and HTTP status", ["model", "status"], registry=self.registry)
-        self.latency = Histogram("ayci_request_latency_seconds", "Latency of answered requests", ["model", "cold"],
-                                 buckets=LATENCY_BUCKETS_S, registry=self.registry)
+        self.requests = Counter(
+            "ayci_requests", "Requests by model and HTTP status", ["model", "status"], registry=self.registry
+        )
+        self.latency = Histogram(
+            "ayci_request_latency_seconds",
+            "Latency of answered requests",
+            ["model", "cold"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=self.registry,
+        )
         self.registry.register(EndpointCollector(endpoint))
 
     def text(self) -> bytes:

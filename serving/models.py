@@ -46,11 +46,22 @@ class ServedModel:
         return self.result["combo"]["batch_size"] if self.optimizer == "tvm" else None
 
     def public(self) -> dict:
-        return {"model": self.name, "run_id": self.run_id, "combination": self.label, "chosen_by": self.chosen_by,
-                "memory_mb": self.memory_mb, "threads": self.result.get("threads") or 1,
-                "inputs": [s.model_dump(include={"name", "dtype", "dims"}) for s in self.signature.inputs] if self.signature else None,
-                "measured": {"p50_ms": self.result["latency_ms"]["p50"], "p99_ms": self.result["latency_ms"]["p99"],
-                             "cold_start_ms": self.result["cold_start_ms"]["total"]}}
+        return {
+            "model": self.name,
+            "run_id": self.run_id,
+            "combination": self.label,
+            "chosen_by": self.chosen_by,
+            "memory_mb": self.memory_mb,
+            "threads": self.result.get("threads") or 1,
+            "inputs": [s.model_dump(include={"name", "dtype", "dims"}) for s in self.signature.inputs]
+            if self.signature
+            else None,
+            "measured": {
+                "p50_ms": self.result["latency_ms"]["p50"],
+                "p99_ms": self.result["latency_ms"]["p99"],
+                "cold_start_ms": self.result["cold_start_ms"]["total"],
+            },
+        }
 
 
 def servable(result: dict) -> str | None:
@@ -69,12 +80,18 @@ def pick(summary: dict, chosen: str | None) -> tuple[dict, str]:
     run_id = summary["run_id"]
     measured = {combination_label(r): r for r in summary["results"] if servable(r) is None}
     if not measured:
-        failures = "; ".join(f"{f.get('label') or combination_label(f)}: {f['reason']}" for f in summary.get("failures", [])[:3])
+        failures = "; ".join(
+            f"{f.get('label') or combination_label(f)}: {f['reason']}" for f in summary.get("failures", [])[:3]
+        )
         reasons = "; ".join(f"{combination_label(r)}: {servable(r)}" for r in summary["results"])
-        raise NotServable(f"run {run_id} has no measured combination to serve ({reasons or failures or 'it has no results'})")
+        raise NotServable(
+            f"run {run_id} has no measured combination to serve ({reasons or failures or 'it has no results'})"
+        )
     if chosen:
         if chosen not in measured:
-            raise NotServable(f"run {run_id} has no measured combination {chosen} (it has {', '.join(sorted(measured))})")
+            raise NotServable(
+                f"run {run_id} has no measured combination {chosen} (it has {', '.join(sorted(measured))})"
+            )
         return measured[chosen], "chosen"
     recommendation = summary.get("recommendation") or {}
     for kind in ("balanced", "fastest"):
@@ -105,8 +122,16 @@ def served_model(store, spec: str, work_dir: Path) -> ServedModel:
     reference = folder / "reference.npz"
     store.get_file(keys.reference(reference_key(model, result["combo"]["batch_size"])), reference)
     name = f"{model.workload.value.replace('_', '-')}-{model.sha256[:8]}"
-    return ServedModel(name=name, run_id=run_id, label=combination_label(result), chosen_by=chosen_by, result=result,
-                       signature=info.signature, artifact_path=artifact, reference_path=reference)
+    return ServedModel(
+        name=name,
+        run_id=run_id,
+        label=combination_label(result),
+        chosen_by=chosen_by,
+        result=result,
+        signature=info.signature,
+        artifact_path=artifact,
+        reference_path=reference,
+    )
 
 
 def served_models(store, specs: list[str], work_dir: Path) -> list[ServedModel]:
@@ -114,6 +139,8 @@ def served_models(store, specs: list[str], work_dir: Path) -> list[ServedModel]:
     names: dict[str, str] = {}
     for m in models:
         if m.name in names:
-            raise NotServable(f"runs {names[m.name]} and {m.run_id} are of the same model ({m.name}): serve one of them")
+            raise NotServable(
+                f"runs {names[m.name]} and {m.run_id} are of the same model ({m.name}): serve one of them"
+            )
         names[m.name] = m.run_id
     return models

@@ -82,7 +82,9 @@ class _Slot:
 
 
 class ModelPool:
-    def __init__(self, name: str, start_worker: Callable[[], Worker], policy: ScalingPolicy, max_queue: int = 32) -> None:
+    def __init__(
+        self, name: str, start_worker: Callable[[], Worker], policy: ScalingPolicy, max_queue: int = 32
+    ) -> None:
         self.name = name
         self.policy = policy
         self.max_queue = max_queue
@@ -140,7 +142,9 @@ class ModelPool:
             if self._closed:
                 raise Overloaded(f"model {self.name} is being evicted", 1)
             if len(self._queue) >= self.max_queue:
-                raise Overloaded(f"model {self.name}: {len(self._queue)} requests queued already (the limit)", self.retry_after_s())
+                raise Overloaded(
+                    f"model {self.name}: {len(self._queue)} requests queued already (the limit)", self.retry_after_s()
+                )
             job = _Job(payload, Future())
             self._queue.append(job)
             self._cv.notify_all()
@@ -155,7 +159,11 @@ class ModelPool:
         with self._cv:
             idle = sum(1 for s in self._slots if not s.busy)
             return not self._closed and self.policy.scale_out(
-                queued=len(self._queue), idle_workers=idle, starting=self._starting, workers=len(self._slots) + self._starting)
+                queued=len(self._queue),
+                idle_workers=idle,
+                starting=self._starting,
+                workers=len(self._slots) + self._starting,
+            )
 
     # --- workers
     def spawn(self, kind: str) -> None:
@@ -215,8 +223,15 @@ class ModelPool:
             else:
                 done = time.monotonic()
                 self.infer_ms_recent.append((done - taken) * 1000)
-                job.future.set_result(Served(out, cold=slot.ready_at > job.enqueued_at, worker_pid=slot.worker.pid,
-                                             queued_ms=(taken - job.enqueued_at) * 1000, infer_ms=(done - taken) * 1000))
+                job.future.set_result(
+                    Served(
+                        out,
+                        cold=slot.ready_at > job.enqueued_at,
+                        worker_pid=slot.worker.pid,
+                        queued_ms=(taken - job.enqueued_at) * 1000,
+                        infer_ms=(done - taken) * 1000,
+                    )
+                )
             with self._cv:
                 slot.busy = False
                 slot.idle_since = time.monotonic()

@@ -1,5 +1,5 @@
 """The endpoint's side of a worker process (`worker.py`): started inside a cgroup with its
-combination's memory size's CPU share and memory cap (`services/inference/confinement.py`,
+combination's memory size's CPU share and memory cap (`measuring/confinement.py`,
 as a measurement is; where cgroups are unavailable it runs unconfined and says so:
 `confined: false` with the reason), fed one request at a time over a Unix socket, stopped by
 killing its process group and removing its cgroup."""
@@ -18,11 +18,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from measuring.confinement import ConfinementUnavailable, Limits, MeasurementGroup, unavailable_reason
+from measuring.launcher import REPO_ROOT, engine_env
 from schemas.reasons import from_traceback
 from serving import wire
 from serving.pool import InferenceFailed, WorkerLost
-from services.inference.confinement import ConfinementUnavailable, Limits, MeasurementGroup, unavailable_reason
-from services.inference.launcher import REPO_ROOT, engine_env
 
 _numbers = itertools.count()
 
@@ -52,8 +52,17 @@ def confinement(memory_mb: int, confine: bool = True) -> tuple[MeasurementGroup 
 
 
 class ProcessWorker:
-    def __init__(self, spec: WorkerSpec, child: subprocess.Popen, sock: socket.socket, group: MeasurementGroup | None,
-                 confinement_reason: str | None, work: Path, load_ms: float, request_timeout_s: float) -> None:
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        child: subprocess.Popen,
+        sock: socket.socket,
+        group: MeasurementGroup | None,
+        confinement_reason: str | None,
+        work: Path,
+        load_ms: float,
+        request_timeout_s: float,
+    ) -> None:
         self.spec = spec
         self.pid = child.pid
         self.load_ms = load_ms
@@ -64,7 +73,9 @@ class ProcessWorker:
         self._stopped = False
 
     @classmethod
-    def start(cls, spec: WorkerSpec, work_dir: Path, load_timeout_s: float = 300.0, request_timeout_s: float = 60.0) -> ProcessWorker:
+    def start(
+        cls, spec: WorkerSpec, work_dir: Path, load_timeout_s: float = 300.0, request_timeout_s: float = 60.0
+    ) -> ProcessWorker:
         """Start a worker and wait until it has loaded its model; `RuntimeError` with the
         reason (out of memory at its cap, a crash with its error, a timeout) if it does not."""
         work = Path(tempfile.mkdtemp(prefix=f"w{next(_numbers)}-", dir=work_dir))
@@ -77,8 +88,15 @@ class ProcessWorker:
         group, reason = confinement(spec.memory_mb, spec.confine)
         command = [sys.executable, "-m", "serving.worker", address, str(work / "spec.json")]
         stderr = open(work / "stderr", "w+")
-        child = subprocess.Popen(group.wrap(command) if group else command, cwd=REPO_ROOT, env=engine_env(spec.threads),
-                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
+        child = subprocess.Popen(
+            group.wrap(command) if group else command,
+            cwd=REPO_ROOT,
+            env=engine_env(spec.threads),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,
+        )
         started = time.monotonic()
         worker = cls(spec, child, listener, group, reason, work, 0.0, request_timeout_s)
         try:

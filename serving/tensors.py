@@ -40,38 +40,49 @@ def decode(body: bytes, content_type: str) -> tuple[dict[str, np.ndarray], bool]
         with loaded:
             return {name: loaded[name] for name in loaded.files}, False
     if "json" not in content_type and not body.lstrip().startswith(b"{"):
-        raise BadTensor(415 if body else 400, "send JSON {\"inputs\": ...} or a binary .npy/.npz body")
+        raise BadTensor(415 if body else 400, 'send JSON {"inputs": ...} or a binary .npy/.npz body')
     try:
         document = json.loads(body)
         inputs = document["inputs"]
     except (ValueError, TypeError, KeyError):
-        raise BadTensor(400, 'the body is not JSON of the form {"inputs": {"NAME": [...]}} or {"inputs": [...]}') from None
+        raise BadTensor(
+            400, 'the body is not JSON of the form {"inputs": {"NAME": [...]}} or {"inputs": [...]}'
+        ) from None
     named = inputs if isinstance(inputs, dict) else {"": inputs}
     arrays = {}
     for name, value in named.items():
         try:
             array = np.asarray(value)
         except ValueError:
-            raise BadTensor(422, f"input {name or '(the one input)'}: the nested lists are ragged, not a tensor") from None
+            raise BadTensor(
+                422, f"input {name or '(the one input)'}: the nested lists are ragged, not a tensor"
+            ) from None
         if array.dtype == object or array.dtype.kind not in "biuf":
             raise BadTensor(422, f"input {name or '(the one input)'}: not a tensor of numbers")
         arrays[name] = array
     return arrays, True
 
 
-def model_inputs(arrays: dict[str, np.ndarray], from_json: bool, signature: ModelSignature | None,
-                 fixed_batch: int | None = None) -> dict[str, np.ndarray]:
+def model_inputs(
+    arrays: dict[str, np.ndarray], from_json: bool, signature: ModelSignature | None, fixed_batch: int | None = None
+) -> dict[str, np.ndarray]:
     """The model's inputs, in its order and dtypes, from a request's arrays; `BadTensor` 422
     naming the input that does not fit."""
     if signature is None:
         raise BadTensor(422, "the model's signature is not stored: its inputs cannot be checked")
     if "" in arrays:
         if len(signature.inputs) != 1:
-            raise BadTensor(422, f"the model takes {len(signature.inputs)} inputs ({', '.join(s.name for s in signature.inputs)}): name them")
+            raise BadTensor(
+                422,
+                f"the model takes {len(signature.inputs)} inputs ({', '.join(s.name for s in signature.inputs)}): name them",
+            )
         arrays = {signature.inputs[0].name: arrays[""]}
     if len(arrays) > len(signature.inputs):
-        extra = [n for n in arrays if signature.input(n) is None] or list(arrays)[len(signature.inputs):]
-        raise BadTensor(422, f"input {', '.join(extra)}: the model has no such input (it takes {', '.join(s.name for s in signature.inputs)})")
+        extra = [n for n in arrays if signature.input(n) is None] or list(arrays)[len(signature.inputs) :]
+        raise BadTensor(
+            422,
+            f"input {', '.join(extra)}: the model has no such input (it takes {', '.join(s.name for s in signature.inputs)})",
+        )
     try:
         sources = bind(signature, {k: (v.shape, str(v.dtype)) for k, v in arrays.items()}, {}, workload="the request")
     except BindingError as exc:

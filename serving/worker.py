@@ -11,11 +11,12 @@ import time
 
 _STARTED = time.time()
 
-import importlib  # noqa: E402
 import json  # noqa: E402
 import socket  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
+
+import engines  # noqa: E402
 
 
 def main(address: str, spec_path: str) -> None:
@@ -25,12 +26,16 @@ def main(address: str, spec_path: str) -> None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(address)
     artifact = Path(spec["artifact_path"])
-    engine = importlib.import_module(f"engines.{spec['optimizer']}_engine")
+    engine = engines.module(spec["optimizer"])
     engine.import_runtime(artifact)
     settings = spec.get("settings")
-    run = engine.load(artifact, int(spec["threads"]), settings=settings) if settings else engine.load(artifact, int(spec["threads"]))
+    run = (
+        engine.load(artifact, int(spec["threads"]), settings=settings)
+        if settings
+        else engine.load(artifact, int(spec["threads"]))
+    )
     if spec.get("reference_path"):
-        from services.inference.measure import read_reference
+        from measuring.measure import read_reference
 
         run(read_reference(spec["reference_path"])[0])
     wire.send(sock, wire.READY, json.dumps({"load_ms": (time.time() - _STARTED) * 1000}).encode())

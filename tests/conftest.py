@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from schemas.combos import MEASUREMENT_VERSION
-
 from core.logs import configure_logging
+from schemas.combos import MEASUREMENT_VERSION
 
 configure_logging("console")
 
@@ -29,7 +28,9 @@ def tiny_image_model(tmp_path_factory) -> Path:
     """The example ResNet-18 exported at 32x32 (real model, small input)."""
     from workloads.examples import export_example
 
-    return export_example("image_classification", TINY_IMAGE_SIZE, tmp_path_factory.mktemp("models") / "resnet18-32.pt2")
+    return export_example(
+        "image_classification", TINY_IMAGE_SIZE, tmp_path_factory.mktemp("models") / "resnet18-32.pt2"
+    )
 
 
 SMALL_IMAGE_SIZE = [128, 128]
@@ -43,7 +44,9 @@ def small_image_model(tmp_path_factory) -> Path:
     noise floor, and the prediction refused them (rightly) now and then."""
     from workloads.examples import export_example
 
-    return export_example("image_classification", SMALL_IMAGE_SIZE, tmp_path_factory.mktemp("models") / "resnet18-128.pt2")
+    return export_example(
+        "image_classification", SMALL_IMAGE_SIZE, tmp_path_factory.mktemp("models") / "resnet18-128.pt2"
+    )
 
 
 def wait_until_serving(url: str, why_not: callable, alive: callable = lambda: True, timeout_s: float = 60) -> None:
@@ -63,37 +66,103 @@ def wait_until_serving(url: str, why_not: callable, alive: callable = lambda: Tr
             time.sleep(0.3)
 
 
-def measured_result(label: str, *, p99: float, cost: float, agreement: float = 1.0, cold_start_ms: float = 900.0, peak_rss_mb: float = 300.0) -> dict:
+def measured_result(
+    label: str,
+    *,
+    p99: float,
+    cost: float,
+    agreement: float = 1.0,
+    cold_start_ms: float = 900.0,
+    peak_rss_mb: float = 300.0,
+) -> dict:
     """A stored result of the combination `label` ("intel/onnx/b1/1769MB"), as the inference
     service writes it, with the figures the table shows (p50 and p90 derived from p99)."""
     hardware, optimizer, batch, memory = label.split("/")
     p50 = p99 / 2
-    latency = {"p50": p50, "p90": p99 * 0.8, "p99": p99, "mean": p50, "min": p50, "max": p99, "ci95_low": p50, "ci95_high": p50,
-               "cv": 0.1, "iterations": 100, "converged": True, "billed_ms_mean": float(int(p50) + 1)}
-    cold = {"process_start": 50.0, "imports": cold_start_ms / 2 - 50, "model_load": cold_start_ms / 4, "first_inference": cold_start_ms / 4, "total": cold_start_ms}
+    latency = {
+        "p50": p50,
+        "p90": p99 * 0.8,
+        "p99": p99,
+        "mean": p50,
+        "min": p50,
+        "max": p99,
+        "ci95_low": p50,
+        "ci95_high": p50,
+        "cv": 0.1,
+        "iterations": 100,
+        "converged": True,
+        "billed_ms_mean": float(int(p50) + 1),
+    }
+    cold = {
+        "process_start": 50.0,
+        "imports": cold_start_ms / 2 - 50,
+        "model_load": cold_start_ms / 4,
+        "first_inference": cold_start_ms / 4,
+        "total": cold_start_ms,
+    }
     return {
-        "combo_key": f"key-{label}", "measurement_version": MEASUREMENT_VERSION, "measured_at": "2026-01-01T00:00:00+00:00", "run_id": "r0",
-        "conversion_s": 1.0, "artifact_key": f"artifact-{label}",
-        "model": {"sha256": "ab" * 32, "size_bytes": 1000, "format": "pt2", "workload": "image_classification", "input_size": [32, 32]},
-        "combo": {"hardware": hardware, "optimizer": optimizer, "batch_size": int(batch[1:]), "memory_mb": int(memory[:-2])},
-        "latency_ms": latency, "cold_start_ms": cold, "warmup_iterations": 10,
-        "peak_rss_mb": peak_rss_mb, "cost": {"per_million_inferences_usd": cost}, "agreement": {"score": agreement, "metric": "top1"},
-        "document_version": 1, "environment": ENVIRONMENT,
+        "combo_key": f"key-{label}",
+        "measurement_version": MEASUREMENT_VERSION,
+        "measured_at": "2026-01-01T00:00:00+00:00",
+        "run_id": "r0",
+        "conversion_s": 1.0,
+        "artifact_key": f"artifact-{label}",
+        "model": {
+            "sha256": "ab" * 32,
+            "size_bytes": 1000,
+            "format": "pt2",
+            "workload": "image_classification",
+            "input_size": [32, 32],
+        },
+        "combo": {
+            "hardware": hardware,
+            "optimizer": optimizer,
+            "batch_size": int(batch[1:]),
+            "memory_mb": int(memory[:-2]),
+        },
+        "latency_ms": latency,
+        "cold_start_ms": cold,
+        "warmup_iterations": 10,
+        "peak_rss_mb": peak_rss_mb,
+        "cost": {"per_million_inferences_usd": cost},
+        "agreement": {"score": agreement, "metric": "top1"},
+        "document_version": 1,
+        "environment": ENVIRONMENT,
     }
 
 
-ENVIRONMENT = {"cpu_model": "test CPU", "cpu_flags": ["avx2"], "host_cores": 2, "kernel": "6.0", "cgroup": "v2", "ayci_version": "test",
-               "python": "3.11.7", "machine": "x86_64", "libraries": {"torch": "2.13.0", "onnxruntime": "1.31.1"}}
+ENVIRONMENT = {
+    "cpu_model": "test CPU",
+    "cpu_flags": ["avx2"],
+    "host_cores": 2,
+    "kernel": "6.0",
+    "cgroup": "v2",
+    "ayci_version": "test",
+    "python": "3.11.7",
+    "machine": "x86_64",
+    "libraries": {"torch": "2.13.0", "onnxruntime": "1.31.1"},
+}
 
 
-def archived_summary(run_id: str, status: str, results: list[dict], failures: list[dict], input_size=(224, 224)) -> dict:
+def archived_summary(
+    run_id: str, status: str, results: list[dict], failures: list[dict], input_size=(224, 224)
+) -> dict:
     """A run summary as the archiver stores it, its recommendation made by the archiver's own
     `recommend`. A failure is {"label", "stage", "reason"}."""
     from report.recommendation import recommend
 
     return {
-        "run_id": run_id, "status": status, "archived_at": "2026-01-01T00:00:00+00:00", "closed_at_deadline": False,
-        "model": {"sha256": "ab" * 32, "size_bytes": 1000, "format": "pt2", "workload": "image_classification", "input_size": list(input_size)},
+        "run_id": run_id,
+        "status": status,
+        "archived_at": "2026-01-01T00:00:00+00:00",
+        "closed_at_deadline": False,
+        "model": {
+            "sha256": "ab" * 32,
+            "size_bytes": 1000,
+            "format": "pt2",
+            "workload": "image_classification",
+            "input_size": list(input_size),
+        },
         "request": {},
         "results": results,
         "failures": [{"combo_key": f"k{i}", "combo": _combo_of(f["label"]), **f} for i, f in enumerate(failures)],

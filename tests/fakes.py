@@ -9,7 +9,8 @@ def tiny_onnx_model() -> bytes:
     from onnx import TensorProto, helper
 
     graph = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["y"])], "tiny",
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "tiny",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 8, 8])],
     )

@@ -84,10 +84,18 @@ def run_invocations_in_process(lambda_client, handler, control_client=None, extr
         qualifier = (params.get("query_string") or {}).get("Qualifier", "$LATEST")
         config = control.get_function_configuration(FunctionName=name, Qualifier=qualifier)
         event = json.loads(params.get("body") or b"{}")
-        context = LambdaContext(name, config["Version"], config["MemorySize"], f"{config['FunctionArn']}:{qualifier}", config.get("Timeout", 900))
+        context = LambdaContext(
+            name,
+            config["Version"],
+            config["MemorySize"],
+            f"{config['FunctionArn']}:{qualifier}",
+            config.get("Timeout", 900),
+        )
         env = {
-            **((config.get("Environment") or {}).get("Variables") or {}), **(extra_env or {}),
-            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(config["MemorySize"]), "AWS_LAMBDA_FUNCTION_NAME": name,
+            **((config.get("Environment") or {}).get("Variables") or {}),
+            **(extra_env or {}),
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(config["MemorySize"]),
+            "AWS_LAMBDA_FUNCTION_NAME": name,
             "AWS_LAMBDA_FUNCTION_VERSION": config["Version"],
         }
         saved = {key: os.environ.get(key) for key in env}

@@ -18,4 +18,9 @@ class Agreement:
 
 
 def max_abs_diff(reference: list[np.ndarray], outputs: list[np.ndarray]) -> float:
-    return float(max(np.max(np.abs(r.astype(np.float64) - o.astype(np.float64))) if r.size else 0.0 for r, o in zip(reference, outputs, strict=True)))
+    return float(
+        max(
+            np.max(np.abs(r.astype(np.float64) - o.astype(np.float64))) if r.size else 0.0
+            for r, o in zip(reference, outputs, strict=True)
+        )
+    )

@@ -22,7 +22,11 @@ import numpy as np
 from schemas.signature import ModelSignature, TensorSpec
 
 TOKEN_IDS, ATTENTION_MASK, TOKEN_TYPE_IDS, POSITION_IDS, IMAGE = (
-    "token ids", "attention mask", "token type ids", "position ids", "image",
+    "token ids",
+    "attention mask",
+    "token type ids",
+    "position ids",
+    "image",
 )
 # roles a workload can make up from the token ids when the model asks for them
 MADE_UP_ROLES = (TOKEN_TYPE_IDS, POSITION_IDS)
@@ -58,8 +62,13 @@ def role_of(spec: TensorSpec) -> str | None:
     return None
 
 
-def bind(signature: ModelSignature | None, provided: dict[str, tuple[tuple[int, ...], str]],
-         roles: dict[str, str], *, workload: str = "the workload") -> dict[str, Source]:
+def bind(
+    signature: ModelSignature | None,
+    provided: dict[str, tuple[tuple[int, ...], str]],
+    roles: dict[str, str],
+    *,
+    workload: str = "the workload",
+) -> dict[str, Source]:
     """Model input name -> its source, for workload inputs given as name -> (shape, dtype) with
     their roles. Without a signature the workload's inputs are fed as they are."""
     if signature is None:
@@ -98,11 +107,15 @@ def bind(signature: ModelSignature | None, provided: dict[str, tuple[tuple[int, 
     return {spec.name: sources[spec.name] for spec in signature.inputs}
 
 
-def bound_shapes(sources: dict[str, Source], provided: dict[str, tuple[tuple[int, ...], str]]) -> dict[str, tuple[int, ...]]:
+def bound_shapes(
+    sources: dict[str, Source], provided: dict[str, tuple[tuple[int, ...], str]]
+) -> dict[str, tuple[int, ...]]:
     return {name: tuple(provided[source.provided][0]) for name, source in sources.items()}
 
 
-def bound_arrays(signature: ModelSignature | None, sources: dict[str, Source], arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def bound_arrays(
+    signature: ModelSignature | None, sources: dict[str, Source], arrays: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
     """The model's inputs, in its order, from the workload's arrays."""
     out: dict[str, np.ndarray] = {}
     for name, source in sources.items():
@@ -114,7 +127,11 @@ def bound_arrays(signature: ModelSignature | None, sources: dict[str, Source], a
         spec = signature.input(name) if signature else None
         if spec is not None and spec.index_bound and source.made_up is None and np.issubdtype(value.dtype, np.integer):
             value = value % spec.index_bound  # token ids the model's vocabulary holds
-        if spec is not None and spec.dtype != str(value.dtype) and not spec.dtype.startswith(("onnx:", "torch:", "string")):
+        if (
+            spec is not None
+            and spec.dtype != str(value.dtype)
+            and not spec.dtype.startswith(("onnx:", "torch:", "string"))
+        ):
             value = value.astype(spec.dtype)
         out[name] = np.ascontiguousarray(value)
     return out

@@ -38,13 +38,19 @@ def check_npz(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
                 raise BadInputs(f"the .npz's arrays are larger than {MAX_BYTES >> 20} MB uncompressed")
             stray = [m.filename for m in members if not m.filename.endswith(".npy")]
             if stray:
-                raise BadInputs(f"not a usable .npz of example inputs: {stray[0]!r} is not a .npy array (save the file with numpy.savez)")
+                raise BadInputs(
+                    f"not a usable .npz of example inputs: {stray[0]!r} is not a .npy array (save the file with numpy.savez)"
+                )
         with np.load(path, allow_pickle=False) as npz:
             arrays = {name: npz[name] for name in npz.files}
     except BadInputs:
         raise
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
-        reason = "it holds object arrays (pickled Python objects are never loaded)" if "allow_pickle" in str(exc) or "Object arrays" in str(exc) else f"{type(exc).__name__}: {exc}"
+        reason = (
+            "it holds object arrays (pickled Python objects are never loaded)"
+            if "allow_pickle" in str(exc) or "Object arrays" in str(exc)
+            else f"{type(exc).__name__}: {exc}"
+        )
         raise BadInputs(f"not a usable .npz of example inputs: {reason}") from exc
     if not arrays:
         raise BadInputs("the .npz holds no arrays")
@@ -53,10 +59,14 @@ def check_npz(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
         if value.dtype.kind not in "biuf":
             raise BadInputs(f"array {name} has dtype {value.dtype}: only numbers and booleans are accepted")
         if value.ndim == 0 or value.shape[0] == 0:
-            raise BadInputs(f"array {name} has shape {list(value.shape)}: each array needs a batch axis (axis 0) with at least one sample")
+            raise BadInputs(
+                f"array {name} has shape {list(value.shape)}: each array needs a batch axis (axis 0) with at least one sample"
+            )
         batches.add(value.shape[0])
     if len(batches) > 1:
-        raise BadInputs(f"the arrays' batch axes differ ({sorted(batches)}): axis 0 must be the same sample count in every array")
+        raise BadInputs(
+            f"the arrays' batch axes differ ({sorted(batches)}): axis 0 must be the same sample count in every array"
+        )
     return {name: (tuple(value.shape), str(value.dtype)) for name, value in arrays.items()}
 
 
@@ -89,7 +99,9 @@ def _cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def agreement(reference: list[np.ndarray], outputs: list[np.ndarray]) -> Agreement:
-    if len(outputs) != len(reference) or any(np.shape(r) != np.shape(o) for r, o in zip(reference, outputs, strict=False)):
+    if len(outputs) != len(reference) or any(
+        np.shape(r) != np.shape(o) for r, o in zip(reference, outputs, strict=False)
+    ):
         return Agreement(0.0, "per_output", {"shape_mismatch": 1.0})
     scores: dict[str, float] = {}
     for index, (ref, out) in enumerate(zip(reference, outputs, strict=True)):
@@ -101,5 +113,8 @@ def agreement(reference: list[np.ndarray], outputs: list[np.ndarray]) -> Agreeme
             scores[f"output{index}_min_cosine"] = float(np.clip(np.min(cosine), 0.0, 1.0)) if cosine.size else 1.0
     score = min(scores.values()) if scores else 1.0
     numeric = [(r, o) for r, o in zip(reference, outputs, strict=True) if np.asarray(r).dtype.kind in "biuf"]
-    details = {**scores, "max_abs_diff": max_abs_diff([r for r, _ in numeric], [o for _, o in numeric]) if numeric else 0.0}
+    details = {
+        **scores,
+        "max_abs_diff": max_abs_diff([r for r, _ in numeric], [o for _, o in numeric]) if numeric else 0.0,
+    }
     return Agreement(score, "per_output", details)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from workloads.binding import IMAGE
 from workloads.agreement import Agreement, max_abs_diff
+from workloads.binding import IMAGE
 
 INPUT_NAMES = ["pixels"]
 INPUT_ROLES = {"pixels": IMAGE}  # what each input is, to bind it to a model's inputs (workloads/binding.py)

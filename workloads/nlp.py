@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from workloads.binding import ATTENTION_MASK, TOKEN_IDS
 from workloads.agreement import Agreement, max_abs_diff
+from workloads.binding import ATTENTION_MASK, TOKEN_IDS
 
 INPUT_NAMES = ["input_ids", "attention_mask"]
-INPUT_ROLES = {"input_ids": TOKEN_IDS, "attention_mask": ATTENTION_MASK}  # what each input is, to bind it to a model's inputs (workloads/binding.py)
+INPUT_ROLES = {
+    "input_ids": TOKEN_IDS,
+    "attention_mask": ATTENTION_MASK,
+}  # what each input is, to bind it to a model's inputs (workloads/binding.py)
 DEFAULT_INPUT_SIZE = [128]  # [sequence length]
 VOCAB_SIZE = 30522
 HIDDEN = 256
@@ -61,7 +64,14 @@ def agreement(reference: list[np.ndarray], outputs: list[np.ndarray]) -> Agreeme
         return Agreement(0.0, "min_cosine", {"shape_mismatch": 1.0})
     cosine = _cosine_rows(ref, out)
     score = float(np.clip(np.min(cosine), 0.0, 1.0)) if cosine.size else 1.0
-    return Agreement(score, "min_cosine", {"mean_cosine": float(np.mean(cosine)) if cosine.size else 1.0, "max_abs_diff": max_abs_diff(reference, outputs)})
+    return Agreement(
+        score,
+        "min_cosine",
+        {
+            "mean_cosine": float(np.mean(cosine)) if cosine.size else 1.0,
+            "max_abs_diff": max_abs_diff(reference, outputs),
+        },
+    )
 
 
 def build_example_model(input_size: list[int] | None = None):

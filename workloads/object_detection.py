@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from workloads.binding import IMAGE
 from workloads.agreement import Agreement
+from workloads.binding import IMAGE
 
 INPUT_NAMES = ["pixels"]
 INPUT_ROLES = {"pixels": IMAGE}  # what each input is, to bind it to a model's inputs (workloads/binding.py)
@@ -110,17 +110,27 @@ def build_example_model(input_size: list[int] | None = None):
     pre_nms = min(PRE_NMS_TOP_K, candidates)
 
     def conv(cin: int, cout: int, stride: int) -> nn.Sequential:
-        return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+        return nn.Sequential(
+            nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)
+        )
 
     class Detector(nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.backbone = nn.Sequential(
-                conv(3, 16, 2), conv(16, 32, 2), conv(32, 32, 1), conv(32, 64, 2), conv(64, 64, 1), conv(64, 128, 2), conv(128, 128, 1)
+                conv(3, 16, 2),
+                conv(16, 32, 2),
+                conv(32, 32, 1),
+                conv(32, 64, 2),
+                conv(64, 64, 1),
+                conv(64, 128, 2),
+                conv(128, 128, 1),
             )
             self.head = nn.Conv2d(128, anchors * (5 + NUM_CLASSES), 1)
             # Cell centres and anchor sizes, per candidate, in the order the head's output is flattened.
-            ys, xs = torch.meshgrid(torch.arange(rows, dtype=torch.float32), torch.arange(cols, dtype=torch.float32), indexing="ij")
+            ys, xs = torch.meshgrid(
+                torch.arange(rows, dtype=torch.float32), torch.arange(cols, dtype=torch.float32), indexing="ij"
+            )
             centres = torch.stack([(xs + 0.5) * STRIDE, (ys + 0.5) * STRIDE], dim=-1).reshape(rows * cols, 1, 2)
             sizes = torch.tensor(ANCHORS, dtype=torch.float32).reshape(1, anchors, 2)
             self.register_buffer("centres", centres.expand(rows * cols, anchors, 2).reshape(-1, 2).clone())
@@ -137,7 +147,12 @@ def build_example_model(input_size: list[int] | None = None):
             size = self.sizes * torch.exp(torch.clamp(raw[..., 2:4], -4.0, 4.0))
             boxes = torch.cat([centre - size / 2, centre + size / 2], dim=-1)
             boxes = torch.stack(
-                [boxes[..., 0].clamp(0, width), boxes[..., 1].clamp(0, height), boxes[..., 2].clamp(0, width), boxes[..., 3].clamp(0, height)],
+                [
+                    boxes[..., 0].clamp(0, width),
+                    boxes[..., 1].clamp(0, height),
+                    boxes[..., 2].clamp(0, width),
+                    boxes[..., 3].clamp(0, height),
+                ],
                 dim=-1,
             )
             class_scores, labels = torch.sigmoid(raw[..., 5:]).max(dim=-1)

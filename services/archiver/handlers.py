@@ -24,11 +24,18 @@ from datetime import UTC, datetime
 
 import structlog
 
+from core.outcomes import Arrived, arrived_outcomes
 from core.ports import NotFound, ObjectStore
 from core.prediction import lambda_threads, measured_combos, predict_run
-from core.outcomes import Arrived, arrived_outcomes
 from core.results import pack_results, reused_result
 from core.runtime import Delayed
+from report import RECOMMENDATION_KINDS, recommend
+from report.recommendation import label as combination_label
+from report.recommendation import with_break_even
+from schemas import keys
+from schemas.combos import Hardware, Optimizer, artifact_key, combo_key
+from schemas.cost import UnknownPriceRegion, cost_block
+from schemas.documents import FailedCombination, Outcome, PickChecks, ReusedOutcomes, RunSummary
 from schemas.events import (
     ComboFailed,
     ComboPending,
@@ -43,12 +50,6 @@ from schemas.events import (
     RunStatus,
     SchemaError,
 )
-from schemas.cost import UnknownPriceRegion, cost_block
-from schemas import keys
-from schemas.combos import Hardware, Optimizer, artifact_key, combo_key
-from schemas.documents import FailedCombination, Outcome, PickChecks, ReusedOutcomes, RunSummary
-from report import RECOMMENDATION_KINDS, recommend
-from report.recommendation import label as combination_label, with_break_even
 
 log = structlog.get_logger()
 ARCHIVE_READERS = 16  # concurrent reads when a run closes
@@ -65,7 +66,10 @@ class ArchiverDeps:
 def on_run_planned(event: Envelope, deps: ArchiverDeps) -> list[Payload | Delayed]:
     planned: RunPlanned = event.payload
     _keep_plan(event.run_id, planned, deps)
-    return [Delayed(RunDeadlineReached(deadline=planned.deadline), planned.deadline), *_archive_if_complete(event, deps)]
+    return [
+        Delayed(RunDeadlineReached(deadline=planned.deadline), planned.deadline),
+        *_archive_if_complete(event, deps),
+    ]
 
 
 def on_inference_done(event: Envelope, deps: ArchiverDeps) -> list[Payload]:
@@ -79,7 +83,9 @@ def on_combos_reused(event: Envelope, deps: ArchiverDeps) -> list[Payload]:
     """Many stored results at once: one outcome object for all of them, then one check."""
     reused: CombosReused = event.payload
     record = ReusedOutcomes(results=reused.results, bundle=reused.bundle)
-    deps.store.put_bytes(keys.reused_outcomes(event.run_id, event.event_id, len(reused.results)), record.to_bytes(), if_absent=True)
+    deps.store.put_bytes(
+        keys.reused_outcomes(event.run_id, event.event_id, len(reused.results)), record.to_bytes(), if_absent=True
+    )
     return _archive_if_complete(event, deps)
 
 
@@ -96,14 +102,20 @@ def on_deadline_reached(event: Envelope, deps: ArchiverDeps) -> list[Payload | D
     deadline: RunDeadlineReached = event.payload
     if deps.store.exists(keys.summary(event.run_id)):
         return _announce_again(event, deps)
-    if deadline.reason is None and deps.now() < deadline.deadline:  # a delayed message can only wait so long: wait again
+    if (
+        deadline.reason is None and deps.now() < deadline.deadline
+    ):  # a delayed message can only wait so long: wait again
         return [Delayed(deadline, deadline.deadline)]
     if not deps.store.exists(keys.plan(event.run_id)):
         if deadline.request is None:
             return []
         request = deadline.request  # the run was never planned: plan it from its request, to end it
         combos = {combo_key(request.model, c): c for c in measured_combos(request)}
-        _keep_plan(event.run_id, RunPlanned(model=request.model, combos=combos, deadline=deadline.deadline, request=request), deps)
+        _keep_plan(
+            event.run_id,
+            RunPlanned(model=request.model, combos=combos, deadline=deadline.deadline, request=request),
+            deps,
+        )
     missing = (deadline.stage, deadline.reason or "never reported before the run's deadline")
     return _archive(event, deps, at_deadline=True, missing=missing)
 
@@ -127,7 +139,9 @@ def _archive_if_complete(event: Envelope, deps: ArchiverDeps) -> list[Payload]:
     return _archive(event, deps, at_deadline=False)
 
 
-def _archive(event: Envelope, deps: ArchiverDeps, *, at_deadline: bool, missing: tuple[FailureStage, str] | None = None) -> list[Payload]:
+def _archive(
+    event: Envelope, deps: ArchiverDeps, *, at_deadline: bool, missing: tuple[FailureStage, str] | None = None
+) -> list[Payload]:
     run_id = event.run_id
     plan = RunPlanned.model_validate_json(deps.store.get_bytes(keys.plan(run_id)))
     request = plan.request
@@ -145,37 +159,73 @@ def _archive(event: Envelope, deps: ArchiverDeps, *, at_deadline: bool, missing:
         if result is not None:
             results.append(priced_for_region({**result, "reused": outcome.reused}, request.price_region))
         else:
-            failures.append(FailedCombination(combo_key=key, combo=combo, label=combo.label, stage=outcome.stage, reason=outcome.reason))
+            failures.append(
+                FailedCombination(
+                    combo_key=key, combo=combo, label=combo.label, stage=outcome.stage, reason=outcome.reason
+                )
+            )
     if checks is not None and not at_deadline and any(outcome is None for outcome, _ in checked):
         return []  # the checks of predicted picks are still being measured
     predicted_rows: list[dict] = []
     check_report: list[dict] = []
     if plan.predicted:
-        predicted_rows, refused = predict_run(request, list(plan.predicted.values()), results, [f.model_dump(mode="json") for f in failures],
-                                              request.price_region)
-        failures += [FailedCombination(combo_key=r["combo_key"], combo=r["combo"], label=r["label"], stage=FailureStage.prediction,
-                                       reason=r["reason"]) for r in refused]
+        predicted_rows, refused = predict_run(
+            request,
+            list(plan.predicted.values()),
+            results,
+            [f.model_dump(mode="json") for f in failures],
+            request.price_region,
+        )
+        failures += [
+            FailedCombination(
+                combo_key=r["combo_key"],
+                combo=r["combo"],
+                label=r["label"],
+                stage=FailureStage.prediction,
+                reason=r["reason"],
+            )
+            for r in refused
+        ]
         if checks is None and not at_deadline:
-            first = recommend(results + predicted_rows, slo_p99_ms=request.slo_p99_ms, min_agreement=request.min_agreement,
-                              balance_weight=request.balance_weight)
+            first = recommend(
+                results + predicted_rows,
+                slo_p99_ms=request.slo_p99_ms,
+                min_agreement=request.min_agreement,
+                balance_weight=request.balance_weight,
+            )
             emitted = _check_picks(event, plan, first, predicted_rows, deps)
             if emitted is not None:
                 return emitted
         if checks is not None:
-            predicted_rows, results, check_report = _with_checks(checks, checked, predicted_rows, results, request.price_region)
+            predicted_rows, results, check_report = _with_checks(
+                checks, checked, predicted_rows, results, request.price_region
+            )
     status = RunStatus.failed if not results else RunStatus.partial if failures else RunStatus.complete
     results = with_break_even(results, request.price_region)
-    recommendation = recommend(results + predicted_rows, slo_p99_ms=request.slo_p99_ms, min_agreement=request.min_agreement,
-                               balance_weight=request.balance_weight)
+    recommendation = recommend(
+        results + predicted_rows,
+        slo_p99_ms=request.slo_p99_ms,
+        min_agreement=request.min_agreement,
+        balance_weight=request.balance_weight,
+    )
     if plan.predicted:
         recommendation["checks"] = check_report
     results = results + predicted_rows
     summary = RunSummary(
-        run_id=run_id, status=status.value, archived_at=deps.now().isoformat(), closed_at_deadline=at_deadline,
-        model=plan.model, request=request.model_dump(mode="json"), results=results, failures=failures,
-        recommendation=recommendation, archived_by=event.event_id,
+        run_id=run_id,
+        status=status.value,
+        archived_at=deps.now().isoformat(),
+        closed_at_deadline=at_deadline,
+        model=plan.model,
+        request=request.model_dump(mode="json"),
+        results=results,
+        failures=failures,
+        recommendation=recommendation,
+        archived_by=event.event_id,
     )
-    measured = {outcome.result_key: result for outcome, result in [*ends, *checked] if result is not None and not outcome.reused}
+    measured = {
+        outcome.result_key: result for outcome, result in [*ends, *checked] if result is not None and not outcome.reused
+    }
     pack_results(deps.store, plan.model.sha256, run_id, datetime.fromisoformat(summary.archived_at), measured)
     if not deps.store.put_bytes(keys.summary(run_id), summary.to_bytes(), if_absent=True):
         return _announce_again(event, deps)  # another archiver got there first
@@ -183,7 +233,9 @@ def _archive(event: Envelope, deps: ArchiverDeps, *, at_deadline: bool, missing:
     return [_announcement(summary)]
 
 
-def _ends_of(combo_keys: list[str], arrived: Arrived, missing: Outcome | None, pool: ThreadPoolExecutor) -> list[tuple[Outcome | None, dict | None]]:
+def _ends_of(
+    combo_keys: list[str], arrived: Arrived, missing: Outcome | None, pool: ThreadPoolExecutor
+) -> list[tuple[Outcome | None, dict | None]]:
     """`_end_of` each combination: concurrently those the store is read for, directly those
     whose end is at hand (reused, with their bundle: a resubmitted 1,536 matrix queues no
     task, each a future, a lock and a condition)."""
@@ -200,7 +252,9 @@ def _end_of(key: str, arrived: Arrived, missing: Outcome | None) -> tuple[Outcom
     try:
         return outcome, arrived.result_document(outcome)
     except (NotFound, SchemaError) as exc:  # one unreadable result fails its combination, not the run
-        return Outcome(status="failed", stage=FailureStage.inference, reason=f"its stored result cannot be read: {exc}"[:2000]), None
+        return Outcome(
+            status="failed", stage=FailureStage.inference, reason=f"its stored result cannot be read: {exc}"[:2000]
+        ), None
 
 
 def _pick_checks(run_id: str, deps: ArchiverDeps) -> PickChecks | None:
@@ -210,7 +264,9 @@ def _pick_checks(run_id: str, deps: ArchiverDeps) -> PickChecks | None:
         return None
 
 
-def _check_picks(event: Envelope, plan: RunPlanned, recommendation: dict, predicted_rows: list[dict], deps: ArchiverDeps) -> list[Payload] | None:
+def _check_picks(
+    event: Envelope, plan: RunPlanned, recommendation: dict, predicted_rows: list[dict], deps: ArchiverDeps
+) -> list[Payload] | None:
     """If the recommendation picks predicted sizes this host can measure as Lambda would (up to 2
     vCPUs, natively), measure them before closing: the checks are written once (the event that
     wins the write emits them, again if it is redelivered) and the run waits for one more
@@ -227,12 +283,16 @@ def _check_picks(event: Envelope, plan: RunPlanned, recommendation: dict, predic
         return None
     rows = {r["combo_key"]: r for r in predicted_rows}
     combos = {key: plan.predicted[key] for key in kinds}
-    checks = PickChecks(combos=combos, predicted={key: rows[key] for key in kinds}, kinds=kinds, decided_by=event.event_id)
+    checks = PickChecks(
+        combos=combos, predicted={key: rows[key] for key in kinds}, kinds=kinds, decided_by=event.event_id
+    )
     if not deps.store.put_bytes(keys.pick_checks(event.run_id), checks.to_bytes(), if_absent=True):
         checks = _pick_checks(event.run_id, deps)
         if checks is None or checks.decided_by != event.event_id:
             return []  # another arrival decided them
-    deps.store.put_bytes(keys.expected_outcomes(event.run_id, len(plan.combos) + len(checks.combos)), b"", if_absent=True)
+    deps.store.put_bytes(
+        keys.expected_outcomes(event.run_id, len(plan.combos) + len(checks.combos)), b"", if_absent=True
+    )
     log.info("checking_predicted_picks", run_id=event.run_id, picks=[c.label for c in checks.combos.values()])
     out: list[Payload] = []
     for key, combo in checks.combos.items():
@@ -241,45 +301,82 @@ def _check_picks(event: Envelope, plan: RunPlanned, recommendation: dict, predic
             out.append(reused)
             continue
         target_cpu = deps.target_cpu(combo.hardware, combo.optimizer)
-        out.append(ComboPending(model=plan.model, combo=combo, combo_key=key, artifact_key=artifact_key(plan.model, combo, target_cpu),
-                                target_cpu=target_cpu, tuning_trials=plan.request.tuning_trials))
+        out.append(
+            ComboPending(
+                model=plan.model,
+                combo=combo,
+                combo_key=key,
+                artifact_key=artifact_key(plan.model, combo, target_cpu),
+                target_cpu=target_cpu,
+                tuning_trials=plan.request.tuning_trials,
+            )
+        )
     return out
 
 
-def _with_checks(checks: PickChecks, checked: list, predicted_rows: list[dict], results: list[dict], region: str) -> tuple[list[dict], list[dict], list[dict]]:
+def _with_checks(
+    checks: PickChecks, checked: list, predicted_rows: list[dict], results: list[dict], region: str
+) -> tuple[list[dict], list[dict], list[dict]]:
     """The checked picks' measurements in place of their predictions, each with what was
     predicted beside it: (predicted rows left, results, the check report)."""
     report = []
     checked_keys = set()
     for (key, combo), (outcome, result) in zip(checks.combos.items(), checked, strict=True):
         guess = checks.predicted[key]
-        entry = {"combination": combo.label, "picked_as": checks.kinds.get(key, []), "predicted_p50_ms": guess["latency_ms"]["p50"],
-                 "predicted_p99_ms": guess["latency_ms"]["p99"], "interval": guess["interval"]}
+        entry = {
+            "combination": combo.label,
+            "picked_as": checks.kinds.get(key, []),
+            "predicted_p50_ms": guess["latency_ms"]["p50"],
+            "predicted_p99_ms": guess["latency_ms"]["p99"],
+            "interval": guess["interval"],
+        }
         checked_keys.add(key)
         if result is None:
             why = outcome.reason if outcome is not None else "not measured before the run's deadline"
-            report.append({**entry, "measured": False, "verdict": f"could not be checked ({why}): no longer recommended"})
+            report.append(
+                {**entry, "measured": False, "verdict": f"could not be checked ({why}): no longer recommended"}
+            )
             continue
         measured = priced_for_region({**result, "reused": outcome.reused}, region)
         p50, p99 = measured["latency_ms"]["p50"], measured["latency_ms"]["p99"]
         low50, high50 = guess["interval"]["p50"]
         low99, high99 = guess["interval"]["p99"]
         within = low50 <= p50 <= high50 and low99 <= p99 <= high99
-        verdict = ("measured within the predicted interval" if within else
-                   f"measured outside the predicted interval (p50 {p50:.2f} ms against {low50:.2f}-{high50:.2f}, "
-                   f"p99 {p99:.2f} ms against {low99:.2f}-{high99:.2f}): re-ranked with the measurement")
-        measured["check"] = {"predicted_p50_ms": guess["latency_ms"]["p50"], "predicted_p99_ms": guess["latency_ms"]["p99"],
-                             "interval": guess["interval"], "within_interval": within}
+        verdict = (
+            "measured within the predicted interval"
+            if within
+            else f"measured outside the predicted interval (p50 {p50:.2f} ms against {low50:.2f}-{high50:.2f}, "
+            f"p99 {p99:.2f} ms against {low99:.2f}-{high99:.2f}): re-ranked with the measurement"
+        )
+        measured["check"] = {
+            "predicted_p50_ms": guess["latency_ms"]["p50"],
+            "predicted_p99_ms": guess["latency_ms"]["p99"],
+            "interval": guess["interval"],
+            "within_interval": within,
+        }
         results.append(measured)
-        report.append({**entry, "measured": True, "measured_p50_ms": p50, "measured_p99_ms": p99, "within_interval": within, "verdict": verdict})
+        report.append(
+            {
+                **entry,
+                "measured": True,
+                "measured_p50_ms": p50,
+                "measured_p99_ms": p99,
+                "within_interval": within,
+                "verdict": verdict,
+            }
+        )
     return [r for r in predicted_rows if r["combo_key"] not in checked_keys], results, report
 
 
 def _announcement(summary: RunSummary) -> RunArchived:
     return RunArchived(
-        status=RunStatus(summary.status), summary_key=keys.summary(summary.run_id), succeeded=len(summary.results),
-        failed=len(summary.failures), failures={f.label: f"{f.stage.value}: {f.reason}" for f in summary.failures},
-        recommendation=summary.recommendation, email=summary.request.get("email"),
+        status=RunStatus(summary.status),
+        summary_key=keys.summary(summary.run_id),
+        succeeded=len(summary.results),
+        failed=len(summary.failures),
+        failures={f.label: f"{f.stage.value}: {f.reason}" for f in summary.failures},
+        recommendation=summary.recommendation,
+        email=summary.request.get("email"),
     )
 
 
@@ -300,9 +397,12 @@ def priced_for_region(result: dict, region: str) -> dict:
         return result
     try:
         repriced = cost_block(
-            billed_ms_per_request=cost["billed_ms_per_request"], cold_start_ms=cost["cold_start_billed_ms"],
-            memory_mb=result["combo"]["memory_mb"], batch_size=result["combo"]["batch_size"],
-            hardware=result["combo"]["hardware"], region=region,
+            billed_ms_per_request=cost["billed_ms_per_request"],
+            cold_start_ms=cost["cold_start_billed_ms"],
+            memory_mb=result["combo"]["memory_mb"],
+            batch_size=result["combo"]["batch_size"],
+            hardware=result["combo"]["hardware"],
+            region=region,
         )
     except UnknownPriceRegion as exc:  # the price table changed since the request was accepted
         log.warning("price_region_unknown", region=region, reason=str(exc))

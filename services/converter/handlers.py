@@ -17,16 +17,25 @@ from pathlib import Path
 
 import structlog
 
+import engines
 from core import measurement_lock
 from core.ports import NotFound, ObjectStore
 from core.runtime import Delayed
-from engines import ConversionError, ConversionJob, engine_module
+from engines import ConversionError, ConversionJob
 from engines.model_files import NotAModelError
-from schemas.combos import ModelRef, Optimizer, reference_key
-from schemas.events import TUNING_TIME_LIMIT_S, ComboFailed, ComboPending, Envelope, FailureStage, ModelConverted, Payload
 from schemas import keys
-from schemas.reasons import whole
+from schemas.combos import ModelRef, Optimizer, reference_key
 from schemas.documents import ArtifactManifest
+from schemas.events import (
+    TUNING_TIME_LIMIT_S,
+    ComboFailed,
+    ComboPending,
+    Envelope,
+    FailureStage,
+    ModelConverted,
+    Payload,
+)
+from schemas.reasons import whole
 from services.converter.reference import ReferenceFailed, compute_reference
 
 log = structlog.get_logger()
@@ -45,7 +54,9 @@ class ConverterDeps:
     # computes the base model's outputs (in a child process: `reference.py`)
     compute_reference: Callable[..., None] = compute_reference
     # runs a conversion; the embedded default calls the engine in-process
-    convert: Callable[[Optimizer, ConversionJob], object] = lambda optimizer, job: engine_module(optimizer).convert(job)
+    convert: Callable[[Optimizer, ConversionJob], object] = lambda optimizer, job: engines.module(optimizer).convert(
+        job
+    )
 
 
 def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
@@ -62,9 +73,24 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
         inputs_path = fetch_inputs(deps.store, model, work)
         try:
             with measurement_lock.shared():  # runs the base model: not beside a measurement either
-                ensure_reference(deps.store, model, model_path, combo.batch_size, work, timeout_s=deps.reference_timeout_s, memory_mb=deps.reference_memory_mb, compute=deps.compute_reference, inputs_path=inputs_path)
+                ensure_reference(
+                    deps.store,
+                    model,
+                    model_path,
+                    combo.batch_size,
+                    work,
+                    timeout_s=deps.reference_timeout_s,
+                    memory_mb=deps.reference_memory_mb,
+                    compute=deps.compute_reference,
+                    inputs_path=inputs_path,
+                )
         except ReferenceFailed as exc:
-            return [_failed(pending, f"the base model does not run on the {'example' if inputs_path else 'workload' + chr(39) + 's'} inputs: {exc}")]
+            return [
+                _failed(
+                    pending,
+                    f"the base model does not run on the {'example' if inputs_path else 'workload' + chr(39) + 's'} inputs: {exc}",
+                )
+            ]
         if deps.store.exists(keys.manifest(pending.artifact_key)):
             manifest = ArtifactManifest.read(deps.store.get_bytes(keys.manifest(pending.artifact_key)))
             bound.info("artifact_reused", artifact_key=pending.artifact_key)
@@ -75,11 +101,22 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
             return [Delayed(pending, deps.now() + timedelta(seconds=deps.lease_retry_s))]
         out_dir = work / "artifact"
         out_dir.mkdir()
-        tuning_dir, shared_tuning = _fetch_tuning_records(deps.store, pending, work) if combo.optimizer == Optimizer.tvm else (None, [])
+        tuning_dir, shared_tuning = (
+            _fetch_tuning_records(deps.store, pending, work) if combo.optimizer == Optimizer.tvm else (None, [])
+        )
         job = ConversionJob(
-            model=model, model_path=model_path, hardware=combo.hardware, batch_size=combo.batch_size,
-            target_cpu=pending.target_cpu, out_dir=out_dir, tuning_trials=pending.tuning_trials, tuning_time_limit_s=TUNING_TIME_LIMIT_S,
-            tuning_dir=tuning_dir, shared_tuning_dirs=shared_tuning, inputs_path=inputs_path, progress=lambda message: _progress(deps, pending.artifact_key, event.event_id, bound, message),
+            model=model,
+            model_path=model_path,
+            hardware=combo.hardware,
+            batch_size=combo.batch_size,
+            target_cpu=pending.target_cpu,
+            out_dir=out_dir,
+            tuning_trials=pending.tuning_trials,
+            tuning_time_limit_s=TUNING_TIME_LIMIT_S,
+            tuning_dir=tuning_dir,
+            shared_tuning_dirs=shared_tuning,
+            inputs_path=inputs_path,
+            progress=lambda message: _progress(deps, pending.artifact_key, event.event_id, bound, message),
         )
         bound.info("conversion_started", optimizer=combo.optimizer.value, hardware=combo.hardware.value)
         try:
@@ -91,14 +128,25 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
             return [_failed(pending, whole(str(exc)))]
         if tuning_dir is not None:
             _store_tuning_records(deps.store, pending, tuning_dir)
-        deps.store.put_file(keys.artifact_file(pending.artifact_key, conversion.artifact_file), out_dir / conversion.artifact_file)
+        deps.store.put_file(
+            keys.artifact_file(pending.artifact_key, conversion.artifact_file), out_dir / conversion.artifact_file
+        )
         manifest = ArtifactManifest(
-            artifact_file=conversion.artifact_file, optimizer=combo.optimizer.value, hardware=combo.hardware.value,
-            target_cpu=job.target_cpu, conversion_s=conversion.conversion_s, tuning_s=conversion.tuning_s,
+            artifact_file=conversion.artifact_file,
+            optimizer=combo.optimizer.value,
+            hardware=combo.hardware.value,
+            target_cpu=job.target_cpu,
+            conversion_s=conversion.conversion_s,
+            tuning_s=conversion.tuning_s,
             details=conversion.details,
         )
         deps.store.put_bytes(keys.manifest(pending.artifact_key), manifest.to_bytes(), if_absent=True)
-        bound.info("conversion_done", artifact_key=pending.artifact_key, conversion_s=round(conversion.conversion_s, 2), tuning_s=round(conversion.tuning_s, 2))
+        bound.info(
+            "conversion_done",
+            artifact_key=pending.artifact_key,
+            conversion_s=round(conversion.conversion_s, 2),
+            tuning_s=round(conversion.tuning_s, 2),
+        )
         return [_converted(pending, manifest, reused=False)]
 
 
@@ -112,8 +160,18 @@ def fetch_inputs(store: ObjectStore, model: ModelRef, work: Path) -> Path | None
     return path
 
 
-def ensure_reference(store: ObjectStore, model: ModelRef, model_path: Path, batch: int, work: Path, *, timeout_s: float = 300.0, memory_mb: int = 10240,
-                     compute: Callable[..., None] = compute_reference, inputs_path: Path | None = None) -> str:
+def ensure_reference(
+    store: ObjectStore,
+    model: ModelRef,
+    model_path: Path,
+    batch: int,
+    work: Path,
+    *,
+    timeout_s: float = 300.0,
+    memory_mb: int = 10240,
+    compute: Callable[..., None] = compute_reference,
+    inputs_path: Path | None = None,
+) -> str:
     """Store the base model's outputs on the workload's fixed example inputs for `batch`
     (once), and return its key. They are computed in a child process with a time limit and a
     memory cap (`reference.py`); raises `ReferenceFailed` if the base model does not run on
@@ -122,7 +180,17 @@ def ensure_reference(store: ObjectStore, model: ModelRef, model_path: Path, batc
     if store.exists(key):
         return key
     out = work / f"reference-b{batch}.npz"
-    compute(model_path, model.model_dump_json(), model.workload.value, model.input_size, batch, out, timeout_s=timeout_s, memory_mb=memory_mb, inputs_path=inputs_path)
+    compute(
+        model_path,
+        model.model_dump_json(),
+        model.workload.value,
+        model.input_size,
+        batch,
+        out,
+        timeout_s=timeout_s,
+        memory_mb=memory_mb,
+        inputs_path=inputs_path,
+    )
     store.put_file(key, out)  # the same bytes whoever writes them
     return key
 
@@ -132,7 +200,9 @@ def _take_lease(deps: ConverterDeps, artifact_key: str, holder: str) -> bool:
     `holder` (the event being handled) holds it now: taken, already its own (a redelivery),
     or taken over from a holder whose lease expired (it died)."""
     key = keys.conversion_lease(artifact_key)
-    lease = json.dumps({"holder": holder, "expires_at": (deps.now() + timedelta(seconds=deps.lease_s)).isoformat()}).encode()
+    lease = json.dumps(
+        {"holder": holder, "expires_at": (deps.now() + timedelta(seconds=deps.lease_s)).isoformat()}
+    ).encode()
     if deps.store.put_bytes(key, lease, if_absent=True):
         return True
     try:
@@ -148,7 +218,9 @@ def _take_lease(deps: ConverterDeps, artifact_key: str, holder: str) -> bool:
 
 
 def _release_lease(deps: ConverterDeps, artifact_key: str) -> None:
-    deps.store.put_bytes(keys.conversion_lease(artifact_key), json.dumps({"holder": None, "expires_at": deps.now().isoformat()}).encode())
+    deps.store.put_bytes(
+        keys.conversion_lease(artifact_key), json.dumps({"holder": None, "expires_at": deps.now().isoformat()}).encode()
+    )
 
 
 def _progress(deps: ConverterDeps, artifact_key: str, holder: str, bound, message: str) -> None:
@@ -156,7 +228,9 @@ def _progress(deps: ConverterDeps, artifact_key: str, holder: str, bound, messag
     bound.info("conversion_progress", message=message)
     deps.store.put_bytes(
         keys.conversion_lease(artifact_key),
-        json.dumps({"holder": holder, "expires_at": (deps.now() + timedelta(seconds=deps.lease_s)).isoformat()}).encode(),
+        json.dumps(
+            {"holder": holder, "expires_at": (deps.now() + timedelta(seconds=deps.lease_s)).isoformat()}
+        ).encode(),
     )
 
 
@@ -167,7 +241,9 @@ def _fetch_tuning_records(store: ObjectStore, pending: ComboPending, work: Path)
     whose kernels this model may share."""
     tuning_dir = work / "tuning"
     tuning_dir.mkdir()
-    key = keys.tuning_records(pending.model.sha256, pending.target_cpu, pending.combo.batch_size, pending.model.input_size)
+    key = keys.tuning_records(
+        pending.model.sha256, pending.target_cpu, pending.combo.batch_size, pending.model.input_size
+    )
     listed = store.list_keys(keys.tuning_records_for(pending.target_cpu))  # this model's among them, if stored
     if key in listed:
         _unpack(store, key, tuning_dir)
@@ -193,11 +269,22 @@ def _store_tuning_records(store: ObjectStore, pending: ComboPending, tuning_dir:
     with tarfile.open(archive, "w:gz") as tar:
         for path in sorted(p for p in tuning_dir.iterdir() if p.is_file()):
             tar.add(path, arcname=path.name)
-    store.put_file(keys.tuning_records(pending.model.sha256, pending.target_cpu, pending.combo.batch_size, pending.model.input_size), archive)
+    store.put_file(
+        keys.tuning_records(
+            pending.model.sha256, pending.target_cpu, pending.combo.batch_size, pending.model.input_size
+        ),
+        archive,
+    )
 
 
 def _converted(pending: ComboPending, manifest: ArtifactManifest, *, reused: bool) -> ModelConverted:
-    return manifest.model_converted(model=pending.model, combo=pending.combo, combo_key=pending.combo_key, artifact_key=pending.artifact_key, reused=reused)
+    return manifest.model_converted(
+        model=pending.model,
+        combo=pending.combo,
+        combo_key=pending.combo_key,
+        artifact_key=pending.artifact_key,
+        reused=reused,
+    )
 
 
 def _failed(pending: ComboPending, reason: str) -> ComboFailed:

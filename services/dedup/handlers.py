@@ -15,8 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
+from core.deadlines import run_deadline_s
+from core.planning import impossible_reason, model_signature, request_shapes
 from core.ports import ObjectStore
+from core.prediction import measured_and_predicted
+from core.results import StoredResult, latest_results
+from schemas import keys
 from schemas.combos import Combo, Hardware, Optimizer, artifact_key, combo_key, reference_key
+from schemas.documents import ArtifactManifest, ResultBundle
 from schemas.events import (
     REUSED_PER_EVENT,
     ComboFailed,
@@ -28,13 +34,6 @@ from schemas.events import (
     RequestSubmitted,
     RunPlanned,
 )
-from core.deadlines import run_deadline_s
-from core.planning import impossible_reason, model_signature, request_shapes
-from core.prediction import measured_and_predicted
-from core.results import StoredResult, latest_results
-from schemas import keys
-from schemas.documents import ArtifactManifest, ResultBundle
-
 
 
 @dataclass
@@ -62,19 +61,31 @@ def on_request_submitted(event: Envelope, deps: DedupDeps) -> list[Payload]:
     impossible = impossible_combos(deps.store, request, measured_keys | predicted_keys) if model_stored else {}
     # the stored results (from the model's result packs, then by key); a stored result is
     # reused rather than predicted
-    lookups = [k for k in {**measured_keys, **predicted_keys} if model_stored and not request.force and k not in impossible]
+    lookups = [
+        k for k in {**measured_keys, **predicted_keys} if model_stored and not request.force and k not in impossible
+    ]
     stored = latest_results(deps.store, model.sha256, lookups) if lookups else {}
     # an impossible combination fails at plan even where it would be predicted: the archiver waits for both
     known = {k for k in predicted_keys if k in impossible or k in stored}
     combos = measured_keys | {k: c for k, c in predicted_keys.items() if k in known}
     planned = RunPlanned(
-        model=model, combos=combos, deadline=event.time + timedelta(seconds=run_deadline_s(request)), request=request,
+        model=model,
+        combos=combos,
+        deadline=event.time + timedelta(seconds=run_deadline_s(request)),
+        request=request,
         predicted={k: c for k, c in predicted_keys.items() if k not in known},
     )
     out: list[Payload] = [planned]
     for key, combo in combos.items():
         if not model_stored:
-            out.append(ComboFailed(combo=combo, combo_key=key, stage=FailureStage.dedup, reason=f"model {model.sha256[:12]} is not stored"))
+            out.append(
+                ComboFailed(
+                    combo=combo,
+                    combo_key=key,
+                    stage=FailureStage.dedup,
+                    reason=f"model {model.sha256[:12]} is not stored",
+                )
+            )
             continue
         if key in impossible:  # never reaches a worker
             out.append(ComboFailed(combo=combo, combo_key=key, stage=FailureStage.plan, reason=impossible[key]))
@@ -85,11 +96,24 @@ def on_request_submitted(event: Envelope, deps: DedupDeps) -> list[Payload]:
         art_key = artifact_key(model, combo, target_cpu)
         # an artifact serves its combination only with the base outputs for its batch: `base`
         # serves every batch, and the converter is the one that computes a batch's reference
-        if deps.store.exists(keys.manifest(art_key)) and deps.store.exists(keys.reference(reference_key(model, combo.batch_size))):
+        if deps.store.exists(keys.manifest(art_key)) and deps.store.exists(
+            keys.reference(reference_key(model, combo.batch_size))
+        ):
             manifest = ArtifactManifest.read(deps.store.get_bytes(keys.manifest(art_key)))
-            out.append(manifest.model_converted(model=model, combo=combo, combo_key=key, artifact_key=art_key, reused=True))
+            out.append(
+                manifest.model_converted(model=model, combo=combo, combo_key=key, artifact_key=art_key, reused=True)
+            )
             continue
-        out.append(ComboPending(model=model, combo=combo, combo_key=key, artifact_key=art_key, target_cpu=target_cpu, tuning_trials=request.tuning_trials))
+        out.append(
+            ComboPending(
+                model=model,
+                combo=combo,
+                combo_key=key,
+                artifact_key=art_key,
+                target_cpu=target_cpu,
+                tuning_trials=request.tuning_trials,
+            )
+        )
     return out + _reuse(event.run_id, [(key, stored[key]) for key in combos if key in stored], deps.store)
 
 
@@ -99,9 +123,11 @@ def _reuse(run_id: str, reused: list[tuple[str, StoredResult]], store: ObjectSto
     reads them once."""
     out = []
     for part, start in enumerate(range(0, len(reused), REUSED_PER_EVENT)):
-        chunk = reused[start:start + REUSED_PER_EVENT]
+        chunk = reused[start : start + REUSED_PER_EVENT]
         bundle = keys.reused_bundle(run_id, part)
-        store.put_bytes(bundle, ResultBundle(results={stored.version: stored.document for _, stored in chunk}).to_bytes())
+        store.put_bytes(
+            bundle, ResultBundle(results={stored.version: stored.document for _, stored in chunk}).to_bytes()
+        )
         out.append(CombosReused(results={key: stored.version for key, stored in chunk}, bundle=bundle))
     return out
 

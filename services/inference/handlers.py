@@ -23,19 +23,27 @@ from pathlib import Path
 
 import structlog
 
-from core.ports import MeasurementRefused, MeasuringFunctions, ObjectStore
+from core.ports import MeasurementRefused, MeasuringFunctions, NotFound, ObjectStore
+from core.results import keep_result
 from core.runtime import Delayed
 from engines.targets import native_hardware
+from measuring.launcher import MachineBusy, MeasurementFailed, MeasureSpec, measure
+from schemas import keys
 from schemas.combos import MEASUREMENT_VERSION, Hardware, reference_key
 from schemas.cost import cost_block
 from schemas.cost import default_region as default_price_region
-from schemas.events import ComboFailed, Envelope, FailureStage, ModelConverted, Payload, ProfileRequested, RunPlanned, SchemaError
-from core.results import keep_result
-from schemas import keys
-from core.ports import NotFound
 from schemas.documents import MeasuredResult, RunRecord
+from schemas.events import (
+    ComboFailed,
+    Envelope,
+    FailureStage,
+    ModelConverted,
+    Payload,
+    ProfileRequested,
+    RunPlanned,
+    SchemaError,
+)
 from schemas.measuring import MeasureRequest
-from services.inference.launcher import MachineBusy, MeasureSpec, MeasurementFailed, measure
 from services.inference.profiling import profile_result
 
 log = structlog.get_logger()
@@ -107,19 +115,25 @@ def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload | D
             "emulated": emulated,
             **report,
             # a size measured with fewer vCPUs than Lambda gives it is never costed as if it were that size
-            "cost": None if emulated or report.get("host_limited") else result_cost(report, combo, default_price_region()),
+            "cost": None
+            if emulated or report.get("host_limited")
+            else result_cost(report, combo, default_price_region()),
         }
     )
     if not result.confined:
         bound.info("measurement_unconfined", reason=result.confinement_reason)
     if result.host_limited:
-        bound.info("measurement_host_limited", vcpus_needed=round(result.vcpus or 0, 2), vcpus_available=result.vcpus_available)
+        bound.info(
+            "measurement_host_limited", vcpus_needed=round(result.vcpus or 0, 2), vcpus_available=result.vcpus_available
+        )
     if (result.load or {}).get("disturbed"):
         bound.info("measurement_disturbed", other_busy_cores=round(result.load["other_busy_cores"], 2))
     lat = result.latency_ms
     bound.info("measurement_done", p50_ms=round(lat.p50, 2), p99_ms=round(lat.p99, 2), iterations=lat.iterations)
     if not emulated and _asks_profile(deps.store, event.run_id) and _profile(deps, result.to_dict(), bound):
-        result.profile_key = keys.profile(result.combo_key, result.run_id)  # the result names its profile (which names its trace)
+        result.profile_key = keys.profile(
+            result.combo_key, result.run_id
+        )  # the result names its profile (which names its trace)
     key = keep_result(deps.store, result)
     return [result.inference_done(result_key=key, reused=False)]
 
@@ -159,6 +173,8 @@ def on_profile_requested(event: Envelope, deps: InferenceDeps) -> list[Payload]:
         return []
     _profile(deps, result, bound)
     return []
+
+
 def _measure_here(converted: ModelConverted, deps: InferenceDeps, bound) -> tuple[dict | list[Payload | Delayed], bool]:
     """Measure in a child process of this worker (confined by a cgroup where it can be); the
     report and whether it ran emulated, or what to emit instead (a failure, a retry later)."""
@@ -166,7 +182,9 @@ def _measure_here(converted: ModelConverted, deps: InferenceDeps, bound) -> tupl
     runtime = deps.runtime_for(combo.hardware)
     if runtime is None:
         reason = f"no {combo.hardware.value} worker here and no emulation of it ({_arm_emulation()[1]})"
-        return [ComboFailed(combo=combo, combo_key=converted.combo_key, stage=FailureStage.inference, reason=reason)], False
+        return [
+            ComboFailed(combo=combo, combo_key=converted.combo_key, stage=FailureStage.inference, reason=reason)
+        ], False
     python_command, emulated = runtime
     with tempfile.TemporaryDirectory(dir=deps.work_dir, prefix="infer-") as tmp:
         work = Path(tmp)
@@ -175,11 +193,16 @@ def _measure_here(converted: ModelConverted, deps: InferenceDeps, bound) -> tupl
         reference = work / "reference.npz"
         deps.store.get_file(keys.reference(reference_key(model, combo.batch_size)), reference)
         spec = MeasureSpec(
-            optimizer=combo.optimizer.value, workload=model.workload.value, artifact_path=artifact,
-            reference_path=reference, memory_mb=combo.memory_mb, time_cap_s=deps.time_cap_s,
+            optimizer=combo.optimizer.value,
+            workload=model.workload.value,
+            artifact_path=artifact,
+            reference_path=reference,
+            memory_mb=combo.memory_mb,
+            time_cap_s=deps.time_cap_s,
             min_iterations=deps.min_iterations,
             # under emulation neither the CPU share nor the memory of a Lambda function is real
-            confine=not emulated, extra={"unconfined_reason": "emulated: timings and memory under emulation are not Lambda's"},
+            confine=not emulated,
+            extra={"unconfined_reason": "emulated: timings and memory under emulation are not Lambda's"},
         )
         bound.info("measurement_started", threads=spec.threads, vcpus=round(spec.vcpus, 3))
         try:
@@ -189,10 +212,14 @@ def _measure_here(converted: ModelConverted, deps: InferenceDeps, bound) -> tupl
             return [Delayed(converted, datetime.now(UTC) + timedelta(seconds=deps.busy_retry_s))], emulated
         except MeasurementFailed as exc:
             bound.warning("measurement_failed", reason=exc.reason)
-            return [ComboFailed(combo=combo, combo_key=converted.combo_key, stage=FailureStage.inference, reason=exc.reason)], emulated
+            return [
+                ComboFailed(combo=combo, combo_key=converted.combo_key, stage=FailureStage.inference, reason=exc.reason)
+            ], emulated
 
 
-def _measure_in_function(event: Envelope, functions: MeasuringFunctions, deps: InferenceDeps, bound) -> dict | list[Payload]:
+def _measure_in_function(
+    event: Envelope, functions: MeasuringFunctions, deps: InferenceDeps, bound
+) -> dict | list[Payload]:
     """Measure inside the measuring Lambda function of the combination's architecture and
     memory size; its report, or the combination's failure with the reason."""
     converted: ModelConverted = event.payload
@@ -200,24 +227,42 @@ def _measure_in_function(event: Envelope, functions: MeasuringFunctions, deps: I
     artifact_object = keys.artifact_file(converted.artifact_key, converted.artifact_file)
     reference_object = keys.reference(reference_key(converted.model, combo.batch_size))
     request = MeasureRequest(
-        run_id=event.run_id, combo_key=converted.combo_key, combo_label=combo.label, optimizer=combo.optimizer.value,
-        workload=converted.model.workload.value, artifact_object=artifact_object, artifact_file=converted.artifact_file,
-        reference_object=reference_object, memory_mb=combo.memory_mb, time_cap_s=deps.time_cap_s, min_iterations=deps.min_iterations,
+        run_id=event.run_id,
+        combo_key=converted.combo_key,
+        combo_label=combo.label,
+        optimizer=combo.optimizer.value,
+        workload=converted.model.workload.value,
+        artifact_object=artifact_object,
+        artifact_file=converted.artifact_file,
+        reference_object=reference_object,
+        memory_mb=combo.memory_mb,
+        time_cap_s=deps.time_cap_s,
+        min_iterations=deps.min_iterations,
     )
     bound.info("measurement_started", where="lambda")
     try:
-        return functions.measure(hardware=combo.hardware.value, memory_mb=combo.memory_mb, request=request.model_dump(mode="json"),
-                                 staged_keys=[artifact_object, reference_object])
+        return functions.measure(
+            hardware=combo.hardware.value,
+            memory_mb=combo.memory_mb,
+            request=request.model_dump(mode="json"),
+            staged_keys=[artifact_object, reference_object],
+        )
     except MeasurementRefused as exc:
         bound.warning("measurement_failed", reason=exc.reason)
-        return [ComboFailed(combo=combo, combo_key=converted.combo_key, stage=FailureStage.inference, reason=exc.reason)]
+        return [
+            ComboFailed(combo=combo, combo_key=converted.combo_key, stage=FailureStage.inference, reason=exc.reason)
+        ]
 
 
 def result_cost(report: dict, combo, region: str) -> dict:
     """The `cost` of a measured result in `region` (see `schemas.cost`)."""
     return cost_block(
-        billed_ms_per_request=report["latency_ms"]["billed_ms_mean"], cold_start_ms=report["cold_start_ms"]["total"],
-        memory_mb=combo.memory_mb, batch_size=combo.batch_size, hardware=combo.hardware, region=region,
+        billed_ms_per_request=report["latency_ms"]["billed_ms_mean"],
+        cold_start_ms=report["cold_start_ms"]["total"],
+        memory_mb=combo.memory_mb,
+        batch_size=combo.batch_size,
+        hardware=combo.hardware,
+        region=region,
     )
 
 

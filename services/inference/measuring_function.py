@@ -21,8 +21,8 @@ from pathlib import Path
 import structlog
 
 from core.ports import NotFound, ObjectStore
+from measuring.launcher import MeasurementFailed, MeasureSpec, measure
 from schemas.measuring import MeasureAnswer, MeasureRequest
-from services.inference.launcher import MeasurementFailed, MeasureSpec, measure
 
 log = structlog.get_logger()
 
@@ -40,7 +40,9 @@ def measure_in_this_function(
     bound = log.bind(run_id=request.run_id, combo_key=request.combo_key, combo=request.combo_label)
     if memory_limit_mb is not None and memory_limit_mb != request.memory_mb:
         # an alias pointing at the wrong version would measure another size: never report it
-        return MeasureAnswer(failed=f"this measuring function has {memory_limit_mb} MB, the combination asks for {request.memory_mb} MB")
+        return MeasureAnswer(
+            failed=f"this measuring function has {memory_limit_mb} MB, the combination asks for {request.memory_mb} MB"
+        )
     with tempfile.TemporaryDirectory(dir=work_root, prefix="combination-") as tmp:
         work = Path(tmp)
         artifact, reference = work / request.artifact_file, work / "reference.npz"
@@ -52,10 +54,20 @@ def measure_in_this_function(
         except OSError as exc:  # ENOSPC: the storage was sized from the objects, so this is not expected
             return MeasureAnswer(failed=f"the artifact does not fit in this function's ephemeral storage: {exc}")
         spec = MeasureSpec(
-            optimizer=request.optimizer, workload=request.workload, artifact_path=artifact, reference_path=reference,
-            memory_mb=request.memory_mb, time_cap_s=request.time_cap_s, min_iterations=request.min_iterations,
+            optimizer=request.optimizer,
+            workload=request.workload,
+            artifact_path=artifact,
+            reference_path=reference,
+            memory_mb=request.memory_mb,
+            time_cap_s=request.time_cap_s,
+            min_iterations=request.min_iterations,
         )
-        bound.info("measurement_started", threads=spec.threads, vcpus=round(spec.vcpus, 3), artifact_bytes=artifact.stat().st_size)
+        bound.info(
+            "measurement_started",
+            threads=spec.threads,
+            vcpus=round(spec.vcpus, 3),
+            artifact_bytes=artifact.stat().st_size,
+        )
         try:
             report = measure(spec)
         except MeasurementFailed as exc:

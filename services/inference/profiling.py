@@ -20,15 +20,16 @@ import structlog
 
 from core.ports import ObjectStore
 from core.profiles import operator_rows
-from schemas import keys
+from measuring.launcher import MeasureSpec, profile
 from report.recommendation import label as combination_label
+from schemas import keys
 from schemas.combos import ModelRef, reference_key
 from schemas.documents import ArtifactManifest, CombinationProfile
-from services.inference.launcher import MeasureSpec, profile
 
 log = structlog.get_logger()
 
 PROFILE_RUNS = 20  # profiled inferences per pass (and as many unprofiled, for the overhead)
+
 
 def fetch_measured(store: ObjectStore, result: dict, work: Path) -> tuple[Path, Path]:
     """A measured result's artifact and reference (the bound inputs and base's outputs), fetched
@@ -37,20 +38,38 @@ def fetch_measured(store: ObjectStore, result: dict, work: Path) -> tuple[Path, 
     artifact = work / manifest.artifact_file
     store.get_file(keys.artifact_file(result["artifact_key"], manifest.artifact_file), artifact)
     reference = work / "reference.npz"
-    store.get_file(keys.reference(reference_key(ModelRef.model_validate(result["model"]), result["combo"]["batch_size"])), reference)
+    store.get_file(
+        keys.reference(reference_key(ModelRef.model_validate(result["model"]), result["combo"]["batch_size"])),
+        reference,
+    )
     return artifact, reference
 
 
-def profile_result(store: ObjectStore, result: dict, *, runs: int = PROFILE_RUNS, time_cap_s: float = 4.0,
-                   trace_max_events: int | None = None) -> CombinationProfile:
+def profile_result(
+    store: ObjectStore,
+    result: dict,
+    *,
+    runs: int = PROFILE_RUNS,
+    time_cap_s: float = 4.0,
+    trace_max_events: int | None = None,
+) -> CombinationProfile:
     """Profile one measured combination confined as it was measured; store its trace and profile."""
     combo, model, label = result["combo"], result["model"], combination_label(result)
     bound = log.bind(run_id=result["run_id"], combo_key=result["combo_key"], combo=label)
     with tempfile.TemporaryDirectory(prefix="ayci-profile-") as tmp:
         artifact, reference = fetch_measured(store, result, Path(tmp))
-        spec = MeasureSpec(optimizer=combo["optimizer"], workload=model["workload"], artifact_path=artifact, reference_path=reference,
-                           memory_mb=combo["memory_mb"], time_cap_s=time_cap_s, engine_settings=result.get("engine_settings"), tune=False,
-                           profile_runs=runs, trace_max_events=trace_max_events)
+        spec = MeasureSpec(
+            optimizer=combo["optimizer"],
+            workload=model["workload"],
+            artifact_path=artifact,
+            reference_path=reference,
+            memory_mb=combo["memory_mb"],
+            time_cap_s=time_cap_s,
+            engine_settings=result.get("engine_settings"),
+            tune=False,
+            profile_runs=runs,
+            trace_max_events=trace_max_events,
+        )
         bound.info("profile_started", runs=runs)
         report = profile(spec)
     trace = report["trace"] or {"traceEvents": []}  # bounded by the profiling process
@@ -58,12 +77,27 @@ def profile_result(store: ObjectStore, result: dict, *, runs: int = PROFILE_RUNS
     trace_key = keys.profile_trace(result["combo_key"], result["run_id"])
     store.put_bytes(trace_key, json.dumps(trace).encode())
     document = CombinationProfile(
-        combo_key=result["combo_key"], run_id=result["run_id"], label=label, optimizer=combo["optimizer"], trace_key=trace_key,
-        trace_note=note, runs=report["runs"], operators=operator_rows([tuple(call) for call in report["calls"]], report["runs"]),
-        unprofiled_p50_ms=report["unprofiled_p50_ms"], profiled_p50_ms=report["profiled_p50_ms"], confined=report["confined"],
-        confinement_reason=report["confinement_reason"], profiled_at=datetime.now(UTC).isoformat(),
+        combo_key=result["combo_key"],
+        run_id=result["run_id"],
+        label=label,
+        optimizer=combo["optimizer"],
+        trace_key=trace_key,
+        trace_note=note,
+        runs=report["runs"],
+        operators=operator_rows([tuple(call) for call in report["calls"]], report["runs"]),
+        unprofiled_p50_ms=report["unprofiled_p50_ms"],
+        profiled_p50_ms=report["profiled_p50_ms"],
+        confined=report["confined"],
+        confinement_reason=report["confinement_reason"],
+        profiled_at=datetime.now(UTC).isoformat(),
     )
     store.put_bytes(keys.profile(result["combo_key"], result["run_id"]), document.to_bytes(indent=1))
-    bound.info("profile_done", operators=len(document.operators), trace_events=len(trace["traceEvents"]),
-               overhead=round(document.profiled_p50_ms / document.unprofiled_p50_ms, 2) if document.unprofiled_p50_ms else None)
+    bound.info(
+        "profile_done",
+        operators=len(document.operators),
+        trace_events=len(trace["traceEvents"]),
+        overhead=round(document.profiled_p50_ms / document.unprofiled_p50_ms, 2)
+        if document.unprofiled_p50_ms
+        else None,
+    )
     return document

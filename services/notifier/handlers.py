@@ -20,12 +20,13 @@ from datetime import UTC, datetime
 import structlog
 
 from core.ports import Mailer, ObjectStore
-from schemas.events import Envelope, Payload, RunArchived
+from report import email_message
 from schemas import keys
 from schemas.documents import RunSummary
-from report import email_message
+from schemas.events import Envelope, Payload, RunArchived
 
 log = structlog.get_logger()
+
 
 @dataclass
 class NotifierDeps:
@@ -58,9 +59,14 @@ def on_run_archived(event: Envelope, deps: NotifierDeps) -> list[Payload]:
     try:
         message_id = deps.mailer.send(to=archived.email, **email)
     except Exception as exc:
-        deps.store.put_bytes(keys.email(event.run_id), json.dumps({"state": "failed", "error": f"{type(exc).__name__}: {exc}"[:500]}).encode())
+        deps.store.put_bytes(
+            keys.email(event.run_id),
+            json.dumps({"state": "failed", "error": f"{type(exc).__name__}: {exc}"[:500]}).encode(),
+        )
         raise
-    deps.store.put_bytes(keys.email(event.run_id), json.dumps({"state": "sent", "message_id": message_id, "to": archived.email}).encode())
+    deps.store.put_bytes(
+        keys.email(event.run_id), json.dumps({"state": "sent", "message_id": message_id, "to": archived.email}).encode()
+    )
     log.info("email_sent", run_id=event.run_id, message_id=message_id)
     return []
 

@@ -10,9 +10,9 @@ import logging
 
 import uvicorn
 
-from core.logs import configure_logging
 from ayci.serve import aws_request_deps
 from ayci.settings import Settings
+from core.logs import configure_logging
 from services.request.app import create_app
 
 parser = argparse.ArgumentParser(prog="python -m services.request")

@@ -56,7 +56,9 @@ def create_app(deps: RequestDeps) -> FastAPI:
 
 def _jsonable_errors(errors: list[dict]) -> list[dict]:
     """pydantic's errors without the parts that are not JSON (exception objects in `ctx`)."""
-    return [{k: (str(v) if k == "ctx" else v) for k, v in e.items() if k in ("type", "loc", "msg", "ctx")} for e in errors]
+    return [
+        {k: (str(v) if k == "ctx" else v) for k, v in e.items() if k in ("type", "loc", "msg", "ctx")} for e in errors
+    ]
 
 
 class BodySizeLimit:
@@ -72,7 +74,9 @@ class BodySizeLimit:
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http" or scope["path"].startswith(self.streamed_prefixes):
             return await self.app(scope, receive, send)
-        too_large = JSONResponse({"detail": f"the request body may have at most {self.max_bytes} bytes"}, status_code=413)
+        too_large = JSONResponse(
+            {"detail": f"the request body may have at most {self.max_bytes} bytes"}, status_code=413
+        )
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
             return await too_large(scope, receive, send)

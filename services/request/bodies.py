@@ -16,7 +16,10 @@ from schemas.signature import ModelSignature
 
 Sha256 = Annotated[str, Field(pattern=SHA256_PATTERN.pattern, description="64 lowercase hex characters")]
 Sha256Path = Annotated[str, PathParam(pattern=SHA256_PATTERN.pattern)]
-RunId = Annotated[str, PathParam(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", description="the run's UUID")]
+RunId = Annotated[
+    str,
+    PathParam(pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", description="the run's UUID"),
+]
 EMAIL_PATTERN = r"^[^@\s]{1,64}@[^@\s]{1,252}\.[^@\s.]{2,}$"
 
 
@@ -37,37 +40,66 @@ class RunRequest(Strict):
     input_size: list[Annotated[int, Field(ge=1, le=8192)]] = Field(
         min_length=1, max_length=2, description="[height, width] for images and detection, [sequence length] for nlp"
     )
-    matrix: dict[Hardware, list[Optimizer]] = Field(min_length=1, examples=[{"intel": ["base", "onnx"], "arm": ["onnx"]}])
+    matrix: dict[Hardware, list[Optimizer]] = Field(
+        min_length=1, examples=[{"intel": ["base", "onnx"], "arm": ["onnx"]}]
+    )
     batch_sizes: list[BatchSize] = Field(min_length=1, max_length=16)
-    memory_sizes_mb: list[MemoryMb] = Field(min_length=1, max_length=16, description="Lambda memory sizes, 128..10240 MB")
+    memory_sizes_mb: list[MemoryMb] = Field(
+        min_length=1, max_length=16, description="Lambda memory sizes, 128..10240 MB"
+    )
     email: Annotated[str, Field(pattern=EMAIL_PATTERN, max_length=254)] | None = None
     slo_p99_ms: float | None = Field(default=None, gt=0, le=3_600_000)
     min_agreement: float = Field(default=0.99, ge=0, le=1)
     tuning_trials: int = Field(default=DEFAULT_TUNING_TRIALS, ge=0, le=20000)
     force: bool = False
-    predict: bool = Field(default=False, description="measure at most 3 memory sizes per hardware, optimizer and batch, "
-                          "predict the others with an interval (needs at least 4 memory sizes)")
-    traffic: TrafficProfile | None = Field(default=None, description="the traffic to price the results under in the email")
-    profile: bool = Field(default=False, description="profile each measured combination after its measurement (a separate pass: "
-                          "Chrome trace and operator table, `GET /runs/{id}/profiles`)")
+    predict: bool = Field(
+        default=False,
+        description="measure at most 3 memory sizes per hardware, optimizer and batch, "
+        "predict the others with an interval (needs at least 4 memory sizes)",
+    )
+    traffic: TrafficProfile | None = Field(
+        default=None, description="the traffic to price the results under in the email"
+    )
+    profile: bool = Field(
+        default=False,
+        description="profile each measured combination after its measurement (a separate pass: "
+        "Chrome trace and operator table, `GET /runs/{id}/profiles`)",
+    )
     inputs_sha256: Annotated[str, Field(pattern=SHA256_PATTERN.pattern)] | None = Field(
-        default=None, description="your own example inputs, stored by `PUT /inputs` (required by the custom workload)")
+        default=None, description="your own example inputs, stored by `PUT /inputs` (required by the custom workload)"
+    )
 
     def matrix_of(self) -> Matrix:
-        return _contract(lambda: Matrix(optimizers=self.matrix, batch_sizes=self.batch_sizes, memory_sizes_mb=self.memory_sizes_mb),
-                         {"optimizers": "matrix", "batch_sizes": "batch_sizes", "memory_sizes_mb": "memory_sizes_mb"})
+        return _contract(
+            lambda: Matrix(optimizers=self.matrix, batch_sizes=self.batch_sizes, memory_sizes_mb=self.memory_sizes_mb),
+            {"optimizers": "matrix", "batch_sizes": "batch_sizes", "memory_sizes_mb": "memory_sizes_mb"},
+        )
 
     def request_for(self, owner: str, stored_format: str, matrix: Matrix) -> RequestSubmitted:
         """The contract's request: the model as stored, the matrix, the owner's choices."""
         model = _contract(
-            lambda: ModelRef(sha256=self.model.sha256, size_bytes=self.model.size_bytes, format=stored_format, workload=self.workload,
-                             input_size=self.input_size, inputs_sha256=self.inputs_sha256),
+            lambda: ModelRef(
+                sha256=self.model.sha256,
+                size_bytes=self.model.size_bytes,
+                format=stored_format,
+                workload=self.workload,
+                input_size=self.input_size,
+                inputs_sha256=self.inputs_sha256,
+            ),
             {"input_size": "input_size", "workload": "workload", "": "input_size"},
         )
         return _contract(
             lambda: RequestSubmitted(
-                model=model, matrix=matrix, slo_p99_ms=self.slo_p99_ms, min_agreement=self.min_agreement,
-                tuning_trials=self.tuning_trials, email=self.email, owner=owner, force=self.force, predict=self.predict, traffic=self.traffic,
+                model=model,
+                matrix=matrix,
+                slo_p99_ms=self.slo_p99_ms,
+                min_agreement=self.min_agreement,
+                tuning_trials=self.tuning_trials,
+                email=self.email,
+                owner=owner,
+                force=self.force,
+                predict=self.predict,
+                traffic=self.traffic,
                 profile=self.profile,
             ),
             {"": "memory_sizes_mb"},  # the request's own check: enough memory sizes to predict
@@ -94,7 +126,9 @@ class TrafficRequest(Strict):
     """A traffic profile to serve a finished run's combinations under (`core/traffic.py`)."""
 
     rps: float = Field(gt=0, le=100_000, description="requests per second (the base rate of spiky)")
-    pattern: Literal["steady", "spiky"] = Field(default="steady", description="spiky: 10x bursts of 30 s every 10 minutes")
+    pattern: Literal["steady", "spiky"] = Field(
+        default="steady", description="spiky: 10x bursts of 30 s every 10 minutes"
+    )
     idle_timeout_s: float = Field(default=600, gt=0, le=7 * 86400, description="how long an idle instance is kept")
     duration_s: float = Field(default=30 * 86400, ge=60, le=366 * 86400, description="the period billed")
     slo_p99_ms: float | None = Field(default=None, gt=0, le=3_600_000, description="p99 with cold starts included")
@@ -137,7 +171,9 @@ class ModelStatus(BaseModel):
     stored: bool
     size_bytes: int | None = None
     format: str | None = None
-    signature: ModelSignature | None = Field(default=None, description="the model's inputs and outputs as its file declares them (read without running it)")
+    signature: ModelSignature | None = Field(
+        default=None, description="the model's inputs and outputs as its file declares them (read without running it)"
+    )
 
 
 class StoredInputs(BaseModel):
@@ -161,7 +197,9 @@ class PlanAnswer(BaseModel):
 
 
 class UploadOfferBody(BaseModel):
-    method: str = Field(description="PUT: send the raw bytes to url with the API key; POST: a multipart form of fields, then the file as `file`")
+    method: str = Field(
+        description="PUT: send the raw bytes to url with the API key; POST: a multipart form of fields, then the file as `file`"
+    )
     url: str
     fields: dict[str, str]
     max_bytes: int

@@ -22,7 +22,10 @@ class RequestLimits:
 
     def email_allowed_to(self, address: str) -> bool:
         address = address.lower()
-        return any(rule == "*" or rule.lower() == address or (rule.startswith("@") and address.endswith(rule.lower())) for rule in self.email_allowed)
+        return any(
+            rule == "*" or rule.lower() == address or (rule.startswith("@") and address.endswith(rule.lower()))
+            for rule in self.email_allowed
+        )
 
 
 @dataclass

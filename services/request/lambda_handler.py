@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from mangum import Mangum
 
-from core.logs import configure_logging
 from ayci.settings import Settings
+from core.logs import configure_logging
 
 _adapter: Mangum | None = None
 

@@ -11,12 +11,11 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from core.ports import ObjectStore
-
-from schemas.events import Envelope, Payload, RequestSubmitted, RunPlanned
 from core.deadlines import run_deadline_s
+from core.ports import ObjectStore
 from core.results import reused_result
 from schemas import keys
+from schemas.events import Envelope, Payload, RequestSubmitted, RunPlanned
 
 REPLAYABLE = ("RequestSubmitted", "ComboPending", "ModelConverted")
 
@@ -30,7 +29,9 @@ def stored_events(store: ObjectStore, run_id: str) -> list[Envelope]:
     return [Envelope.parse(store.get_bytes(key)) for key in store.list_keys(keys.event_log_prefix(run_id))]
 
 
-def replay(store: ObjectStore, run_id: str, from_type: str, *, force: bool = False, new_run_id: str | None = None) -> list[Envelope]:
+def replay(
+    store: ObjectStore, run_id: str, from_type: str, *, force: bool = False, new_run_id: str | None = None
+) -> list[Envelope]:
     """The envelopes that start the replay (publish them); the new run id is theirs."""
     if from_type not in REPLAYABLE:
         raise ReplayError(f"--from must be one of {', '.join(REPLAYABLE)}, got {from_type!r}")
@@ -38,7 +39,9 @@ def replay(store: ObjectStore, run_id: str, from_type: str, *, force: bool = Fal
     if not log:
         raise ReplayError(f"run {run_id} has no stored events")
     new_run_id = new_run_id or str(uuid.uuid4())
-    start = Envelope.wrap(_request_of(log).model_copy(update={"force": force, "replay_of": run_id}), run_id=new_run_id, producer="replay")
+    start = Envelope.wrap(
+        _request_of(log).model_copy(update={"force": force, "replay_of": run_id}), run_id=new_run_id, producer="replay"
+    )
     if from_type == "RequestSubmitted":
         return [start]
     chosen = {e.payload.combo_key: e for e in log if e.type == from_type}
@@ -47,8 +50,10 @@ def replay(store: ObjectStore, run_id: str, from_type: str, *, force: bool = Fal
     original_plan = next(e.payload for e in log if e.type == "RunPlanned")
     request = start.payload
     plan = RunPlanned(
-        model=original_plan.model, combos={k: original_plan.combos[k] for k in chosen},
-        deadline=datetime.now(UTC) + timedelta(seconds=run_deadline_s(request)), request=request,
+        model=original_plan.model,
+        combos={k: original_plan.combos[k] for k in chosen},
+        deadline=datetime.now(UTC) + timedelta(seconds=run_deadline_s(request)),
+        request=request,
     )
     out: list[Payload] = [plan]
     for key, event in chosen.items():

@@ -7,20 +7,23 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from core.ports import NotFound, ObjectStore
 from core.outcomes import arrived_outcomes
+from core.ports import NotFound, ObjectStore
 from core.prediction import measured_combos
-from schemas.combos import Combo, combo_key
-from schemas.events import Envelope, FailureStage, RequestSubmitted, RunDeadlineReached, RunPlanned
 from schemas import keys
+from schemas.combos import Combo, combo_key
 from schemas.documents import RunRecord, RunSummary
+from schemas.events import Envelope, FailureStage, RequestSubmitted, RunDeadlineReached, RunPlanned
 
 
 def record_run(store: ObjectStore, run_id: str, request: RequestSubmitted) -> bool:
     """Write the run's record (owner, combinations); False if a run with this id exists."""
     record = RunRecord(
-        run_id=run_id, owner=request.owner, submitted_at=datetime.now(UTC).isoformat(),
-        combos={combo_key(request.model, c): c for c in measured_combos(request)}, request=request.model_dump(mode="json"),
+        run_id=run_id,
+        owner=request.owner,
+        submitted_at=datetime.now(UTC).isoformat(),
+        combos={combo_key(request.model, c): c for c in measured_combos(request)},
+        request=request.model_dump(mode="json"),
     )
     return store.put_bytes(keys.run_record(run_id), record.to_bytes(), if_absent=True)
 
@@ -67,7 +70,9 @@ def cancel_run(store: ObjectStore, record: dict, now) -> Envelope | None:
     if store.exists(keys.summary(run_id)):
         return None
     request = RequestSubmitted.model_validate(record["request"]) if record.get("request") else None
-    closing = RunDeadlineReached(deadline=now, reason="cancelled by its owner", stage=FailureStage.cancelled, request=request)
+    closing = RunDeadlineReached(
+        deadline=now, reason="cancelled by its owner", stage=FailureStage.cancelled, request=request
+    )
     return Envelope.wrap(closing, run_id=run_id, producer="request")
 
 
@@ -84,7 +89,10 @@ def run_progress(store: ObjectStore, record: dict) -> dict:
     run_id = record["run_id"]
     summary = load_summary(store, run_id)
     try:
-        combos = {k: c.model_dump(mode="json") for k, c in RunPlanned.model_validate_json(store.get_bytes(keys.plan(run_id))).combos.items()}
+        combos = {
+            k: c.model_dump(mode="json")
+            for k, c in RunPlanned.model_validate_json(store.get_bytes(keys.plan(run_id))).combos.items()
+        }
     except NotFound:
         combos = record["combos"]
     entries = []
@@ -94,7 +102,9 @@ def run_progress(store: ObjectStore, record: dict) -> dict:
         outcome = arrived.outcome(key)
         if outcome and outcome.status == "done":
             result = arrived.result(outcome)
-            entry.update(state="measured", p50_ms=result.latency_ms.p50, p99_ms=result.latency_ms.p99, reused=outcome.reused)
+            entry.update(
+                state="measured", p50_ms=result.latency_ms.p50, p99_ms=result.latency_ms.p99, reused=outcome.reused
+            )
         elif outcome:
             entry.update(state="failed", reason=f"{outcome.stage.value}: {outcome.reason}")
         entries.append(entry)

@@ -10,10 +10,10 @@ from pathlib import Path
 from core.ports import NotFound, ObjectStore
 from engines.model_files import single_file_onnx, sniff_format
 from engines.signature import read_signature
-from schemas.combos import ModelFormat, ModelRef, Workload
-from schemas.events import Envelope, RequestSubmitted
 from schemas import keys
+from schemas.combos import ModelFormat, ModelRef, Workload
 from schemas.documents import ModelInfo
+from schemas.events import Envelope, RequestSubmitted
 
 
 def sha256_of(path: Path) -> str:
@@ -24,7 +24,9 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def store_model(store: ObjectStore, path: Path, workload: Workload, input_size: list[int], inputs_sha256: str | None = None) -> ModelRef:
+def store_model(
+    store: ObjectStore, path: Path, workload: Workload, input_size: list[int], inputs_sha256: str | None = None
+) -> ModelRef:
     """Check that `path` is an accepted model (`NotAModelError` if not), store it under
     `models/{sha256}` unless already there, and return its reference."""
     sha = sha256_of(path)
@@ -32,8 +34,14 @@ def store_model(store: ObjectStore, path: Path, workload: Workload, input_size: 
         single = single_file_onnx(path, Path(tmp)) if sniff_format(path) == ModelFormat.onnx else path
         info = model_facts(single, sha, uploaded_bytes=path.stat().st_size)
         keep_model(store, single, info)
-    return ModelRef(sha256=info.sha256, size_bytes=info.size_bytes, format=ModelFormat(info.format), workload=workload,
-                    input_size=input_size, inputs_sha256=inputs_sha256)
+    return ModelRef(
+        sha256=info.sha256,
+        size_bytes=info.size_bytes,
+        format=ModelFormat(info.format),
+        workload=workload,
+        input_size=input_size,
+        inputs_sha256=inputs_sha256,
+    )
 
 
 def model_facts(path: Path, sha256: str, uploaded_bytes: int | None = None) -> ModelInfo:
@@ -41,8 +49,12 @@ def model_facts(path: Path, sha256: str, uploaded_bytes: int | None = None) -> M
     it is not a model) and its signature. `sha256` and `uploaded_bytes` name what was uploaded
     (an ONNX bundle is kept as the one file `single_file_onnx` made of it)."""
     model_format = sniff_format(path)
-    return ModelInfo(sha256=sha256, size_bytes=uploaded_bytes or path.stat().st_size, format=model_format.value,
-                     signature=read_signature(path, model_format))
+    return ModelInfo(
+        sha256=sha256,
+        size_bytes=uploaded_bytes or path.stat().st_size,
+        format=model_format.value,
+        signature=read_signature(path, model_format),
+    )
 
 
 def store_inputs(store: ObjectStore, path: Path) -> str:
@@ -100,4 +112,3 @@ def owned_model_info(store: ObjectStore, sha256: str, owner: str) -> dict | None
 def new_run(request: RequestSubmitted, run_id: str | None = None) -> Envelope:
     """The envelope that starts a run."""
     return Envelope.wrap(request, run_id=run_id or str(uuid.uuid4()), producer="request")
-

@@ -55,4 +55,3 @@ def verify_upload(store: ObjectStore, uploader: Uploader, owner: str, sha256: st
             uploader.discard(owner, sha256)
     grant_model(store, sha256, owner)
     return info.public()
-

@@ -7,11 +7,10 @@ import pytest
 from ayci.bootstrap import embedded
 from ayci.cli import main as cli_main
 from ayci.settings import Settings
-from schemas.combos import Matrix
-from schemas.events import RequestSubmitted
 from core.results import stored_profile
 from schemas import keys
-
+from schemas.combos import Matrix
+from schemas.events import RequestSubmitted
 from services.request.submission import new_run, store_model
 from tests.conftest import SMALL_IMAGE_SIZE, TINY_IMAGE_SIZE
 
@@ -185,7 +184,9 @@ def test_arm_combinations_run_as_aarch64_code_under_emulation(app, tiny_image_mo
         ("nlp", [16], "pixels has 4 dims"),
     ],
 )
-def test_inputs_the_model_does_not_accept_fail_that_combination_at_plan(app, tiny_image_model, workload, input_size, expected):
+def test_inputs_the_model_does_not_accept_fail_that_combination_at_plan(
+    app, tiny_image_model, workload, input_size, expected
+):
     """An input size the model does not accept, or a workload that does not match its inputs:
     the plan refuses the combination from the model's signature, before any worker runs it."""
     model = store_model(app.store, tiny_image_model, workload, input_size)
@@ -205,7 +206,9 @@ def test_base_at_a_batch_size_it_has_not_run_yet_measures(app, tiny_image_model)
     assert first["status"] == "complete"
     second, _ = run(app, request_for(app, tiny_image_model, ["base"], batches=(2,)))
     assert second["status"] == "complete", second["failures"]
-    assert [r["combo"]["batch_size"] for r in second["results"]] == [2] and second["results"][0]["agreement"]["score"] == 1.0
+    assert [r["combo"]["batch_size"] for r in second["results"]] == [2] and second["results"][0]["agreement"][
+        "score"
+    ] == 1.0
 
 
 def test_cold_starts_import_only_the_engine_s_runtime_and_results_say_where_they_ran(app, tiny_image_model, tmp_path):
@@ -218,9 +221,18 @@ def test_cold_starts_import_only_the_engine_s_runtime_and_results_say_where_they
     onnx_file = tmp_path / "tiny.onnx"
     onnx_file.write_bytes(tiny_onnx_model())
     model = store_model(app.store, onnx_file, "image_classification", [8, 8])
-    onnx_summary, _ = run(app, RequestSubmitted(model=model, matrix=Matrix(optimizers={"intel": ["base"]}, batch_sizes=[1], memory_sizes_mb=[1769])))
-    loaded = {r["combo"]["optimizer"] + ("-on-onnx" if r["model"]["format"] == "onnx" else ""): set(r["cold_start_ms"]["loaded_at_model_load"])
-              for r in summary["results"] + onnx_summary["results"]}
+    onnx_summary, _ = run(
+        app,
+        RequestSubmitted(
+            model=model, matrix=Matrix(optimizers={"intel": ["base"]}, batch_sizes=[1], memory_sizes_mb=[1769])
+        ),
+    )
+    loaded = {
+        r["combo"]["optimizer"] + ("-on-onnx" if r["model"]["format"] == "onnx" else ""): set(
+            r["cold_start_ms"]["loaded_at_model_load"]
+        )
+        for r in summary["results"] + onnx_summary["results"]
+    }
     assert loaded["base"] >= {"torch"} and "pydantic" not in loaded["base"]
     assert "onnxruntime" in loaded["onnx"] and not loaded["onnx"] & {"torch", "pydantic", "tvm"}
     assert "tvm" in loaded["tvm"] and not loaded["tvm"] & {"torch", "pydantic", "onnxruntime"}
@@ -239,7 +251,14 @@ def test_predict_measures_three_sizes_and_predicts_the_others(app, small_image_m
     interval and shown as predicted in the table, the CSV and the recommendation's checks."""
     from report import results_csv, summary_rows
 
-    request = request_for(app, small_image_model, ["onnx"], memory=(512, 1024, 1769, 2048, 3538), predict=True, input_size=SMALL_IMAGE_SIZE)
+    request = request_for(
+        app,
+        small_image_model,
+        ["onnx"],
+        memory=(512, 1024, 1769, 2048, 3538),
+        predict=True,
+        input_size=SMALL_IMAGE_SIZE,
+    )
     summary, run_id = run(app, request)
     assert summary["status"] == "complete", summary["failures"]
     checks = summary["recommendation"]["checks"]
@@ -255,8 +274,11 @@ def test_predict_measures_three_sizes_and_predicts_the_others(app, small_image_m
         assert row["interval"]["p50"][0] < row["latency_ms"]["p50"] < row["interval"]["p50"][1]
         assert row["agreement"]["score"] == 1.0 and row["cost"]["per_million_inferences_usd"] > 0
     rows = {r["combination"]: r for r in summary_rows(summary)}
-    assert all(rows[f"intel/onnx/b1/{m}MB"]["status"] == "predicted" and rows[f"intel/onnx/b1/{m}MB"]["interval"].startswith("p50 ")
-               for m in predicted)
+    assert all(
+        rows[f"intel/onnx/b1/{m}MB"]["status"] == "predicted"
+        and rows[f"intel/onnx/b1/{m}MB"]["interval"].startswith("p50 ")
+        for m in predicted
+    )
     assert "predicted" in results_csv(summary)
     for check in checks:
         assert check["measured"] and check["verdict"]
@@ -267,7 +289,7 @@ def test_onnx_runtime_sessions_are_tuned_per_combination(tmp_path, tiny_image_mo
     confinement (graph optimizations off among them: never slower than doing nothing) and
     keeps the default unless another that agrees is faster by the margin twice; the result names
     the settings and what was tried."""
-    from services.inference.confinement import unavailable_reason
+    from measuring.confinement import unavailable_reason
 
     if unavailable_reason() is not None:
         pytest.skip(f"tuning runs only where measurements are confined: {unavailable_reason()}")
@@ -306,7 +328,12 @@ def test_cold_start_levers_of_a_finished_run(tmp_path, tiny_image_model, capsys)
     assert cli_main(["coldstart", run_id, "--repeat", "1", "--json", "--data-dir", str(data)]) == 0
     report = json.loads(capsys.readouterr().out)
     onnx, base = report["intel/onnx/b1/1769MB"], report["intel/base/b1/1769MB"]
-    assert [r["variant"] for r in onnx] == ["default: optimized at load", "pre-optimized for this CPU", "ORT format, pre-optimized", "memory arena off"]
+    assert [r["variant"] for r in onnx] == [
+        "default: optimized at load",
+        "pre-optimized for this CPU",
+        "ORT format, pre-optimized",
+        "memory arena off",
+    ]
     assert [r["variant"] for r in base] == ["default: torch.export.load", "AOTInductor package"]
     for row in onnx + base:
         assert "failed" not in row, row
@@ -326,7 +353,9 @@ def test_profile_of_a_finished_run_side_by_side(tmp_path, tiny_image_model, caps
     # the request asked: each measured combination was profiled after its measurement
     profiles = {r["combo"]["optimizer"]: stored_profile(app.store, r).to_dict() for r in summary["results"]}
     assert set(profiles) == {"base", "onnx"}
-    assert all(r["profile_key"] == keys.profile(r["combo_key"], run_id) for r in summary["results"])  # each result names its profile
+    assert all(
+        r["profile_key"] == keys.profile(r["combo_key"], run_id) for r in summary["results"]
+    )  # each result names its profile
     for optimizer, profile in profiles.items():
         trace = json.loads(app.store.get_bytes(profile["trace_key"]))
         assert profile["trace_key"] == keys.profile_trace(profile["combo_key"], run_id)
@@ -335,8 +364,25 @@ def test_profile_of_a_finished_run_side_by_side(tmp_path, tiny_image_model, caps
         assert heaviest["group"] == "conv", (optimizer, heaviest)  # ResNet's time is in its convolutions
         assert sum(op["share"] for op in profile["operators"]) == pytest.approx(1.0)
         assert profile["unprofiled_p50_ms"] > 0 and profile["profiled_p50_ms"] > 0
-    assert profiles["onnx"]["operators"][0]["op_type"] == "Conv" and any(op["calls"] == 1 for op in profiles["onnx"]["operators"])
-    assert cli_main(["profile", run_id, "--combination", profiles["onnx"]["combo_key"], "--runs", "3", "--json", "--data-dir", str(data)]) == 0
+    assert profiles["onnx"]["operators"][0]["op_type"] == "Conv" and any(
+        op["calls"] == 1 for op in profiles["onnx"]["operators"]
+    )
+    assert (
+        cli_main(
+            [
+                "profile",
+                run_id,
+                "--combination",
+                profiles["onnx"]["combo_key"],
+                "--runs",
+                "3",
+                "--json",
+                "--data-dir",
+                str(data),
+            ]
+        )
+        == 0
+    )
     again = json.loads(capsys.readouterr().out)
     assert again["profiles"][0]["runs"] == 3 and again["profiles"][0]["operators"][0]["op_type"] == "Conv"
     table = side_by_side_of(app.store, summary)
@@ -345,16 +391,22 @@ def test_profile_of_a_finished_run_side_by_side(tmp_path, tiny_image_model, caps
     # a trace past its bound is cut, and the profile says so
     from services.inference.profiling import profile_result
 
-    cut = profile_result(app.store, next(r for r in summary["results"] if r["combo"]["optimizer"] == "base"), runs=2, trace_max_events=50)
-    assert len(json.loads(app.store.get_bytes(cut.trace_key))["traceEvents"]) == 50 and cut.trace_note.startswith("truncated: the first 50 of")
+    cut = profile_result(
+        app.store, next(r for r in summary["results"] if r["combo"]["optimizer"] == "base"), runs=2, trace_max_events=50
+    )
+    assert len(json.loads(app.store.get_bytes(cut.trace_key))["traceEvents"]) == 50 and cut.trace_note.startswith(
+        "truncated: the first 50 of"
+    )
     # where outputs would first diverge, on the real exported graph (every node output exposed): nowhere
     import engines.onnx_engine
-    from services.inference.measure import read_reference, where_outputs_diverge
+    from measuring.measure import read_reference, where_outputs_diverge
     from services.inference.profiling import fetch_measured
 
     onnx_result = next(r for r in summary["results"] if r["combo"]["optimizer"] == "onnx")
     artifact, reference = fetch_measured(app.store, onnx_result, tmp_path)
-    divergence = where_outputs_diverge(engines.onnx_engine, artifact, read_reference(str(reference))[0], 1, onnx_result.get("engine_settings"))
+    divergence = where_outputs_diverge(
+        engines.onnx_engine, artifact, read_reference(str(reference))[0], 1, onnx_result.get("engine_settings")
+    )
     assert divergence["node"] is None and "export itself" in divergence["detail"], divergence
     failed = summary["failures"][0]["combo_key"]  # out of memory at 128 MB
     assert cli_main(["profile", run_id, "--combination", failed, "--data-dir", str(data)]) == 2
@@ -370,7 +422,9 @@ def side_by_side_of(store, summary) -> dict:
     return table
 
 
-def test_onnx_int8_is_quantized_measured_with_its_agreement_and_never_recommended_below_the_minimum(app, tiny_image_model, tmp_path):
+def test_onnx_int8_is_quantized_measured_with_its_agreement_and_never_recommended_below_the_minimum(
+    app, tiny_image_model, tmp_path
+):
     """`onnx_int8`: the model statically quantized at conversion (a smaller artifact whose
     outputs differ from base's), measured like `onnx`; below the run's minimum agreement it
     is listed with the reason and never recommended, where float ONNX Runtime still is."""
@@ -379,7 +433,9 @@ def test_onnx_int8_is_quantized_measured_with_its_agreement_and_never_recommende
     by = {r["combo"]["optimizer"]: r for r in summary["results"]}
     int8, float32 = by["onnx_int8"], by["onnx"]
     assert int8["cold_start_ms"]["artifact_bytes"] < float32["cold_start_ms"]["artifact_bytes"] / 2  # int8 weights
-    assert int8["agreement"]["max_abs_diff"] > 100 * max(float32["agreement"]["max_abs_diff"], 1e-7)  # quantization changed the outputs
+    assert int8["agreement"]["max_abs_diff"] > 100 * max(
+        float32["agreement"]["max_abs_diff"], 1e-7
+    )  # quantization changed the outputs
     assert int8["latency_ms"]["p50"] > 0 and "engine_settings" in int8
     # the text encoder's outputs: float agrees to ~1e-12 in cosine, int8 to ~1e-3
     from workloads.examples import export_example

@@ -20,15 +20,15 @@ from adapters.local_store import LocalFolderStore
 from ayci.bootstrap import embedded
 from ayci.cli import main as cli_main
 from ayci.settings import Settings
+from measuring.confinement import find_hierarchy, unavailable_reason
 from schemas import keys
 from schemas.combos import Matrix
 from schemas.events import RequestSubmitted
+from services.request.submission import new_run, store_model
 from serving.app import ServerThread, create_app
 from serving.endpoint import Endpoint
 from serving.models import served_models
 from serving.scaling import ScalingPolicy
-from services.inference.confinement import find_hierarchy, unavailable_reason
-from services.request.submission import new_run, store_model
 from tests.conftest import archived_summary
 from workloads.examples import export_example
 
@@ -42,8 +42,17 @@ def runs(tmp_path_factory):
     app = embedded(Settings(data_dir=root / "data", measure_time_cap_s=1.0, measure_min_iterations=5))
     run_ids = []
     for size in SIZES:
-        model = store_model(app.store, export_example("image_classification", size, root / f"m{size[0]}.pt2"), "image_classification", size)
-        envelope = new_run(RequestSubmitted(model=model, matrix=Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1024])))
+        model = store_model(
+            app.store,
+            export_example("image_classification", size, root / f"m{size[0]}.pt2"),
+            "image_classification",
+            size,
+        )
+        envelope = new_run(
+            RequestSubmitted(
+                model=model, matrix=Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1024])
+            )
+        )
         app.publisher.publish([envelope])
         app.bus.run_until_idle()
         assert json.loads(app.store.get_bytes(keys.summary(envelope.run_id)))["status"] == "complete"
@@ -56,8 +65,13 @@ def endpoint_at(runs, tmp_path, *, budget_mb=8000, max_workers=1, max_body_bytes
     """The endpoint over HTTP on a free loopback port: (base URL, Endpoint)."""
     data, run_ids = runs
     models = served_models(LocalFolderStore(data), run_ids, tmp_path)
-    endpoint = Endpoint(models, budget_mb=budget_mb, policy=ScalingPolicy(max_workers=max_workers, idle_s=60),
-                        max_queue=max_queue, work_dir=tmp_path).start()
+    endpoint = Endpoint(
+        models,
+        budget_mb=budget_mb,
+        policy=ScalingPolicy(max_workers=max_workers, idle_s=60),
+        max_queue=max_queue,
+        work_dir=tmp_path,
+    ).start()
     try:
         with ServerThread(create_app(endpoint, max_body_bytes=max_body_bytes)) as url:
             yield url, endpoint
@@ -93,7 +107,11 @@ def memory_cap_mb(pid: int) -> float | None:
     if hierarchy.version == 1:
         limit = (hierarchy.memory_parent / "memory.limit_in_bytes").read_text().split()[0]
     else:  # v2: the group itself, not its parent
-        own = next(line.split("::", 1)[1] for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines() if line.startswith("0::"))
+        own = next(
+            line.split("::", 1)[1]
+            for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+            if line.startswith("0::")
+        )
         limit = (Path("/sys/fs/cgroup") / own.lstrip("/") / "memory.max").read_text().split()[0]
     return None if limit == "max" or int(limit) > 1 << 50 else int(limit) / 2**20
 
@@ -103,7 +121,9 @@ def test_concurrent_first_requests_load_the_model_once(runs, tmp_path):
         name = next(m.name for m in endpoint.models.values() if m.signature.inputs[0].dims[-1] == 32)
         body = npy(image(SIZES[0]))
         with ThreadPoolExecutor(6) as pool:
-            answers = list(pool.map(lambda _: httpx.post(f"{base}/invocations/{name}", content=body, timeout=120), range(6)))
+            answers = list(
+                pool.map(lambda _: httpx.post(f"{base}/invocations/{name}", content=body, timeout=120), range(6))
+            )
         assert [a.status_code for a in answers] == [200] * 6
         outputs = [np.load(io.BytesIO(a.content))["linear"] for a in answers]
         assert outputs[0].shape == (1, 1000) and all(np.array_equal(o, outputs[0]) for o in outputs)
@@ -112,10 +132,14 @@ def test_concurrent_first_requests_load_the_model_once(runs, tmp_path):
         assert state["loads"] == {"first": 1} and state["workers"] == 1
         assert len({a.headers["x-worker-pid"] for a in answers}) == 1
         listing = httpx.get(f"{base}/models").json()
-        assert listing["confined"] == (unavailable_reason() is None) and (listing["confined"] or listing["confinement_reason"])
+        assert listing["confined"] == (unavailable_reason() is None) and (
+            listing["confined"] or listing["confinement_reason"]
+        )
         if listing["confined"]:  # the worker runs capped at its combination's memory size, as its measurement did
             assert memory_cap_mb(state["worker_pids"][0]) == 1024
-        again = httpx.post(f"{base}/invocations/{name}", json={"inputs": {"pixels": image(SIZES[0]).tolist()}}, timeout=60)
+        again = httpx.post(
+            f"{base}/invocations/{name}", json={"inputs": {"pixels": image(SIZES[0]).tolist()}}, timeout=60
+        )
         assert again.status_code == 200 and again.headers["x-cold-load"] == "0"
         assert np.allclose(again.json()["outputs"]["linear"], outputs[0], atol=1e-5)
         metrics = httpx.get(f"{base}/metrics").text
@@ -146,7 +170,9 @@ def test_a_worker_killed_mid_request_is_replaced_and_the_request_answered_or_ref
         assert httpx.post(f"{base}/invocations/{name}", content=npy(image(SIZES[1])), timeout=120).status_code == 200
         (pid,) = model_state(base, name)["worker_pids"]
         with ThreadPoolExecutor(1) as pool:
-            pending = pool.submit(httpx.post, f"{base}/invocations/{name}", content=npy(image(SIZES[1], batch=256)), timeout=120)
+            pending = pool.submit(
+                httpx.post, f"{base}/invocations/{name}", content=npy(image(SIZES[1], batch=256)), timeout=120
+            )
             while model_state(base, name)["busy"] == 0 and not pending.done():
                 time.sleep(0.005)
             os.kill(pid, signal.SIGKILL)
@@ -167,9 +193,16 @@ def test_bad_requests_are_refused_with_the_reason_and_the_endpoint_stays_up(runs
         unknown = httpx.post(f"{base}/invocations/no-such-model", json={"inputs": [1]})
         assert unknown.status_code == 404 and name in unknown.json()["detail"]
         wrong_shape = httpx.post(url, json={"inputs": {"pixels": image([16, 16]).tolist()}})
-        assert wrong_shape.status_code == 422 and "pixels" in wrong_shape.json()["detail"] and "axis 2" in wrong_shape.json()["detail"]
+        assert (
+            wrong_shape.status_code == 422
+            and "pixels" in wrong_shape.json()["detail"]
+            and "axis 2" in wrong_shape.json()["detail"]
+        )
         wrong_dtype = httpx.post(url, content=npy(image(SIZES[0]).astype(np.float64)))
-        assert wrong_dtype.status_code == 422 and wrong_dtype.json()["detail"] == "input pixels: dtype float64, the model takes float32"
+        assert (
+            wrong_dtype.status_code == 422
+            and wrong_dtype.json()["detail"] == "input pixels: dtype float64, the model takes float32"
+        )
         extra = httpx.post(url, json={"inputs": {"pixels": image(SIZES[0]).tolist(), "mask": [[1]]}})
         assert extra.status_code == 422 and "mask" in extra.json()["detail"]
         too_big = httpx.post(url, content=npy(image(SIZES[0], batch=8)))  # 96 KB over a 64 KB limit
@@ -188,7 +221,9 @@ def test_overload_is_refused_with_retry_after_never_queued_without_bound(runs, t
         name = next(m.name for m in endpoint.models.values() if m.signature.inputs[0].dims[-1] == 40)
         body = npy(image(SIZES[1], batch=32))
         with ThreadPoolExecutor(12) as pool:
-            answers = list(pool.map(lambda _: httpx.post(f"{base}/invocations/{name}", content=body, timeout=120), range(12)))
+            answers = list(
+                pool.map(lambda _: httpx.post(f"{base}/invocations/{name}", content=body, timeout=120), range(12))
+            )
         refused = [a for a in answers if a.status_code == 503]
         assert refused and all(a.status_code == 200 for a in answers if a not in refused)
         assert all(int(a.headers["retry-after"]) >= 1 and "queued already" in a.json()["detail"] for a in refused)
@@ -203,8 +238,17 @@ def test_a_run_that_cannot_be_served_is_refused_at_start_with_the_reason(runs, t
     data, run_ids = runs
     store = LocalFolderStore(data)
     failed = "00000000-0000-0000-0000-0000000000f1"
-    store.put_bytes(keys.summary(failed), json.dumps(archived_summary(
-        failed, "failed", [], [{"label": "intel/onnx/b1/128MB", "stage": "inference", "reason": "out of memory at 128 MB"}])).encode())
+    store.put_bytes(
+        keys.summary(failed),
+        json.dumps(
+            archived_summary(
+                failed,
+                "failed",
+                [],
+                [{"label": "intel/onnx/b1/128MB", "stage": "inference", "reason": "out of memory at 128 MB"}],
+            )
+        ).encode(),
+    )
     assert cli_main(["endpoint", f"{run_ids[0]},{failed}", "--data-dir", str(data)]) == 2
     assert f"run {failed} has no measured combination to serve (intel/onnx/b1/128MB: out of memory at 128 MB)" in said()
     assert cli_main(["endpoint", f"{run_ids[0]}:intel/tvm/b1/1024MB", "--data-dir", str(data)]) == 2
@@ -216,17 +260,38 @@ def test_a_run_that_cannot_be_served_is_refused_at_start_with_the_reason(runs, t
 def test_loadtest_drives_the_endpoint_with_locust_beside_the_simulation(runs, tmp_path, capsys):
     data, run_ids = runs
     out = tmp_path / "loadtest"
-    code = cli_main(["loadtest", run_ids[0], "--rps", "4", "--duration", "8s", "--pattern", "spiky", "--idle-time", "3",
-                     "--out", str(out), "--data-dir", str(data), "--json"])
+    code = cli_main(
+        [
+            "loadtest",
+            run_ids[0],
+            "--rps",
+            "4",
+            "--duration",
+            "8s",
+            "--pattern",
+            "spiky",
+            "--idle-time",
+            "3",
+            "--out",
+            str(out),
+            "--data-dir",
+            str(data),
+            "--json",
+        ]
+    )
     report = json.loads(capsys.readouterr().out)
     assert code == 0, report["locust"]["tail"]
-    (name, row), = report["models"].items()
+    ((name, row),) = report["models"].items()
     seen, predicted = row["observed"], row["predicted"]
     assert seen["requests"] >= 10 and seen["answered"] + sum(seen["errors"].values()) == seen["requests"]
     assert seen["loads"]["first"] == 1 and seen["cold_starts"] >= 1 and seen["waited_for_load"] >= 1
     assert 0 < seen["p50_ms"] <= seen["p99_ms"] and 1 <= seen["peak_workers"] <= 2
     assert predicted["simulated_requests"] == seen["requests"]  # the same arrivals
-    assert predicted["cold_starts"] >= 1 and predicted["peak_instances"] <= 2 and predicted["lambda"]["peak_instances"] >= 1
+    assert (
+        predicted["cold_starts"] >= 1
+        and predicted["peak_instances"] <= 2
+        and predicted["lambda"]["peak_instances"] >= 1
+    )
     comparison = row["comparison"]
     assert comparison["p99_within"] is not None
     assert (comparison["p99_within"] and comparison["cold_share_within"]) or comparison["explained"]

@@ -47,7 +47,9 @@ def test_a_fixed_batch_is_stopped_by_the_plan_with_the_reason(app, tmp_path):
     assert len(summary["failures"]) == 2
     for failure in summary["failures"]:
         assert failure["stage"] == "plan" and failure["combo"]["batch_size"] == 4
-        assert failure["reason"].startswith("ids, mask and token_type_ids have a fixed batch of 2: batch 4 cannot run; export with a dynamic batch dimension")
+        assert failure["reason"].startswith(
+            "ids, mask and token_type_ids have a fixed batch of 2: batch 4 cannot run; export with a dynamic batch dimension"
+        )
     # no worker saw them: nothing converted or measured for batch 4
     assert not any("/b4/" in k for k in app.store.list_keys("processed/inference/"))
 
@@ -55,9 +57,16 @@ def test_a_fixed_batch_is_stopped_by_the_plan_with_the_reason(app, tmp_path):
 def test_your_own_inputs_drive_reference_agreement_and_timing(app, tmp_path):
     inputs = tmp_path / "inputs.npz"
     rng = np.random.default_rng(1)
-    np.savez(inputs, ids=rng.integers(0, 50, (3, 6)), mask=np.ones((3, 6), np.int64), token_type_ids=np.zeros((3, 6), np.int64))
+    np.savez(
+        inputs,
+        ids=rng.integers(0, 50, (3, 6)),
+        mask=np.ones((3, 6), np.int64),
+        token_type_ids=np.zeros((3, 6), np.int64),
+    )
     sha = store_inputs(app.store, inputs)
-    model = store_model(app.store, export(tmp_path, "pos.pt2", positional=True, dynamic=True), "custom", [1], inputs_sha256=sha)
+    model = store_model(
+        app.store, export(tmp_path, "pos.pt2", positional=True, dynamic=True), "custom", [1], inputs_sha256=sha
+    )
     matrix = Matrix(optimizers={"intel": ["base", "onnx"]}, batch_sizes=[2], memory_sizes_mb=[1769])
     summary = run(app, RequestSubmitted(model=model, matrix=matrix))
     assert not summary["failures"] and len(summary["results"]) == 2
@@ -71,8 +80,26 @@ def test_cli_plan_and_inspect(tmp_path, capsys):
     assert cli_main(["inspect", str(model), "--json"]) == 0
     signature = json.loads(capsys.readouterr().out)
     assert [i["name"] for i in signature["inputs"]] == ["ids", "mask", "token_type_ids"]
-    code = cli_main(["plan", "--json", "--data-dir", str(tmp_path / "data"), "--model", str(model), "--workload", "nlp",
-                     "--input-size", "6", "--batch", "2,4", "--memory", "128,1769", "--matrix", "intel=base,onnx"])
+    code = cli_main(
+        [
+            "plan",
+            "--json",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--model",
+            str(model),
+            "--workload",
+            "nlp",
+            "--input-size",
+            "6",
+            "--batch",
+            "2,4",
+            "--memory",
+            "128,1769",
+            "--matrix",
+            "intel=base,onnx",
+        ]
+    )
     assert code == 0
     plan = json.loads(capsys.readouterr().out)
     states = {c["label"]: c["state"] for c in plan["combinations"]}
@@ -87,4 +114,6 @@ def test_cli_plan_and_inspect(tmp_path, capsys):
 
     torch.export.save(torch.export.export(TwoImages(), (torch.ones(1, 3, 8, 8), torch.ones(1, 4))), str(unbound))
     assert cli_main(["plan", "--model", str(unbound), "--input-size", "8,8", "--data-dir", str(tmp_path / "data")]) == 2
-    assert "boxes (float32 [1, 4]) matches none of the image_classification workload's inputs" in " ".join(capsys.readouterr().err.split())
+    assert "boxes (float32 [1, 4]) matches none of the image_classification workload's inputs" in " ".join(
+        capsys.readouterr().err.split()
+    )

@@ -28,27 +28,47 @@ def hanging_onnx_model() -> bytes:
     from onnx import TensorProto, helper
 
     body = helper.make_graph(
-        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["acc_in", "one"], ["acc_out"])],
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Add", ["acc_in", "one"], ["acc_out"]),
+        ],
         "body",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [])],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [])],
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, []),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, []),
+        ],
         [helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])],
     )
     graph = helper.make_graph(
-        [helper.make_node("Loop", ["trips", "keep_going", "zero"], ["total"], body=body),
-         helper.make_node("Add", ["pixels", "total"], ["logits"])],
+        [
+            helper.make_node("Loop", ["trips", "keep_going", "zero"], ["total"], body=body),
+            helper.make_node("Add", ["pixels", "total"], ["logits"]),
+        ],
         "hangs",
         [helper.make_tensor_value_info("pixels", TensorProto.FLOAT, ["batch", 3, 32, 32])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 3, 32, 32])],
-        [helper.make_tensor("trips", TensorProto.INT64, [], [10**15]), helper.make_tensor("keep_going", TensorProto.BOOL, [], [True]),
-         helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])],
+        [
+            helper.make_tensor("trips", TensorProto.INT64, [], [10**15]),
+            helper.make_tensor("keep_going", TensorProto.BOOL, [], [True]),
+            helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0]),
+        ],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9).SerializeToString()
 
 
 def model_ref(data: bytes, fmt: str, input_size=TINY_IMAGE_SIZE) -> ModelRef:
-    return ModelRef(sha256=hashlib.sha256(data).hexdigest(), size_bytes=len(data), format=fmt, workload="image_classification", input_size=input_size)
+    return ModelRef(
+        sha256=hashlib.sha256(data).hexdigest(),
+        size_bytes=len(data),
+        format=fmt,
+        workload="image_classification",
+        input_size=input_size,
+    )
 
 
 def test_a_hanging_model_fails_within_its_time_limit(tmp_path):
@@ -56,7 +76,16 @@ def test_a_hanging_model_fails_within_its_time_limit(tmp_path):
     (tmp_path / "m.onnx").write_bytes(data)
     started = time.monotonic()
     with pytest.raises(ReferenceFailed, match="did not finish on the workload's inputs within 3 s"):
-        compute_reference(tmp_path / "m.onnx", model_ref(data, "onnx").model_dump_json(), "image_classification", TINY_IMAGE_SIZE, 1, tmp_path / "r.npz", timeout_s=3, memory_mb=4096)
+        compute_reference(
+            tmp_path / "m.onnx",
+            model_ref(data, "onnx").model_dump_json(),
+            "image_classification",
+            TINY_IMAGE_SIZE,
+            1,
+            tmp_path / "r.npz",
+            timeout_s=3,
+            memory_mb=4096,
+        )
     assert time.monotonic() - started < 30
 
 
@@ -64,30 +93,75 @@ def test_an_input_too_large_to_allocate_fails_as_out_of_memory(tmp_path, tiny_im
     data = tiny_image_model.read_bytes()
     huge = [8192, 8192]  # 6.4 GB of float32 pixels at batch 8
     with pytest.raises(ReferenceFailed, match="out of memory computing the reference within 2048 MB"):
-        compute_reference(tiny_image_model, model_ref(data, "pt2", huge).model_dump_json(), "image_classification", huge, 8, tmp_path / "r.npz", timeout_s=120, memory_mb=2048)
+        compute_reference(
+            tiny_image_model,
+            model_ref(data, "pt2", huge).model_dump_json(),
+            "image_classification",
+            huge,
+            8,
+            tmp_path / "r.npz",
+            timeout_s=120,
+            memory_mb=2048,
+        )
 
 
 def test_the_server_answers_and_other_runs_complete_while_a_model_hangs(tmp_path, tiny_image_model):
     port = free_port()
-    env = {**os.environ, "AYCI_API_KEYS": f"{API_KEY}:isolated", "AYCI_MEASURE_TIME_CAP_S": "1", "AYCI_MEASURE_MIN_ITERATIONS": "5",
-           "AYCI_REFERENCE_TIMEOUT_S": "20", "PYTHONPATH": str(REPO)}
+    env = {
+        **os.environ,
+        "AYCI_API_KEYS": f"{API_KEY}:isolated",
+        "AYCI_MEASURE_TIME_CAP_S": "1",
+        "AYCI_MEASURE_MIN_ITERATIONS": "5",
+        "AYCI_REFERENCE_TIMEOUT_S": "20",
+        "PYTHONPATH": str(REPO),
+    }
     log = open(tmp_path / "serve.log", "wb")
-    process = subprocess.Popen([sys.executable, "-m", "ayci", "serve", "--port", str(port), "--data-dir", str(tmp_path / "data")],
-                               cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ayci", "serve", "--port", str(port), "--data-dir", str(tmp_path / "data")],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     headers = {"X-API-Key": API_KEY}
     try:
-        wait_until_serving(f"{url}/openapi.json", lambda: (tmp_path / "serve.log").read_text()[-3000:], alive=lambda: process.poll() is None)
+        wait_until_serving(
+            f"{url}/openapi.json",
+            lambda: (tmp_path / "serve.log").read_text()[-3000:],
+            alive=lambda: process.poll() is None,
+        )
         runs = {}
         for name, data in (("hanging", hanging_onnx_model()), ("normal", tiny_image_model.read_bytes())):
             sha = hashlib.sha256(data).hexdigest()
-            offer = httpx.post(f"{url}/models/uploads", json={"sha256": sha, "size_bytes": len(data)}, headers=headers, timeout=30).json()
+            offer = httpx.post(
+                f"{url}/models/uploads", json={"sha256": sha, "size_bytes": len(data)}, headers=headers, timeout=30
+            ).json()
             upload = offer["upload"]
-            assert httpx.request(upload["method"], upload["url"] if upload["url"].startswith("http") else f"{url}/{upload['url'].lstrip('/')}", content=data,
-                                 headers={**headers, **upload.get("headers", {})}, timeout=60).status_code < 300
-            assert httpx.post(f"{url}/models/{sha}/verify", json={"size_bytes": len(data)}, headers=headers, timeout=60).status_code == 201
-            body = {"model": {"sha256": sha, "size_bytes": len(data)}, "workload": "image_classification", "input_size": TINY_IMAGE_SIZE,
-                    "matrix": {"intel": ["onnx"]}, "batch_sizes": [1], "memory_sizes_mb": [1769]}
+            assert (
+                httpx.request(
+                    upload["method"],
+                    upload["url"] if upload["url"].startswith("http") else f"{url}/{upload['url'].lstrip('/')}",
+                    content=data,
+                    headers={**headers, **upload.get("headers", {})},
+                    timeout=60,
+                ).status_code
+                < 300
+            )
+            assert (
+                httpx.post(
+                    f"{url}/models/{sha}/verify", json={"size_bytes": len(data)}, headers=headers, timeout=60
+                ).status_code
+                == 201
+            )
+            body = {
+                "model": {"sha256": sha, "size_bytes": len(data)},
+                "workload": "image_classification",
+                "input_size": TINY_IMAGE_SIZE,
+                "matrix": {"intel": ["onnx"]},
+                "batch_sizes": [1],
+                "memory_sizes_mb": [1769],
+            }
             created = httpx.post(f"{url}/runs", json=body, headers=headers, timeout=30)
             assert created.status_code == 201, created.text
             runs[name] = created.json()["run_id"]

@@ -21,14 +21,22 @@ from tests.conftest import SMALL_IMAGE_SIZE, TINY_IMAGE_SIZE, wait_until_serving
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 REPO = Path(__file__).resolve().parents[2]
 API_KEY = "web-test-key-0001"
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (scripts/system-packages.sh)")
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="Debian's chromium is not installed (scripts/system-packages.sh)"
+)
 
 
 def free_port() -> int:
@@ -43,16 +51,26 @@ def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("serve")
     port = free_port()
     env = {
-        **os.environ, "AYCI_API_KEYS": f"{API_KEY}:webtester", "AYCI_MEASURE_TIME_CAP_S": "1",
-        "AYCI_MEASURE_MIN_ITERATIONS": "5", "PYTHONPATH": str(REPO),
+        **os.environ,
+        "AYCI_API_KEYS": f"{API_KEY}:webtester",
+        "AYCI_MEASURE_TIME_CAP_S": "1",
+        "AYCI_MEASURE_MIN_ITERATIONS": "5",
+        "PYTHONPATH": str(REPO),
     }
     log = open(root / "serve.log", "wb")
     process = subprocess.Popen(
         [sys.executable, "-m", "ayci", "serve", "--port", str(port), "--data-dir", str(root / "data")],
-        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
-    wait_until_serving(f"{url}/openapi.json", lambda: f"ayci serve did not start:\n{(root / 'serve.log').read_text()[-3000:]}", alive=lambda: process.poll() is None)
+    wait_until_serving(
+        f"{url}/openapi.json",
+        lambda: f"ayci serve did not start:\n{(root / 'serve.log').read_text()[-3000:]}",
+        alive=lambda: process.poll() is None,
+    )
     yield url
     process.terminate()
     try:
@@ -111,7 +129,8 @@ def test_pick_the_model_submit_a_small_matrix_and_read_the_results(page, tiny_im
     # live progress: one row per combination, while the run goes on
     page.wait_for_selector("#progress-table tbody tr", timeout=120_000)
     assert sorted(page.locator("#progress-table tbody tr").evaluate_all("rows => rows.map(r => r.dataset.combo)")) == [
-        "intel/base/b1/1769MB", "intel/onnx/b1/1769MB",
+        "intel/base/b1/1769MB",
+        "intel/onnx/b1/1769MB",
     ]
     page.wait_for_selector("#results:not([hidden])", timeout=600_000)
     assert page.text_content("#run-status") == "complete"
@@ -175,7 +194,9 @@ def test_the_signature_and_the_plan_before_measuring(page, tmp_path):
     page.fill("#batch-sizes", "2,4")
     page.click("#plan-button")
     page.wait_for_selector("#plan-table tbody tr", timeout=60_000)
-    names = page.locator("#model-signature tbody tr[data-side=input]").evaluate_all("rows => rows.map(r => r.dataset.name)")
+    names = page.locator("#model-signature tbody tr[data-side=input]").evaluate_all(
+        "rows => rows.map(r => r.dataset.name)"
+    )
     assert names == ["ids", "mask", "token_type_ids"]
     assert "[2, 6]" in page.text_content("#model-signature tbody")
     impossible = page.locator("#plan-table tbody tr[data-state=impossible]")
@@ -183,7 +204,9 @@ def test_the_signature_and_the_plan_before_measuring(page, tmp_path):
     assert "have a fixed batch of 2: batch 4 cannot run" in impossible.first.text_content()
     assert "impossible 2" in page.text_content("#plan-totals")
     page.click("#plan-drop")
-    page.wait_for_function("document.querySelectorAll('#plan-table tbody tr[data-state=impossible]').length === 0", timeout=60_000)
+    page.wait_for_function(
+        "document.querySelectorAll('#plan-table tbody tr[data-state=impossible]').length === 0", timeout=60_000
+    )
     assert page.input_value("#batch-sizes") == "2"
     assert page.locator("#plan-table tbody tr").count() == 2
 
@@ -237,4 +260,6 @@ def test_profile_switch_and_profile_this_on_the_page(page, tiny_image_model):
         page.click("#profiles-tables table[data-title='intel/b1/2048MB'] button:text('download trace')")
     assert '"traceEvents"' in Path(trace_download.value.path()).read_text()
     page.click("#results-table tbody tr[data-combo='intel/onnx/b1/2048MB'] button:text('profile')")
-    page.wait_for_function("document.getElementById('profiles-status').textContent.endsWith('profiled')", timeout=120_000)
+    page.wait_for_function(
+        "document.getElementById('profiles-status').textContent.endsWith('profiled')", timeout=120_000
+    )

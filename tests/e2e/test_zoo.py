@@ -16,18 +16,27 @@ from services.request.submission import new_run, store_model
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
-    return embedded(Settings(data_dir=tmp_path_factory.mktemp("zoo") / "data", measure_time_cap_s=1.0, measure_min_iterations=5))
+    return embedded(
+        Settings(data_dir=tmp_path_factory.mktemp("zoo") / "data", measure_time_cap_s=1.0, measure_min_iterations=5)
+    )
 
 
 def run(app, path, model, batches):
     ref = store_model(app.store, path, model.workload, model.input_size)
-    envelope = new_run(RequestSubmitted(model=ref, matrix=Matrix(optimizers={"intel": ["base", "onnx"]}, batch_sizes=batches, memory_sizes_mb=[3538])))
+    envelope = new_run(
+        RequestSubmitted(
+            model=ref,
+            matrix=Matrix(optimizers={"intel": ["base", "onnx"]}, batch_sizes=batches, memory_sizes_mb=[3538]),
+        )
+    )
     app.publisher.publish([envelope])
     app.bus.run_until_idle()
     return json.loads(app.store.get_bytes(keys.summary(envelope.run_id)))
 
 
-@pytest.mark.parametrize(("name", "recipe"), [("bert", "pt2-positional-dynamic"), ("mobilenet-v2", "onnx-external-static")])
+@pytest.mark.parametrize(
+    ("name", "recipe"), [("bert", "pt2-positional-dynamic"), ("mobilenet-v2", "onnx-external-static")]
+)
 def test_a_real_architecture_as_exported(app, tmp_path, name, recipe):
     model = next(m for m in zoo() if m.name == name)
     summary = run(app, export(model, recipe, tmp_path), model, [1, 2])

@@ -16,13 +16,12 @@ import schemathesis
 from hypothesis import HealthCheck
 
 from adapters.local_store import LocalFolderStore
-from ayci.settings import Settings
-from services.request.app import RequestDeps, create_app, parse_api_keys
-
 from adapters.uploads import LocalUploader
 from ayci.serve import request_limits
-from tests.fakes import RecordingPublisher, tiny_onnx_model
+from ayci.settings import Settings
 from schemas import keys
+from services.request.app import RequestDeps, create_app, parse_api_keys
+from tests.fakes import RecordingPublisher, tiny_onnx_model
 
 KEY = "fuzz-key-123456"
 MAX_EXAMPLES = 60
@@ -35,10 +34,17 @@ def fuzzed_app():
     model = tiny_onnx_model()  # one stored model, so that some runs get past the model check
     sha = hashlib.sha256(model).hexdigest()
     store.put_bytes(keys.model(sha), model)
-    store.put_bytes(keys.model_info(sha), f'{{"sha256": "{sha}", "size_bytes": {len(model)}, "format": "onnx"}}'.encode())
+    store.put_bytes(
+        keys.model_info(sha), f'{{"sha256": "{sha}", "size_bytes": {len(model)}, "format": "onnx"}}'.encode()
+    )
     store.put_bytes(keys.model_owner(sha, "fuzzer"), b"")  # the fuzzer's own model
-    deps = RequestDeps(store=store, publisher=RecordingPublisher(), api_keys=parse_api_keys(f"{KEY}:fuzzer"),
-                       uploader=LocalUploader(root / "uploads"), limits=request_limits(settings))
+    deps = RequestDeps(
+        store=store,
+        publisher=RecordingPublisher(),
+        api_keys=parse_api_keys(f"{KEY}:fuzzer"),
+        uploader=LocalUploader(root / "uploads"),
+        limits=request_limits(settings),
+    )
     return create_app(deps)
 
 
@@ -46,7 +52,9 @@ schema = schemathesis.openapi.from_asgi("/openapi.json", fuzzed_app())
 
 
 @schema.parametrize()
-@hypothesis.settings(max_examples=MAX_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@hypothesis.settings(
+    max_examples=MAX_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True
+)
 @pytest.mark.parametrize("key", [KEY, "wrong-key-000000", None], ids=["valid-key", "wrong-key", "no-key"])
 def test_no_server_errors(case, key):
     headers = dict(case.headers or {})
@@ -54,7 +62,9 @@ def test_no_server_errors(case, key):
     if key:
         headers["X-API-Key"] = key
     response = case.call(headers=headers)
-    assert response.status_code < 500, f"{case.method} {case.formatted_path} -> {response.status_code}: {response.text[:500]}"
+    assert response.status_code < 500, (
+        f"{case.method} {case.formatted_path} -> {response.status_code}: {response.text[:500]}"
+    )
     sent = response.request.headers.get("X-API-Key")  # schemathesis drops it itself in some cases
     if sent != KEY:
         assert response.status_code == (401 if not sent else 403), response.text[:300]

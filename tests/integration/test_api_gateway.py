@@ -17,7 +17,7 @@ import boto3
 import httpx
 import pytest
 
-from ayci import cloud
+from infra import localstack as cloud
 from tests.conftest import TINY_IMAGE_SIZE, wait_until_serving
 
 pytestmark = pytest.mark.localstack
@@ -38,12 +38,31 @@ def create_gateway(port: int) -> str:
     api_id = apigw.create_rest_api(name=f"ayci-{uuid.uuid4().hex[:6]}")["id"]
     root = next(r["id"] for r in apigw.get_resources(restApiId=api_id)["items"] if r["path"] == "/")
     proxy = apigw.create_resource(restApiId=api_id, parentId=root, pathPart="{proxy+}")["id"]
-    apigw.put_method(restApiId=api_id, resourceId=proxy, httpMethod="ANY", authorizationType="NONE",
-                     requestParameters={"method.request.path.proxy": True})
-    apigw.put_integration(restApiId=api_id, resourceId=proxy, httpMethod="ANY", type="HTTP_PROXY", integrationHttpMethod="ANY",
-                          uri=f"http://127.0.0.1:{port}/{{proxy}}", requestParameters={"integration.request.path.proxy": "method.request.path.proxy"})
+    apigw.put_method(
+        restApiId=api_id,
+        resourceId=proxy,
+        httpMethod="ANY",
+        authorizationType="NONE",
+        requestParameters={"method.request.path.proxy": True},
+    )
+    apigw.put_integration(
+        restApiId=api_id,
+        resourceId=proxy,
+        httpMethod="ANY",
+        type="HTTP_PROXY",
+        integrationHttpMethod="ANY",
+        uri=f"http://127.0.0.1:{port}/{{proxy}}",
+        requestParameters={"integration.request.path.proxy": "method.request.path.proxy"},
+    )
     apigw.put_method(restApiId=api_id, resourceId=root, httpMethod="GET", authorizationType="NONE")
-    apigw.put_integration(restApiId=api_id, resourceId=root, httpMethod="GET", type="HTTP_PROXY", integrationHttpMethod="GET", uri=f"http://127.0.0.1:{port}/")
+    apigw.put_integration(
+        restApiId=api_id,
+        resourceId=root,
+        httpMethod="GET",
+        type="HTTP_PROXY",
+        integrationHttpMethod="GET",
+        uri=f"http://127.0.0.1:{port}/",
+    )
     apigw.create_deployment(restApiId=api_id, stageName="test")
     return f"{os.environ['AWS_ENDPOINT_URL']}/_aws/execute-api/{api_id}/test"
 
@@ -54,17 +73,27 @@ def gateway(tmp_path_factory):
     outputs = cloud.deploy(prefix)
     port = free_port()
     base = create_gateway(port)
-    env = cloud.service_env(outputs, prefix, {
-        "AYCI_MEASURE_TIME_CAP_S": "1", "AYCI_MEASURE_MIN_ITERATIONS": "5", "AYCI_RESULTS_URL": base,
-        "AYCI_API_KEYS": f"{API_KEY}:gatewayuser,{OTHER_KEY}:someoneelse", "AYCI_SENDER_EMAIL": SENDER,
-    })
+    env = cloud.service_env(
+        outputs,
+        prefix,
+        {
+            "AYCI_MEASURE_TIME_CAP_S": "1",
+            "AYCI_MEASURE_MIN_ITERATIONS": "5",
+            "AYCI_RESULTS_URL": base,
+            "AYCI_API_KEYS": f"{API_KEY}:gatewayuser,{OTHER_KEY}:someoneelse",
+            "AYCI_SENDER_EMAIL": SENDER,
+        },
+    )
     processes = cloud.ServiceProcesses(env=env, log_dir=tmp_path_factory.mktemp("service-logs"))
     processes.start_all()
     processes.start("request", args=["--port", str(port)])
-    wait_until_serving(f"http://127.0.0.1:{port}/openapi.json", lambda: f"the request service did not start:\n{processes.log_text('request')[-3000:]}")
+    wait_until_serving(
+        f"http://127.0.0.1:{port}/openapi.json",
+        lambda: f"the request service did not start:\n{processes.log_text('request')[-3000:]}",
+    )
     yield {"base": base, "processes": processes, "bucket": outputs.bucket}
     processes.stop_all()
-    from ayci.infra import delete_stack
+    from infra.stack import delete_stack
 
     delete_stack(prefix, empty_bucket=True)
 
@@ -87,15 +116,22 @@ def test_upload_submit_follow_and_get_the_run_back_through_api_gateway(gateway, 
     assert upload["method"] == "POST"
     too_big = httpx.post(upload["url"], data=upload["fields"], files={"file": ("model", data + b"x")}, timeout=60)
     assert too_big.status_code == 400 and "EntityTooLarge" in too_big.text
-    assert httpx.post(upload["url"], data=upload["fields"], files={"file": ("model", data)}, timeout=60).status_code in (200, 201, 204)
+    assert httpx.post(
+        upload["url"], data=upload["fields"], files={"file": ("model", data)}, timeout=60
+    ).status_code in (200, 201, 204)
     verified = call(gateway, "POST", f"models/{sha}/verify", json={"size_bytes": len(data)})
     assert verified.status_code == 201 and verified.json()["format"] == "pt2", verified.text
     again = call(gateway, "POST", "models/uploads", json={"sha256": sha, "size_bytes": len(data)})
     assert again.status_code == 200 and again.json()["upload"] is None  # never uploaded twice
 
     body = {
-        "model": {"sha256": sha, "size_bytes": len(data)}, "workload": "image_classification", "input_size": TINY_IMAGE_SIZE,
-        "matrix": {"intel": ["onnx"]}, "batch_sizes": [1], "memory_sizes_mb": [1769], "email": "gateway-user@example.com",
+        "model": {"sha256": sha, "size_bytes": len(data)},
+        "workload": "image_classification",
+        "input_size": TINY_IMAGE_SIZE,
+        "matrix": {"intel": ["onnx"]},
+        "batch_sizes": [1],
+        "memory_sizes_mb": [1769],
+        "email": "gateway-user@example.com",
     }
     # bad input through the gateway: clear 4xx, nothing started
     assert call(gateway, "POST", "runs", key=None, json=body).status_code == 401
@@ -111,14 +147,23 @@ def test_upload_submit_follow_and_get_the_run_back_through_api_gateway(gateway, 
     deadline = time.monotonic() + RUN_TIMEOUT_S
     while (progress := call(gateway, "GET", f"runs/{run_id}").json())["status"] == "running":
         if time.monotonic() > deadline:
-            pytest.fail(f"run {run_id} did not end: {progress}\n" + "\n".join(gateway["processes"].log_text(n)[-2000:] for n in ("dedup", "converter", "inference-intel", "archiver")))
+            pytest.fail(
+                f"run {run_id} did not end: {progress}\n"
+                + "\n".join(
+                    gateway["processes"].log_text(n)[-2000:]
+                    for n in ("dedup", "converter", "inference-intel", "archiver")
+                )
+            )
         time.sleep(1)
     assert progress["status"] == "complete" and progress["measured"] == 1
     (combo,) = progress["combinations"]
     assert combo["label"] == "intel/onnx/b1/1769MB" and combo["state"] == "measured" and combo["p99_ms"] > 0
 
     results = call(gateway, "GET", f"runs/{run_id}/results").json()
-    assert results["rows"][0]["combination"] == "intel/onnx/b1/1769MB" and results["recommended"]["fastest"] == "intel/onnx/b1/1769MB"
+    assert (
+        results["rows"][0]["combination"] == "intel/onnx/b1/1769MB"
+        and results["recommended"]["fastest"] == "intel/onnx/b1/1769MB"
+    )
     csv = call(gateway, "GET", f"runs/{run_id}/results", headers={"Accept": "text/csv"})
     assert csv.headers["content-type"].startswith("text/csv") and "intel/onnx/b1/1769MB,measured," in csv.text
 

@@ -12,13 +12,12 @@ import boto3
 import pytest
 
 from adapters.aws_calls import ENV, iam_action, recorded_calls
-from ayci import cloud
 from ayci.bootstrap import aws
 from ayci.settings import Settings
+from infra import localstack as cloud
+from schemas import keys
 from schemas.combos import Combo, Matrix, combo_key
 from schemas.events import ComboPending, RequestSubmitted, RunPlanned
-from schemas import keys
-
 from services.request.replay import replay
 from services.request.submission import new_run, store_model
 from tests.conftest import TINY_IMAGE_SIZE
@@ -32,7 +31,9 @@ def stack(tmp_path_factory):
     prefix = f"t{uuid.uuid4().hex[:6]}"
     outputs = cloud.deploy(prefix)
     calls = tmp_path_factory.mktemp("aws-calls")  # every AWS action the services call (test_iam_grants)
-    env = cloud.service_env(outputs, prefix, {"AYCI_MEASURE_TIME_CAP_S": "1", "AYCI_MEASURE_MIN_ITERATIONS": "5", ENV: str(calls)})
+    env = cloud.service_env(
+        outputs, prefix, {"AYCI_MEASURE_TIME_CAP_S": "1", "AYCI_MEASURE_MIN_ITERATIONS": "5", ENV: str(calls)}
+    )
     processes = cloud.ServiceProcesses(env=env, log_dir=tmp_path_factory.mktemp("service-logs"))
     processes.start_all()
     with pytest.MonkeyPatch.context() as patch:
@@ -41,7 +42,7 @@ def stack(tmp_path_factory):
         patch.setenv(ENV, str(calls))  # the test acts as the request service: its calls count too
         yield {"prefix": prefix, "outputs": outputs, "processes": processes, "wiring": aws(Settings()), "calls": calls}
     processes.stop_all()
-    from ayci.infra import delete_stack
+    from infra.stack import delete_stack
 
     delete_stack(prefix, empty_bucket=True)
 
@@ -88,7 +89,12 @@ def test_complete_run_then_replay_from_model_converted(stack, tiny_image_model):
     store, publisher = stack["wiring"].store, stack["wiring"].publisher
     log = store.list_keys(f"runs/{run_id}/events/")
     assert {k.split("-")[1] for k in (key.rsplit("/", 1)[1] for key in log)} >= {
-        "RequestSubmitted", "RunPlanned", "ComboPending", "ModelConverted", "InferenceDone", "RunArchived"
+        "RequestSubmitted",
+        "RunPlanned",
+        "ComboPending",
+        "ModelConverted",
+        "InferenceDone",
+        "RunArchived",
     }
 
     # replay from ModelConverted, forced: a new run linked to the original, measured again
@@ -155,7 +161,15 @@ def test_poison_messages_go_to_the_dlq_and_the_run_still_ends(stack, tiny_image_
     dedup_url = sqs.get_queue_url(QueueName=f"{stack['prefix']}-dedup")["QueueUrl"]
     sqs.send_message(QueueUrl=dedup_url, MessageBody="{this is not json")
     sqs.send_message(QueueUrl=dedup_url, MessageBody=json.dumps({"detail": {"type": "Mystery", "schema_version": 1}}))
-    old_request = {"event_id": "e", "type": "RequestSubmitted", "schema_version": 1, "run_id": "r", "time": "2026-01-01T00:00:00Z", "producer": "x", "payload": {"model": {}}}
+    old_request = {
+        "event_id": "e",
+        "type": "RequestSubmitted",
+        "schema_version": 1,
+        "run_id": "r",
+        "time": "2026-01-01T00:00:00Z",
+        "producer": "x",
+        "payload": {"model": {}},
+    }
     for body in ("[]", "123", "null", json.dumps({"detail": old_request})):  # each once killed the worker
         sqs.send_message(QueueUrl=dedup_url, MessageBody=body)
 
@@ -166,11 +180,18 @@ def test_poison_messages_go_to_the_dlq_and_the_run_still_ends(stack, tiny_image_
     good = Combo(hardware="intel", optimizer="onnx", batch_size=1, memory_mb=1769)
     bad = Combo(hardware="intel", optimizer="onnx", batch_size=2, memory_mb=1769)
     good_key, bad_key = combo_key(model, good), combo_key(ghost, bad)
-    request = RequestSubmitted(model=model, matrix=Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1769]), force=True)
+    request = RequestSubmitted(
+        model=model, matrix=Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1769]), force=True
+    )
     start = new_run(request)
     from datetime import UTC, datetime, timedelta
 
-    plan = RunPlanned(model=model, combos={good_key: good, bad_key: bad}, deadline=datetime.now(UTC) + timedelta(minutes=10), request=request)
+    plan = RunPlanned(
+        model=model,
+        combos={good_key: good, bad_key: bad},
+        deadline=datetime.now(UTC) + timedelta(minutes=10),
+        request=request,
+    )
     pending = [
         ComboPending(model=model, combo=good, combo_key=good_key, artifact_key=uuid.uuid4().hex, target_cpu="x86_64"),
         ComboPending(model=ghost, combo=bad, combo_key=bad_key, artifact_key=uuid.uuid4().hex, target_cpu="x86_64"),
@@ -217,7 +238,11 @@ def test_two_converters_share_the_work(stack, tiny_image_model):
         summary = wait_summary(stack, envelope.run_id)
         assert summary["status"] == "complete" and len(summary["results"]) == 4
         conversions = {
-            name: sum(1 for line in processes.log_text(name).splitlines() if "conversion_done" in line and envelope.run_id in line)
+            name: sum(
+                1
+                for line in processes.log_text(name).splitlines()
+                if "conversion_done" in line and envelope.run_id in line
+            )
             for name in ("converter", "converter-2")
         }
         assert all(count >= 1 for count in conversions.values()), conversions
@@ -250,13 +275,26 @@ def test_lambda_entrypoint_reports_only_the_failed_records(stack, tiny_image_mod
 
     wiring = stack["wiring"]
     model = store_model(wiring.store, tiny_image_model, "image_classification", TINY_IMAGE_SIZE)
-    envelope = new_run(RequestSubmitted(model=model, matrix=Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1769])))
-    good_body = json.dumps({"detail-type": envelope.type, "detail": json.loads(eventbridge_entry(envelope, "bus")["Detail"])})
+    envelope = new_run(
+        RequestSubmitted(
+            model=model, matrix=Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1769])
+        )
+    )
+    good_body = json.dumps(
+        {"detail-type": envelope.type, "detail": json.loads(eventbridge_entry(envelope, "bus")["Detail"])}
+    )
 
     def record(message_id: str, body: str) -> dict:
         return {
-            "messageId": message_id, "receiptHandle": "r", "body": body, "attributes": {"ApproximateReceiveCount": "1"},
-            "messageAttributes": {}, "md5OfBody": "", "eventSource": "aws:sqs", "eventSourceARN": "arn:aws:sqs:us-east-1:000000000000:q", "awsRegion": "us-east-1",
+            "messageId": message_id,
+            "receiptHandle": "r",
+            "body": body,
+            "attributes": {"ApproximateReceiveCount": "1"},
+            "messageAttributes": {},
+            "md5OfBody": "",
+            "eventSource": "aws:sqs",
+            "eventSourceARN": "arn:aws:sqs:us-east-1:000000000000:q",
+            "awsRegion": "us-east-1",
         }
 
     response = handler({"Records": [record("good", good_body), record("bad", "{broken")]}, None)
@@ -273,12 +311,25 @@ def test_the_dead_letter_lambda_ends_the_run_of_a_dead_lettered_request(stack, t
 
     wiring = stack["wiring"]
     model = store_model(wiring.store, tiny_image_model, "image_classification", TINY_IMAGE_SIZE)
-    envelope = new_run(RequestSubmitted(model=model, matrix=Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1769])))
-    wiring.store.put_bytes(keys.failure("dedup", envelope.event_id), json.dumps({"reason": "RuntimeError: dedup is broken", "receives": 3}).encode())
+    envelope = new_run(
+        RequestSubmitted(
+            model=model, matrix=Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1769])
+        )
+    )
+    wiring.store.put_bytes(
+        keys.failure("dedup", envelope.event_id),
+        json.dumps({"reason": "RuntimeError: dedup is broken", "receives": 3}).encode(),
+    )
     body = json.dumps({"detail-type": envelope.type, "detail": json.loads(envelope.to_json())})
     record = {
-        "messageId": "m1", "receiptHandle": "r", "body": body, "attributes": {"ApproximateReceiveCount": "1"},
-        "messageAttributes": {}, "md5OfBody": "", "eventSource": "aws:sqs", "awsRegion": "us-east-1",
+        "messageId": "m1",
+        "receiptHandle": "r",
+        "body": body,
+        "attributes": {"ApproximateReceiveCount": "1"},
+        "messageAttributes": {},
+        "md5OfBody": "",
+        "eventSource": "aws:sqs",
+        "awsRegion": "us-east-1",
         "eventSourceARN": f"arn:aws:sqs:us-east-1:000000000000:{stack['prefix']}-dedup-dlq",
     }
     assert handler({"Records": [record]}, None) == {"batchItemFailures": []}
@@ -293,7 +344,7 @@ def granted_actions() -> set[str]:
     """The IAM actions the template grants the services' role."""
     from cfnlint.decode import decode
 
-    from ayci.infra import TEMPLATE
+    from infra.stack import TEMPLATE
 
     template, errors = decode(str(TEMPLATE))
     assert not errors, errors
@@ -311,7 +362,9 @@ def test_every_aws_action_the_services_called_is_granted_by_the_template(stack):
     after every kind of run above, so it has seen what the services call."""
     calls = recorded_calls(stack["calls"])
     actions = {iam_action(service, operation) for service, operation in calls}
-    assert {"sqs:ReceiveMessage", "events:PutEvents", "s3:PutObject", "sqs:SendMessage"} <= actions, actions  # the record works
+    assert {"sqs:ReceiveMessage", "events:PutEvents", "s3:PutObject", "sqs:SendMessage"} <= actions, (
+        actions
+    )  # the record works
     granted = granted_actions()
     missing = sorted(a for a in actions if a not in granted and f"{a.split(':')[0]}:*" not in granted)
     assert missing == [], f"called but not granted by infra/template.yaml: {missing}"

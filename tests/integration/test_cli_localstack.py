@@ -39,9 +39,29 @@ def service_pids(stack: str, service: str) -> list[int]:
 def test_a_worker_that_dies_is_restarted_and_the_run_completes(tmp_path, tiny_image_model):
     stack = f"c{uuid.uuid4().hex[:6]}"
     env = {**os.environ, "PYTHONPATH": str(REPO), "AYCI_MEASURE_TIME_CAP_S": "1", "AYCI_MEASURE_MIN_ITERATIONS": "5"}
-    command = [sys.executable, "-m", "ayci", "run", "--localstack", "--stack", stack, "--data-dir", str(tmp_path / "data"),
-               "--model", str(tiny_image_model), "--input-size", ",".join(map(str, TINY_IMAGE_SIZE)),
-               "--matrix", "intel=onnx", "--batch", "1", "--memory", "1769", "--timeout", "400"]
+    command = [
+        sys.executable,
+        "-m",
+        "ayci",
+        "run",
+        "--localstack",
+        "--stack",
+        stack,
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--model",
+        str(tiny_image_model),
+        "--input-size",
+        ",".join(map(str, TINY_IMAGE_SIZE)),
+        "--matrix",
+        "intel=onnx",
+        "--batch",
+        "1",
+        "--memory",
+        "1769",
+        "--timeout",
+        "400",
+    ]
     cli = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 240
@@ -53,8 +73,8 @@ def test_a_worker_that_dies_is_restarted_and_the_run_completes(tmp_path, tiny_im
     finally:
         if cli.poll() is None:
             cli.kill()
-    from ayci.infra import delete_stack
-    from ayci.cloud import use_localstack
+    from infra.localstack import use_localstack
+    from infra.stack import delete_stack
 
     use_localstack()
     delete_stack(stack, empty_bucket=True)

@@ -16,20 +16,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import engines
 from adapters.local_store import LocalFolderStore
 from ayci.bootstrap import embedded
 from ayci.cli import main as cli_main
 from ayci.cli import warn_if_unconfined
 from ayci.settings import Settings
-from engines import ConversionJob, engine_module
+from engines import ConversionJob
+from measuring import launcher
+from measuring.confinement import Limits, MeasurementGroup, unavailable_reason
+from measuring.launcher import MeasurementFailed, MeasureSpec, measure
+from schemas import keys
 from schemas.combos import Hardware, Matrix
 from schemas.events import RequestSubmitted
-from schemas import keys
-
 from services.converter.handlers import ensure_reference
-from services.inference import launcher
-from services.inference.confinement import Limits, MeasurementGroup, unavailable_reason
-from services.inference.launcher import MeasurementFailed, MeasureSpec, measure
 from services.request.submission import new_run, store_model
 from tests.conftest import TINY_IMAGE_SIZE
 from workloads import workload_module
@@ -57,7 +57,16 @@ def onnx_model(tiny_image_model, tmp_path_factory) -> dict:
     model = store_model(store, tiny_image_model, "image_classification", TINY_IMAGE_SIZE)
     out = work / "onnx"
     out.mkdir()
-    engine_module("onnx").convert(ConversionJob(model=model, model_path=tiny_image_model, hardware=Hardware.intel, batch_size=1, target_cpu="x86_64", out_dir=out))
+    engines.module("onnx").convert(
+        ConversionJob(
+            model=model,
+            model_path=tiny_image_model,
+            hardware=Hardware.intel,
+            batch_size=1,
+            target_cpu="x86_64",
+            out_dir=out,
+        )
+    )
     references = {1: work / "reference-b1.npz", BIG_BATCH: work / f"reference-b{BIG_BATCH}.npz"}
     references[1].write_bytes(store.get_bytes(ensure_reference(store, model, tiny_image_model, 1, work)))
     pixels = workload_module("image_classification").example_inputs(BIG_BATCH, TINY_IMAGE_SIZE)["pixels"]
@@ -67,8 +76,13 @@ def onnx_model(tiny_image_model, tmp_path_factory) -> dict:
 
 def spec(onnx_model, memory_mb: int, batch: int = 1) -> MeasureSpec:
     return MeasureSpec(
-        optimizer="onnx", workload="image_classification", artifact_path=onnx_model["artifact"],
-        reference_path=onnx_model["references"][batch], memory_mb=memory_mb, time_cap_s=0.5, min_iterations=5,
+        optimizer="onnx",
+        workload="image_classification",
+        artifact_path=onnx_model["artifact"],
+        reference_path=onnx_model["references"][batch],
+        memory_mb=memory_mb,
+        time_cap_s=0.5,
+        min_iterations=5,
     )
 
 
@@ -127,12 +141,24 @@ def test_unconfined_measurement_says_why(onnx_model, monkeypatch):
 
 
 def test_cli_warns_once_when_measurements_cannot_be_confined(tiny_image_model, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("services.inference.confinement.unavailable_reason", lambda: "not root (test)")
+    monkeypatch.setattr("measuring.confinement.unavailable_reason", lambda: "not root (test)")
     monkeypatch.setattr(launcher, "unavailable_reason", lambda: "not root (test)")
     monkeypatch.setenv("AYCI_MEASURE_TIME_CAP_S", "0.5")
     warn_if_unconfined.cache_clear()
     code = cli_main(
-        ["run", "--model", str(tiny_image_model), "--input-size", "32,32", "--matrix", "intel=onnx", "--memory", "1769,3538", "--data-dir", str(tmp_path / "data")]
+        [
+            "run",
+            "--model",
+            str(tiny_image_model),
+            "--input-size",
+            "32,32",
+            "--matrix",
+            "intel=onnx",
+            "--memory",
+            "1769,3538",
+            "--data-dir",
+            str(tmp_path / "data"),
+        ]
     )
     captured = capsys.readouterr()
     err, out = " ".join(captured.err.split()), " ".join(captured.out.split())  # the console wraps lines
@@ -149,7 +175,9 @@ def test_emulated_results_are_unconfined_not_costed_not_recommended(cgroups, tin
     # this machine's own Python standing in for an emulator: what matters is the flag
     app.runners["inference"].service.deps.runtime_for = lambda hardware: ([sys.executable], True)
     model = store_model(app.store, tiny_image_model, "image_classification", TINY_IMAGE_SIZE)
-    request = RequestSubmitted(model=model, matrix=Matrix(optimizers={"arm": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1769]))
+    request = RequestSubmitted(
+        model=model, matrix=Matrix(optimizers={"arm": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1769])
+    )
     envelope = new_run(request)
     app.publisher.publish([envelope])
     app.bus.run_until_idle()

@@ -10,12 +10,11 @@ import uuid
 import boto3
 import pytest
 
-from tests.conftest import archived_summary, measured_result
-
 from adapters.local_store import LocalFolderStore
 from adapters.ses import SesMailer
 from schemas.events import Envelope, RunArchived, RunStatus
 from services.notifier.handlers import NotifierDeps, on_run_archived
+from tests.conftest import archived_summary, measured_result
 
 pytestmark = pytest.mark.localstack
 
@@ -27,7 +26,15 @@ def sent_mail(sender: str) -> list[dict]:
 
 
 def summary(run_id: str, status: str) -> dict:
-    results = [] if status == "failed" else [measured_result("intel/onnx/b4/3538MB", p99=4.75, cost=0.0777, agreement=0.998, cold_start_ms=640.0, peak_rss_mb=260.0)]
+    results = (
+        []
+        if status == "failed"
+        else [
+            measured_result(
+                "intel/onnx/b4/3538MB", p99=4.75, cost=0.0777, agreement=0.998, cold_start_ms=640.0, peak_rss_mb=260.0
+            )
+        ]
+    )
     failure = {"label": "arm/tvm/b4/3538MB", "stage": "converter", "reason": "TVM build failed: no such target"}
     return archived_summary(run_id, status, results, [failure])
 
@@ -45,7 +52,10 @@ def test_one_email_per_archived_run_with_the_table_and_failures(tmp_path, mailer
     run_id = str(uuid.uuid4())
     store.put_bytes(f"runs/{run_id}/summary.json", json.dumps(summary(run_id, status)).encode())
     archived = RunArchived(
-        status=RunStatus(status), summary_key=f"runs/{run_id}/summary.json", succeeded=0 if status == "failed" else 1, failed=1,
+        status=RunStatus(status),
+        summary_key=f"runs/{run_id}/summary.json",
+        succeeded=0 if status == "failed" else 1,
+        failed=1,
         email="user@example.com",
     )
     event = Envelope.wrap(archived, run_id=run_id, producer="archiver")

@@ -15,8 +15,8 @@ from typing import Any
 import boto3
 import pytest
 
-from ayci.infra import DEFAULT_SENDER, StackOutputs, delete_stack, deploy_stack
 from core.routing import ROUTES
+from infra.stack import DEFAULT_SENDER, StackOutputs, delete_stack, deploy_stack
 
 pytestmark = pytest.mark.localstack
 

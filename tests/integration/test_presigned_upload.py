@@ -46,7 +46,11 @@ def test_presigned_post_upload_then_verified_and_stored(tmp_path, uploader):
     assert offer.method == "POST" and offer.fields["key"] == f"uploads/alice/{sha}"
     assert post(offer, data).status_code in (200, 201, 204)
     info = verify_upload(store, uploader, "alice", sha, len(data))
-    assert {k: info[k] for k in ("sha256", "size_bytes", "format")} == {"sha256": sha, "size_bytes": len(data), "format": "onnx"}
+    assert {k: info[k] for k in ("sha256", "size_bytes", "format")} == {
+        "sha256": sha,
+        "size_bytes": len(data),
+        "format": "onnx",
+    }
     assert [spec["name"] for spec in info["signature"]["inputs"]] == ["x"]
     assert store.get_bytes(f"models/{sha}") == data
     assert staged_keys(uploader) == []  # the staged copy is gone

@@ -26,16 +26,38 @@ AARCH64 = 183
 
 
 def _model_ref(path: Path, workload: str, input_size: list[int], fmt: str = "pt2") -> ModelRef:
-    return ModelRef(sha256=hashlib.sha256(path.read_bytes()).hexdigest(), size_bytes=path.stat().st_size, format=fmt, workload=workload, input_size=input_size)
+    return ModelRef(
+        sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+        size_bytes=path.stat().st_size,
+        format=fmt,
+        workload=workload,
+        input_size=input_size,
+    )
 
 
-def _job(model: ModelRef, path: Path, out: Path, hardware: str = "intel", batch: int = 1, trials: int = 0, tuning_dir: Path | None = None, messages=None,
-         time_limit_s: float | None = None) -> ConversionJob:
+def _job(
+    model: ModelRef,
+    path: Path,
+    out: Path,
+    hardware: str = "intel",
+    batch: int = 1,
+    trials: int = 0,
+    tuning_dir: Path | None = None,
+    messages=None,
+    time_limit_s: float | None = None,
+) -> ConversionJob:
     out.mkdir(parents=True, exist_ok=True)
     cpu = _host_cpu() if hardware == "intel" else "neoverse-n1"
     return ConversionJob(
-        model=model, model_path=path, hardware=hardware, batch_size=batch, target_cpu=cpu, out_dir=out,
-        tuning_trials=trials, tuning_dir=tuning_dir, tuning_time_limit_s=time_limit_s,
+        model=model,
+        model_path=path,
+        hardware=hardware,
+        batch_size=batch,
+        target_cpu=cpu,
+        out_dir=out,
+        tuning_trials=trials,
+        tuning_dir=tuning_dir,
+        tuning_time_limit_s=time_limit_s,
         progress=(messages.append if messages is not None else (lambda m: None)),
     )
 
@@ -66,7 +88,11 @@ def test_host_cpu_name_is_a_valid_llvm_cpu():
 
     name = tvm_engine.host_cpu_name()
     assert name and name != "generic"
-    assert tvm.target.codegen.llvm_is_valid_cpu(name, "x86_64-linux-gnu") if hasattr(tvm.target.codegen, "llvm_is_valid_cpu") else True
+    assert (
+        tvm.target.codegen.llvm_is_valid_cpu(name, "x86_64-linux-gnu")
+        if hasattr(tvm.target.codegen, "llvm_is_valid_cpu")
+        else True
+    )
 
 
 def test_tuned_conversion_loads_agrees_and_reuses_records(tiny_image_model, tmp_path):
@@ -76,11 +102,17 @@ def test_tuned_conversion_loads_agrees_and_reuses_records(tiny_image_model, tmp_
     messages: list[str] = []
 
     started = time.perf_counter()
-    first = tvm_engine.convert(_job(model, tiny_image_model, tmp_path / "a", batch=2, trials=TRIALS, tuning_dir=tuning, messages=messages))
+    first = tvm_engine.convert(
+        _job(model, tiny_image_model, tmp_path / "a", batch=2, trials=TRIALS, tuning_dir=tuning, messages=messages)
+    )
     first_wall = time.perf_counter() - started
     assert first.artifact_file == "model.so" and sorted(p.name for p in (tmp_path / "a").iterdir()) == ["model.so"]
     assert first.tuning_s > 0 and first.conversion_s > 0
-    assert _searched_what_was_asked(first.details, TRIALS) and first.details["records_reused"] is False and first.details["tuned"] is True
+    assert (
+        _searched_what_was_asked(first.details, TRIALS)
+        and first.details["records_reused"] is False
+        and first.details["tuned"] is True
+    )
     assert first.details["target"]["mcpu"] == _host_cpu()
     assert any("tuned" in m for m in messages), messages
     assert (tuning / "database_tuning_record.json").stat().st_size > 0
@@ -98,7 +130,9 @@ def test_tuned_conversion_loads_agrees_and_reuses_records(tiny_image_model, tmp_
     assert agreement.score == 1.0 and agreement.details["max_abs_diff"] < 1e-3
 
     started = time.perf_counter()
-    second = tvm_engine.convert(_job(model, tiny_image_model, tmp_path / "b", batch=2, trials=TRIALS, tuning_dir=tuning))
+    second = tvm_engine.convert(
+        _job(model, tiny_image_model, tmp_path / "b", batch=2, trials=TRIALS, tuning_dir=tuning)
+    )
     second_wall = time.perf_counter() - started
     assert second.details["records_reused"] is True
     assert second.tuning_s < first.tuning_s / 3
@@ -107,7 +141,9 @@ def test_tuned_conversion_loads_agrees_and_reuses_records(tiny_image_model, tmp_
     assert module.agreement(reference, again).score == 1.0
 
 
-def test_after_a_first_round_over_both_builds_the_rest_of_the_budget_goes_to_the_one_estimated_fastest(tmp_path, monkeypatch):
+def test_after_a_first_round_over_both_builds_the_rest_of_the_budget_goes_to_the_one_estimated_fastest(
+    tmp_path, monkeypatch
+):
     """A model with 3x3 convolutions is built direct and Winograd; the first round tunes every
     kernel of both, then a build behind the best by more than the race's margin (0 here) gets
     no more trials."""
@@ -125,20 +161,33 @@ def test_after_a_first_round_over_both_builds_the_rest_of_the_budget_goes_to_the
             return self.head(torch.relu(self.conv(pixels)).mean((2, 3)))
 
     size = [32, 32]
-    inputs = {name: torch.from_numpy(value) for name, value in workload_module("image_classification").example_inputs(1, size).items()}
+    inputs = {
+        name: torch.from_numpy(value)
+        for name, value in workload_module("image_classification").example_inputs(1, size).items()
+    }
     path = tmp_path / "one-convolution.pt2"
     torch.export.save(torch.export.export(OneConvolution().eval(), (), inputs), str(path))
     tvm_engine._register_cpu_tensor_intrinsics_only()
     program = tvm_engine._import_pt2(path, {k: v.numpy() for k, v in inputs.items()})
     variants = tvm_engine._prepare(program, tvm_engine.target_spec("intel", _host_cpu()), True)
-    tasks, uses = tvm_engine._extract_tasks(variants, tvm.target.Target(tvm_engine.tuning_target_spec("intel", _host_cpu())))
+    tasks, uses = tvm_engine._extract_tasks(
+        variants, tvm.target.Target(tvm_engine.tuning_target_spec("intel", _host_cpu()))
+    )
     trials = tvm_engine.MIN_TRIALS_PER_TASK * len(tasks)  # every kernel in the first round
     per_round = max(4, trials // len(tasks) // 2)
     messages: list[str] = []
     monkeypatch.setattr(tvm_engine, "RACE_MARGIN", 0.0)
 
-    conversion = tvm_engine.convert(_job(_model_ref(path, "image_classification", size), path, tmp_path / "out",
-                                         trials=trials, tuning_dir=tmp_path / "tuning", messages=messages))
+    conversion = tvm_engine.convert(
+        _job(
+            _model_ref(path, "image_classification", size),
+            path,
+            tmp_path / "out",
+            trials=trials,
+            tuning_dir=tmp_path / "tuning",
+            messages=messages,
+        )
+    )
 
     estimated = conversion.details["variants_estimated_ms"]
     assert set(estimated) == {"nhwc", "nhwc-winograd"} and all(value > 0 for value in estimated.values())
@@ -150,7 +199,11 @@ def test_after_a_first_round_over_both_builds_the_rest_of_the_budget_goes_to_the
         return len(database.get_top_k(database.commit_workload(kernel), 10_000)) if database.has_workload(kernel) else 0
 
     [other] = set(estimated) - {fastest}
-    theirs = [kernel for kernel, _ in uses[other] if not any(tvm_engine._same_kernel(kernel, mine) for mine, _ in uses[fastest])]
+    theirs = [
+        kernel
+        for kernel, _ in uses[other]
+        if not any(tvm_engine._same_kernel(kernel, mine) for mine, _ in uses[fastest])
+    ]
     mine = [kernel for kernel, _ in uses[fastest]]
     assert theirs and all(1 <= records(kernel) <= per_round for kernel in theirs), [records(k) for k in theirs]
     assert sum(records(kernel) for kernel in mine) > per_round * len(mine)  # the second stage's trials went there
@@ -169,10 +222,22 @@ def test_a_model_with_the_same_kernels_takes_their_schedules_from_the_others_rec
             parameter.mul_(1.01)
     inputs = {name: torch.from_numpy(value) for name, value in module.example_inputs(2, [32, 32]).items()}
     copy = tmp_path / "fine-tuned.pt2"
-    torch.export.save(torch.export.export(model, (), inputs, dynamic_shapes={name: {0: torch.export.Dim("batch", min=1, max=64)} for name in inputs}), str(copy))
+    torch.export.save(
+        torch.export.export(
+            model, (), inputs, dynamic_shapes={name: {0: torch.export.Dim("batch", min=1, max=64)} for name in inputs}
+        ),
+        str(copy),
+    )
     size = [32, 32]
-    first = tvm_engine.convert(_job(_model_ref(tiny_image_model, "image_classification", size), tiny_image_model, tmp_path / "a",
-                                    trials=2 * TRIALS, tuning_dir=tmp_path / "tuning-a"))
+    first = tvm_engine.convert(
+        _job(
+            _model_ref(tiny_image_model, "image_classification", size),
+            tiny_image_model,
+            tmp_path / "a",
+            trials=2 * TRIALS,
+            tuning_dir=tmp_path / "tuning-a",
+        )
+    )
     assert first.details["kernels_from_other_models"] == 0 and first.details["tasks"] == 2
 
     # another model's records that TVM cannot read back: passed over, not a failed conversion
@@ -183,7 +248,14 @@ def test_a_model_with_the_same_kernels_takes_their_schedules_from_the_others_rec
     shutil.copy(tmp_path / "tuning-a" / "ayci_tuning.json", unreadable / "ayci_tuning.json")
 
     messages: list[str] = []
-    job = _job(_model_ref(copy, "image_classification", size), copy, tmp_path / "b", trials=2 * TRIALS, tuning_dir=tmp_path / "tuning-b", messages=messages)
+    job = _job(
+        _model_ref(copy, "image_classification", size),
+        copy,
+        tmp_path / "b",
+        trials=2 * TRIALS,
+        tuning_dir=tmp_path / "tuning-b",
+        messages=messages,
+    )
     job.shared_tuning_dirs = [unreadable, tmp_path / "tuning-a"]
     second = tvm_engine.convert(job)
     assert second.details["kernels_from_other_models"] == 2, second.details
@@ -200,8 +272,16 @@ def test_stored_records_that_do_not_load_are_searched_again(tiny_image_model, tm
     (tuning / "ayci_tuning.json").write_text(json.dumps({"target": target, "trials": 1000, "tasks": 1}))
     messages: list[str] = []
     size = [32, 32]
-    conversion = tvm_engine.convert(_job(_model_ref(tiny_image_model, "image_classification", size), tiny_image_model, tmp_path / "out",
-                                         trials=TRIALS, tuning_dir=tuning, messages=messages))
+    conversion = tvm_engine.convert(
+        _job(
+            _model_ref(tiny_image_model, "image_classification", size),
+            tiny_image_model,
+            tmp_path / "out",
+            trials=TRIALS,
+            tuning_dir=tuning,
+            messages=messages,
+        )
+    )
     assert any("do not load" in m for m in messages), messages
     assert conversion.details["records_reused"] is False and _searched_what_was_asked(conversion.details, TRIALS)
     assert json.loads((tuning / "ayci_tuning.json").read_text())["trials"] == conversion.details["trials"]
@@ -215,7 +295,9 @@ def test_stored_records_that_lack_some_kernels_have_those_searched(tmp_path):
     import torch
 
     def export(layers: list, name: str) -> Path:
-        program = torch.export.export(torch.nn.Sequential(torch.nn.Flatten(), *layers).eval(), (torch.zeros(1, 3, 8, 8),))
+        program = torch.export.export(
+            torch.nn.Sequential(torch.nn.Flatten(), *layers).eval(), (torch.zeros(1, 3, 8, 8),)
+        )
         path = tmp_path / f"{name}.pt2"
         torch.export.save(program, str(path))
         return path
@@ -225,14 +307,26 @@ def test_stored_records_that_lack_some_kernels_have_those_searched(tmp_path):
     before, after = export(hidden, "before"), export([*hidden, torch.nn.Linear(32, 10)], "after")
     tuning = tmp_path / "tuning"
     trials = 3 * tvm_engine.MIN_TRIALS_PER_TASK  # a budget that covers every kernel of both models
-    tvm_engine.convert(_job(_model_ref(before, "image_classification", [8, 8]), before, tmp_path / "a", trials=trials, tuning_dir=tuning))
+    tvm_engine.convert(
+        _job(
+            _model_ref(before, "image_classification", [8, 8]), before, tmp_path / "a", trials=trials, tuning_dir=tuning
+        )
+    )
     stored = json.loads((tuning / "ayci_tuning.json").read_text())
 
     messages: list[str] = []
-    conversion = tvm_engine.convert(_job(_model_ref(after, "image_classification", [8, 8]), after, tmp_path / "b",
-                                         trials=trials, tuning_dir=tuning, messages=messages))
+    conversion = tvm_engine.convert(
+        _job(
+            _model_ref(after, "image_classification", [8, 8]),
+            after,
+            tmp_path / "b",
+            trials=trials,
+            tuning_dir=tuning,
+            messages=messages,
+        )
+    )
     lacking = [re.search(r"lack (\d+) of (\d+) kernels", m) for m in messages]
-    (lacked, kernels), = [(int(found[1]), int(found[2])) for found in lacking if found]
+    ((lacked, kernels),) = [(int(found[1]), int(found[2])) for found in lacking if found]
     assert 0 < lacked < kernels  # the shared layer's kernel came from the records
     assert conversion.details["records_reused"] is False
     assert conversion.details["kernels_tuned"] == conversion.details["kernels"] == kernels, conversion.details
@@ -240,7 +334,9 @@ def test_stored_records_that_lack_some_kernels_have_those_searched(tmp_path):
     assert meta["tasks"] == stored["tasks"] + lacked and meta["trials"] > stored["trials"]
 
 
-def test_the_time_limit_ends_a_search_that_its_trials_would_not_and_its_records_answer_the_trials_asked(tiny_image_model, tmp_path):
+def test_the_time_limit_ends_a_search_that_its_trials_would_not_and_its_records_answer_the_trials_asked(
+    tiny_image_model, tmp_path
+):
     """A budget of trials the limit cannot reach: the search ends at the limit with the trials it
     measured recorded and applied (every kernel it reached tuned), says so, and a conversion
     asking the same trials applies those records instead of searching again."""
@@ -248,17 +344,25 @@ def test_the_time_limit_ends_a_search_that_its_trials_would_not_and_its_records_
     model = _model_ref(tiny_image_model, "image_classification", size)
     tuning = tmp_path / "tuning"
     messages: list[str] = []
-    first = tvm_engine.convert(_job(model, tiny_image_model, tmp_path / "a", trials=asked, tuning_dir=tuning, messages=messages, time_limit_s=20))
+    first = tvm_engine.convert(
+        _job(
+            model, tiny_image_model, tmp_path / "a", trials=asked, tuning_dir=tuning, messages=messages, time_limit_s=20
+        )
+    )
     ended = [m for m in messages if "time limit" in m]
     assert ended and "of 5000 trials" in ended[0], messages
     measured = first.details["trials"]
-    assert 0 < measured < asked and first.details["time_limit_reached"] is True and first.details["trials_asked"] == asked
+    assert (
+        0 < measured < asked and first.details["time_limit_reached"] is True and first.details["trials_asked"] == asked
+    )
     assert first.details["kernels_tuned"] > 0 and first.details["tuned"] is True
     meta = json.loads((tuning / "ayci_tuning.json").read_text())
     assert meta["trials"] == measured and meta["trials_asked"] == asked
 
     again: list[str] = []
-    second = tvm_engine.convert(_job(model, tiny_image_model, tmp_path / "b", trials=asked, tuning_dir=tuning, messages=again, time_limit_s=20))
+    second = tvm_engine.convert(
+        _job(model, tiny_image_model, tmp_path / "b", trials=asked, tuning_dir=tuning, messages=again, time_limit_s=20)
+    )
     assert second.details["records_reused"] is True and second.details["trials"] == measured, second.details
     assert not any(m.startswith("tvm: tuned") for m in again), again
 
@@ -273,7 +377,9 @@ def test_a_batch_that_comes_back_empty_ends_its_task_and_starts_no_trials():
 
     values = te.placeholder((4,), name="values")
     func = te.create_prim_func([values, te.compute((4,), lambda i: values[i] + 1.0, name="plus_one")])
-    candidate = ms.MeasureCandidate(tvm.s_tir.Schedule(tvm.IRModule({"main": func})), ms.arg_info.ArgInfo.from_prim_func(func))
+    candidate = ms.MeasureCandidate(
+        tvm.s_tir.Schedule(tvm.IRModule({"main": func})), ms.arg_info.ArgInfo.from_prim_func(func)
+    )
 
     class Batches:  # the search strategy wrapped: hands out these batches in turn
         def __init__(self, batches: list) -> None:
@@ -299,8 +405,10 @@ def test_winograd_convolutions_compute_what_direct_ones_do():
     from tvm.relax.frontend.torch import from_exported_program
 
     model = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
-        torch.nn.Conv2d(8, 16, 3, padding=0), torch.nn.ReLU(),
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 16, 3, padding=0),
+        torch.nn.ReLU(),
         torch.nn.Conv2d(16, 16, 3, stride=2, padding=1),
         torch.nn.Conv2d(16, 8, 1),
         torch.nn.Conv2d(8, 8, 3, padding=1),
@@ -329,8 +437,16 @@ def test_exp_erf_tanh_and_what_uses_them_are_computed_by_polynomials_that_agree_
     class Activations(torch.nn.Module):
         def forward(self, x):
             functional = torch.nn.functional
-            return (functional.gelu(x), functional.gelu(x, approximate="tanh"), torch.softmax(x, -1), torch.sigmoid(x),
-                    functional.silu(x), torch.tanh(x), torch.exp(x.clamp(max=80.0)), torch.erf(x))
+            return (
+                functional.gelu(x),
+                functional.gelu(x, approximate="tanh"),
+                torch.softmax(x, -1),
+                torch.sigmoid(x),
+                functional.silu(x),
+                torch.tanh(x),
+                torch.exp(x.clamp(max=80.0)),
+                torch.erf(x),
+            )
 
     x = torch.randn(4, 64, 96, generator=torch.Generator().manual_seed(0)) * 6
     program = from_exported_program(torch.export.export(Activations(), (x,)), keep_params_as_input=False)
@@ -342,7 +458,9 @@ def test_exp_erf_tanh_and_what_uses_them_are_computed_by_polynomials_that_agree_
     vm = relax.VirtualMachine(tvm.compile(lowered, target=tvm.target.Target(spec)), tvm.cpu())
     got = vm["main"](tvm.runtime.tensor(x.numpy()))
     expected = Activations()(x.double())
-    for name, value, reference in zip(["gelu", "gelu tanh", "softmax", "sigmoid", "silu", "tanh", "exp", "erf"], got, expected, strict=True):
+    for name, value, reference in zip(
+        ["gelu", "gelu tanh", "softmax", "sigmoid", "silu", "tanh", "exp", "erf"], got, expected, strict=True
+    ):
         reference = reference.numpy()
         scale = max(1.0, float(np.max(np.abs(reference))))
         assert np.max(np.abs(value.numpy() - reference)) < 4e-6 * scale, name
@@ -362,7 +480,14 @@ def test_load_does_not_import_torch(tiny_image_model, tmp_path):
         "assert 'torch' not in sys.modules, 'torch imported'; print('ok')"
     )
     root = Path(__file__).resolve().parents[2]
-    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(root)})
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-2000:]
 
 
@@ -406,7 +531,14 @@ def test_detector_with_nms_converts_to_nhwc_and_agrees(tmp_path):
         f"np.savez({str(tmp_path / 'outputs.npz')!r}, *out)"
     )
     root = Path(__file__).resolve().parents[2]
-    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(root)})
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     saved = np.load(tmp_path / "outputs.npz")
     outputs = [saved[f"arr_{i}"] for i in range(len(saved.files))]
@@ -422,6 +554,7 @@ def test_kernels_with_nothing_to_schedule_are_not_tuning_tasks(tmp_path):
     tuning, once a budget of a few hundred trials reached `topk`. It is not a task; the
     convolutions and the post-processing's loops are."""
     import tvm
+
     from workloads.examples import export_example
 
     size = [64, 64]
@@ -459,7 +592,9 @@ def test_unsupported_operator_is_a_conversion_error(tmp_path):
         def forward(self, pixels):
             return pixels.amax(dim=(2, 3))
 
-    program = torch.export.export(UsesAmax(), (torch.zeros(2, 3, 8, 8),), dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=64)},))
+    program = torch.export.export(
+        UsesAmax(), (torch.zeros(2, 3, 8, 8),), dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=64)},)
+    )
     path = tmp_path / "amax.pt2"
     torch.export.save(program, str(path))
     model = _model_ref(path, "image_classification", [8, 8])
@@ -475,13 +610,23 @@ def test_an_onnx_export_with_a_dynamic_batch_imports_at_a_larger_batch(tmp_path)
 
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    config = transformers.DistilBertConfig(n_layers=1, dim=32, n_heads=2, hidden_dim=64, vocab_size=100, max_position_embeddings=64)
+    config = transformers.DistilBertConfig(
+        n_layers=1, dim=32, n_heads=2, hidden_dim=64, vocab_size=100, max_position_embeddings=64
+    )
     model = transformers.DistilBertModel(config).eval()
     path = tmp_path / "distilbert.onnx"
     batch = torch.export.Dim("batch", min=1, max=64)
     inputs = (torch.randint(0, 100, (2, 8)), torch.ones(2, 8, dtype=torch.long))
-    torch.onnx.export(model, inputs, str(path), input_names=["input_ids", "attention_mask"], dynamo=True,
-                      dynamic_shapes=({0: batch}, {0: batch}), external_data=False, verbose=False)
+    torch.onnx.export(
+        model,
+        inputs,
+        str(path),
+        input_names=["input_ids", "attention_mask"],
+        dynamo=True,
+        dynamic_shapes=({0: batch}, {0: batch}),
+        external_data=False,
+        verbose=False,
+    )
     for size in (1, 2):
         feeds = {"input_ids": np.zeros((size, 8), np.int64), "attention_mask": np.ones((size, 8), np.int64)}
         module = tvm_engine._import_onnx(path, feeds)
@@ -504,4 +649,3 @@ def test_profile_times_every_kernel_the_relax_vm_calls(tiny_image_model, tmp_pat
     assert rows[0]["group"] == "conv" and not rows[0]["op_type"].startswith("fused_")
     assert not any(ch.isdigit() for ch in rows[0]["op_type"].replace("conv2d", ""))
     assert sum(ms for _, _, ms in calls) / 3 <= max(run_ms)  # the kernels' time fits in an inference
-

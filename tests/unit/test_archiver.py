@@ -13,8 +13,23 @@ from adapters.memory_store import MemoryStore
 from core.runtime import dead_letter_failure
 from schemas import keys
 from schemas.combos import Matrix, ModelRef, combo_key
-from schemas.events import ComboFailed, Envelope, FailureStage, InferenceDone, RequestSubmitted, RunArchived, RunDeadlineReached, RunPlanned
-from services.archiver.handlers import ArchiverDeps, on_combo_failed, on_deadline_reached, on_inference_done, on_run_planned
+from schemas.events import (
+    ComboFailed,
+    Envelope,
+    FailureStage,
+    InferenceDone,
+    RequestSubmitted,
+    RunArchived,
+    RunDeadlineReached,
+    RunPlanned,
+)
+from services.archiver.handlers import (
+    ArchiverDeps,
+    on_combo_failed,
+    on_deadline_reached,
+    on_inference_done,
+    on_run_planned,
+)
 from tests.conftest import measured_result
 
 MODEL = ModelRef(sha256="ab" * 32, size_bytes=1000, format="pt2", workload="image_classification", input_size=[32, 32])
@@ -35,7 +50,11 @@ def planned(req: RequestSubmitted) -> Envelope:
 def done(store: MemoryStore, key: str, combo) -> Envelope:
     result = measured_result(combo.label, p99=2.0, cost=0.1)
     store.objects[keys.result(key)] = json.dumps({**result, "combo_key": key, "cost": None}).encode()
-    return Envelope.wrap(InferenceDone(combo=combo, combo_key=key, result_key=keys.result(key), p50_ms=1.0, p99_ms=2.0), run_id=RUN, producer="inference")
+    return Envelope.wrap(
+        InferenceDone(combo=combo, combo_key=key, result_key=keys.result(key), p50_ms=1.0, p99_ms=2.0),
+        run_id=RUN,
+        producer="inference",
+    )
 
 
 def announcements(out) -> list[RunArchived]:
@@ -114,7 +133,14 @@ def test_one_corrupt_result_fails_its_combination_not_the_run():
 def test_an_arrival_costs_a_bounded_number_of_store_calls(order):
     store = MemoryStore()
     deps = ArchiverDeps(store)
-    req = RequestSubmitted(model=MODEL, matrix=Matrix(optimizers={"intel": ["base", "onnx", "tvm"]}, batch_sizes=list(range(1, 17)), memory_sizes_mb=[512, 1024, 1769, 3538]))
+    req = RequestSubmitted(
+        model=MODEL,
+        matrix=Matrix(
+            optimizers={"intel": ["base", "onnx", "tvm"]},
+            batch_sizes=list(range(1, 17)),
+            memory_sizes_mb=[512, 1024, 1769, 3538],
+        ),
+    )
     plan = planned(req)
     on_run_planned(plan, deps)
     arrivals = [done(store, k, c) for k, c in plan.payload.combos.items()]
@@ -133,7 +159,14 @@ def test_a_failure_arrival_counts_like_a_result():
     plan = planned(request(batches=(1,)))
     on_run_planned(plan, deps)
     for key, combo in plan.payload.combos.items():
-        out = on_combo_failed(Envelope.wrap(ComboFailed(combo=combo, combo_key=key, stage=FailureStage.converter, reason="no"), run_id=RUN, producer="converter"), deps)
+        out = on_combo_failed(
+            Envelope.wrap(
+                ComboFailed(combo=combo, combo_key=key, stage=FailureStage.converter, reason="no"),
+                run_id=RUN,
+                producer="converter",
+            ),
+            deps,
+        )
     assert announcements(out)[0].status == "failed"
 
 
@@ -142,7 +175,15 @@ def test_the_deadline_follows_the_run_s_size():
 
     small = request(batches=(1,))
     assert run_deadline_s(small) == DEFAULT_DEADLINE_S  # a small run keeps the hour
-    large = RequestSubmitted(model=MODEL, tuning_trials=500, matrix=Matrix(optimizers={"intel": ["base", "onnx", "tvm"]}, batch_sizes=list(range(1, 17)), memory_sizes_mb=[512, 1024, 1769, 3538]))
+    large = RequestSubmitted(
+        model=MODEL,
+        tuning_trials=500,
+        matrix=Matrix(
+            optimizers={"intel": ["base", "onnx", "tvm"]},
+            batch_sizes=list(range(1, 17)),
+            memory_sizes_mb=[512, 1024, 1769, 3538],
+        ),
+    )
     assert run_deadline_s(large) > 2 * 192 * 60  # 192 measurements and 32 tuned TVM artifacts take hours
     assert run_deadline_s(large.model_copy(update={"deadline_s": 60})) == 60  # a deadline the user named is kept
 

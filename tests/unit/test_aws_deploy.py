@@ -1,4 +1,4 @@
-"""`python -m ayci.infra deploy|destroy` against moto (no AWS account here): the checks that stop a
+"""`python -m infra deploy|destroy` against moto (no AWS account here): the checks that stop a
 deploy before anything is created, the change set shown and declined (nothing made) or applied
 (the stack with its measuring functions wired to the inference ones), destroy keeping the data
 bucket and saying so. moto's CloudFormation neither diffs updates nor rolls back: the rollback
@@ -11,8 +11,8 @@ import pytest
 from botocore.exceptions import WaiterError
 from moto import mock_aws
 
-from ayci import aws_deploy
-from ayci.aws_deploy import DeployError, DeployOptions
+from infra import aws as aws_deploy
+from infra.aws import DeployError, DeployOptions
 from tests.lambda_emulation import fill_moto_cloudformation_gaps
 
 # moto's CloudFormation skips what it cannot make (the queue policy, the SES identity, the API stage)
@@ -25,7 +25,15 @@ IMAGE = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/demo-images:{{}}"
 
 @pytest.fixture
 def no_aws_environment(monkeypatch, tmp_path):
-    for name in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION"):
+    for name in (
+        "AWS_ENDPOINT_URL",
+        "AWS_PROFILE",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
@@ -42,11 +50,23 @@ def account(no_aws_environment, monkeypatch):
 
 
 def options(**changes) -> DeployOptions:
-    return DeployOptions(**{"stack": "demo", "region": REGION, "image_x86_64": IMAGE.format("t1-x86_64"), "image_arm64": IMAGE.format("t1-arm64"), **changes})
+    return DeployOptions(
+        **{
+            "stack": "demo",
+            "region": REGION,
+            "image_x86_64": IMAGE.format("t1-x86_64"),
+            "image_arm64": IMAGE.format("t1-arm64"),
+            **changes,
+        }
+    )
 
 
 def stack_names() -> list[str]:
-    return [s["StackName"] for s in boto3.client("cloudformation", region_name=REGION).list_stacks()["StackSummaries"] if s["StackStatus"] != "DELETE_COMPLETE"]
+    return [
+        s["StackName"]
+        for s in boto3.client("cloudformation", region_name=REGION).list_stacks()["StackSummaries"]
+        if s["StackStatus"] != "DELETE_COMPLETE"
+    ]
 
 
 def test_missing_credentials_and_region_are_clear_errors_before_anything(no_aws_environment):
@@ -58,18 +78,28 @@ def test_missing_credentials_and_region_are_clear_errors_before_anything(no_aws_
 
 def test_bad_input_is_refused_before_anything_is_created(account):
     boto3.client("cloudformation", region_name=REGION).create_stack(
-        StackName="taken", TemplateBody='{"Resources": {"Q": {"Type": "AWS::SQS::Queue"}}}')
-    with pytest.raises(DeployError, match=r"--stack taken: a CloudFormation stack of that name already exists and is not an AYCI stack"):
+        StackName="taken", TemplateBody='{"Resources": {"Q": {"Type": "AWS::SQS::Queue"}}}'
+    )
+    with pytest.raises(
+        DeployError, match=r"--stack taken: a CloudFormation stack of that name already exists and is not an AYCI stack"
+    ):
         aws_deploy.deploy(options(stack="taken"), confirm=lambda prompt: True)
     with pytest.raises(DeployError, match=r"--stack 'Demo_1': use 1 to 30 lower-case letters"):
         aws_deploy.deploy(options(stack="Demo_1"), confirm=lambda prompt: True)
     boto3.client("s3", region_name=REGION).create_bucket(Bucket=f"kept-data-{ACCOUNT}")
     with pytest.raises(DeployError, match=rf"the data bucket kept-data-{ACCOUNT} already exists .*aws s3 rb"):
         aws_deploy.deploy(options(stack="kept"), confirm=lambda prompt: True)
-    with pytest.raises(DeployError, match=r"--image-x86-64 .* must be in this account \(123456789012\) and region \(us-east-1\)"):
-        aws_deploy.deploy(options(image_x86_64=f"{ACCOUNT}.dkr.ecr.eu-west-1.amazonaws.com/demo-images:t1"), confirm=lambda prompt: True)
+    with pytest.raises(
+        DeployError, match=r"--image-x86-64 .* must be in this account \(123456789012\) and region \(us-east-1\)"
+    ):
+        aws_deploy.deploy(
+            options(image_x86_64=f"{ACCOUNT}.dkr.ecr.eu-west-1.amazonaws.com/demo-images:t1"),
+            confirm=lambda prompt: True,
+        )
     with pytest.raises(DeployError, match=r"needs Docker with buildx .*--image-x86-64 and --image-arm64"):
-        aws_deploy.deploy(options(image_x86_64=None, image_arm64=None), confirm=lambda prompt: True, docker=lambda command: 127)
+        aws_deploy.deploy(
+            options(image_x86_64=None, image_arm64=None), confirm=lambda prompt: True, docker=lambda command: 127
+        )
     assert stack_names() == ["taken"]
 
 
@@ -78,7 +108,10 @@ def test_the_change_set_is_shown_and_declining_it_changes_nothing(account):
     assert aws_deploy.deploy(options(), confirm=lambda prompt: asked.append(prompt) or False, say=shown.append) is None
     plan = "\n".join(shown)
     assert plan.startswith("Create stack demo in us-east-1:")
-    assert "+ Add     MeasureArmFunction  AWS::Lambda::Function" in plan and "+ Add     DataBucket  AWS::S3::Bucket" in plan
+    assert (
+        "+ Add     MeasureArmFunction  AWS::Lambda::Function" in plan
+        and "+ Add     DataBucket  AWS::S3::Bucket" in plan
+    )
     assert f"= arm64 image {IMAGE.format('t1-arm64')}" in plan
     assert asked == ["Apply these changes to demo in us-east-1? [y/N] "] and shown[-1] == "nothing was changed"
     assert stack_names() == [] and boto3.client("s3", region_name=REGION).list_buckets()["Buckets"] == []
@@ -90,12 +123,20 @@ def test_yes_deploys_the_stack_and_destroy_keeps_the_data_bucket_and_says_so(acc
     assert shown[-1].startswith("deployed demo in us-east-1") or "deployed demo in us-east-1" in shown
     lam = boto3.client("lambda", region_name=REGION)
     inference = lam.get_function_configuration(FunctionName="demo-inference-intel")["Environment"]["Variables"]
-    assert inference["AYCI_MEASURE_FUNCTION_INTEL"] == "demo-measure-intel" and inference["AYCI_MEASURE_FUNCTION_ARM"] == "demo-measure-arm"
-    assert lam.get_function_configuration(FunctionName="demo-measure-arm")["Environment"]["Variables"]["AYCI_BUCKET"] == f"demo-data-{ACCOUNT}"
+    assert (
+        inference["AYCI_MEASURE_FUNCTION_INTEL"] == "demo-measure-intel"
+        and inference["AYCI_MEASURE_FUNCTION_ARM"] == "demo-measure-arm"
+    )
+    assert (
+        lam.get_function_configuration(FunctionName="demo-measure-arm")["Environment"]["Variables"]["AYCI_BUCKET"]
+        == f"demo-data-{ACCOUNT}"
+    )
     s3 = boto3.client("s3", region_name=REGION)
     s3.put_object(Bucket=f"demo-data-{ACCOUNT}", Key="results/k.json", Body=b"{}")
     said = []
-    assert aws_deploy.destroy("demo", REGION, yes=False, delete_data=False, confirm=lambda prompt: True, say=said.append)
+    assert aws_deploy.destroy(
+        "demo", REGION, yes=False, delete_data=False, confirm=lambda prompt: True, say=said.append
+    )
     text = "\n".join(said)
     assert f"The data bucket demo-data-{ACCOUNT} stays (1 objects" in text and f"kept: s3://demo-data-{ACCOUNT}" in text
     assert stack_names() == []
@@ -112,34 +153,56 @@ class _FailingCloudFormation:
         class Waiter:
             def wait(self, **_):
                 raise WaiterError(name, "Waiter encountered a terminal failure state", {})
+
         return Waiter()
 
     def describe_stacks(self, **_):
         return {"Stacks": [{"StackStatus": "UPDATE_ROLLBACK_COMPLETE"}]}
 
     def describe_stack_events(self, **_):
-        return {"StackEvents": [
-            {"LogicalResourceId": "MeasureArmFunction", "ResourceStatus": "UPDATE_FAILED",
-             "ResourceStatusReason": "Resource handler returned message: \"Architecture arm64 is not supported in this region\""},
-            {"LogicalResourceId": "DedupFunction", "ResourceStatus": "UPDATE_FAILED", "ResourceStatusReason": "Resource update cancelled"},
-        ]}
+        return {
+            "StackEvents": [
+                {
+                    "LogicalResourceId": "MeasureArmFunction",
+                    "ResourceStatus": "UPDATE_FAILED",
+                    "ResourceStatusReason": 'Resource handler returned message: "Architecture arm64 is not supported in this region"',
+                },
+                {
+                    "LogicalResourceId": "DedupFunction",
+                    "ResourceStatus": "UPDATE_FAILED",
+                    "ResourceStatusReason": "Resource update cancelled",
+                },
+            ]
+        }
 
 
 def test_a_failed_deploy_says_it_was_rolled_back_and_why():
     with pytest.raises(DeployError) as failed:
         aws_deploy.execute(_FailingCloudFormation(), "demo", "ayci-1", "UPDATE")
     message = str(failed.value)
-    assert message.startswith("the deploy failed and CloudFormation rolled it back (stack demo: UPDATE_ROLLBACK_COMPLETE)")
-    assert "MeasureArmFunction: Resource handler returned message: \"Architecture arm64 is not supported in this region\"" in message
+    assert message.startswith(
+        "the deploy failed and CloudFormation rolled it back (stack demo: UPDATE_ROLLBACK_COMPLETE)"
+    )
+    assert (
+        'MeasureArmFunction: Resource handler returned message: "Architecture arm64 is not supported in this region"'
+        in message
+    )
     assert "DedupFunction" not in message  # cancelled because another failed: not a reason
 
 
 def test_an_update_keeps_the_sender_keys_and_allowed_addresses_it_is_not_given():
-    images = aws_deploy.Images(repository="demo-images", uris={"x86_64": IMAGE.format("t2-x86_64"), "arm64": IMAGE.format("t2-arm64")})
-    stack = {"StackStatus": "UPDATE_COMPLETE", "Parameters": [{"ParameterKey": k} for k in ("SenderEmail", "ApiKeys", "EmailAllowed", "Prefix")]}
+    images = aws_deploy.Images(
+        repository="demo-images", uris={"x86_64": IMAGE.format("t2-x86_64"), "arm64": IMAGE.format("t2-arm64")}
+    )
+    stack = {
+        "StackStatus": "UPDATE_COMPLETE",
+        "Parameters": [{"ParameterKey": k} for k in ("SenderEmail", "ApiKeys", "EmailAllowed", "Prefix")],
+    }
     given = {p["ParameterKey"]: p for p in aws_deploy.parameters(options(api_keys="K:me"), images, stack)}
     assert given["SenderEmail"] == {"ParameterKey": "SenderEmail", "UsePreviousValue": True}
     assert given["EmailAllowed"] == {"ParameterKey": "EmailAllowed", "UsePreviousValue": True}
-    assert given["ApiKeys"]["ParameterValue"] == "K:me" and given["ImageUri"]["ParameterValue"] == IMAGE.format("t2-x86_64")
+    assert given["ApiKeys"]["ParameterValue"] == "K:me" and given["ImageUri"]["ParameterValue"] == IMAGE.format(
+        "t2-x86_64"
+    )
     created = {p["ParameterKey"] for p in aws_deploy.parameters(options(), images, None)}
     assert "SenderEmail" not in created and {"Prefix", "DeployLambdas", "ImageUri", "ImageUriArm64"} <= created

@@ -32,8 +32,10 @@ def test_the_kernels_run_alike_are_those_every_build_runs_as_often():
 def test_a_kernel_without_records_that_every_build_runs_alike_is_left_out_of_each_estimate():
     alike = tvm_engine._run_alike(USES, list(USES))
     costs = {build: tvm_engine._kernel_costs(None, kernels, alike) for build, kernels in USES.items()}
-    assert costs == {"nhwc": [("stem", 0.001), ("conv-direct", 0.012)],
-                     "nhwc-winograd": [("stem", 0.001), ("conv-winograd", 0.006)]}
+    assert costs == {
+        "nhwc": [("stem", 0.001), ("conv-direct", 0.012)],
+        "nhwc-winograd": [("stem", 0.001), ("conv-winograd", 0.006)],
+    }
 
 
 def test_a_kernel_without_records_that_the_builds_run_differently_leaves_the_build_unestimated():

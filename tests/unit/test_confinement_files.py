@@ -4,14 +4,14 @@ kernel is exercised in tests/integration/test_confinement.py)."""
 import math
 import subprocess
 import sys
-import time
 import textwrap
+import time
 
 import pytest
 
 from core import measurement_lock
-from services.inference.confinement import ConfinementUnavailable, Limits, MeasurementGroup, find_hierarchy, lambda_vcpus
-from services.inference.launcher import MeasureSpec
+from measuring.confinement import ConfinementUnavailable, Limits, MeasurementGroup, find_hierarchy, lambda_vcpus
+from measuring.launcher import MeasureSpec
 
 
 def test_lambda_cpu_share_follows_memory():
@@ -26,14 +26,18 @@ def test_lambda_cpu_share_follows_memory():
 
 @pytest.mark.parametrize("memory, threads", [(128, 1), (885, 1), (1769, 1), (3000, 1), (3538, 2)])
 def test_threads_follow_whole_vcpus(memory, threads, monkeypatch):
-    monkeypatch.setattr("services.inference.launcher.host_cores", lambda: 8)
-    spec = MeasureSpec(optimizer="onnx", workload="image_classification", artifact_path=None, reference_path=None, memory_mb=memory)
+    monkeypatch.setattr("measuring.launcher.host_cores", lambda: 8)
+    spec = MeasureSpec(
+        optimizer="onnx", workload="image_classification", artifact_path=None, reference_path=None, memory_mb=memory
+    )
     assert spec.threads == threads
 
 
 def test_threads_never_exceed_the_machine(monkeypatch):
-    monkeypatch.setattr("services.inference.launcher.host_cores", lambda: 2)
-    spec = MeasureSpec(optimizer="onnx", workload="image_classification", artifact_path=None, reference_path=None, memory_mb=10240)
+    monkeypatch.setattr("measuring.launcher.host_cores", lambda: 2)
+    spec = MeasureSpec(
+        optimizer="onnx", workload="image_classification", artifact_path=None, reference_path=None, memory_mb=10240
+    )
     assert spec.threads == 2 and math.isclose(spec.vcpus, 10240 / 1769)
 
 
@@ -83,12 +87,17 @@ def test_v1_groups_nest_under_this_process_own_groups(tmp_path):
 
 
 def test_v2_groups_go_beside_this_process_group(tmp_path):
-    proc = fake_proc(tmp_path, "30 1 0:26 / ROOT/cg rw - cgroup2 cgroup2 rw,nsdelegate\n", "0::/user.slice/session-1.scope\n")
+    proc = fake_proc(
+        tmp_path, "30 1 0:26 / ROOT/cg rw - cgroup2 cgroup2 rw,nsdelegate\n", "0::/user.slice/session-1.scope\n"
+    )
     (tmp_path / "cg/user.slice/session-1.scope").mkdir(parents=True)
     (tmp_path / "cg/cgroup.controllers").write_text("cpuset cpu io memory pids\n")
     (tmp_path / "cg/user.slice/cgroup.subtree_control").write_text("memory pids\n")
     hierarchy = find_hierarchy(proc)
-    assert hierarchy.version == 2 and hierarchy.cpu_parent == hierarchy.memory_parent == tmp_path / "cg/user.slice/ayci-measure"
+    assert (
+        hierarchy.version == 2
+        and hierarchy.cpu_parent == hierarchy.memory_parent == tmp_path / "cg/user.slice/ayci-measure"
+    )
     (hierarchy.cpu_parent).mkdir()
     (hierarchy.cpu_parent / "cgroup.subtree_control").write_text("")
     group = MeasurementGroup.create(Limits.for_memory(3538), hierarchy)
@@ -125,9 +134,15 @@ def test_an_unwritable_hierarchy_is_a_reason(tmp_path):
 def test_measurement_lock_excludes_conversion_and_measurement(tmp_path, monkeypatch):
     monkeypatch.setenv("AYCI_MEASUREMENT_LOCK", str(tmp_path / "lock"))
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from core import measurement_lock\n"
-         "with measurement_lock.shared():\n    print('held', flush=True); time.sleep(30)"],
-        stdout=subprocess.PIPE, text=True, env={**__import__("os").environ, "PYTHONPATH": "."},
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from core import measurement_lock\n"
+            "with measurement_lock.shared():\n    print('held', flush=True); time.sleep(30)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**__import__("os").environ, "PYTHONPATH": "."},
     )
     try:
         assert holder.stdout.readline().strip() == "held"
@@ -150,9 +165,16 @@ def test_a_waiting_measurement_goes_before_new_conversions(tmp_path, monkeypatch
 
     monkeypatch.setenv("AYCI_MEASUREMENT_LOCK", str(tmp_path / "lock"))
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from core import measurement_lock\n"
-         "with measurement_lock.shared():\n    print('held', flush=True); sys.stdin.readline()"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**__import__("os").environ, "PYTHONPATH": "."},
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from core import measurement_lock\n"
+            "with measurement_lock.shared():\n    print('held', flush=True); sys.stdin.readline()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**__import__("os").environ, "PYTHONPATH": "."},
     )
     order = []
     try:
@@ -181,10 +203,12 @@ def test_a_waiting_measurement_goes_before_new_conversions(tmp_path, monkeypatch
 
 
 def test_inside_lambda_the_function_confines_to_its_own_size(monkeypatch):
-    from services.inference.launcher import _confinement_for
+    from measuring.launcher import _confinement_for
 
     monkeypatch.setenv("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "2048")
-    spec = MeasureSpec(optimizer="onnx", workload="image_classification", artifact_path=None, reference_path=None, memory_mb=2048)
+    spec = MeasureSpec(
+        optimizer="onnx", workload="image_classification", artifact_path=None, reference_path=None, memory_mb=2048
+    )
     assert _confinement_for(spec) == (None, True, "by the Lambda function itself (2048 MB)")
     spec.memory_mb = 1769
     group, confined, reason = _confinement_for(spec)
@@ -192,23 +216,27 @@ def test_inside_lambda_the_function_confines_to_its_own_size(monkeypatch):
 
 
 def test_groups_left_by_a_dead_launcher_are_removed(tmp_path):
-    from services.inference.confinement import Hierarchy
+    from measuring.confinement import Hierarchy
 
     (tmp_path / "cpu").mkdir()
     (tmp_path / "memory").mkdir()
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
     stale = tmp_path / "memory" / f"m-{dead}-0"
     stale.mkdir()
     live = tmp_path / "memory" / f"m-{__import__('os').getpid()}-999"
     live.mkdir()
-    group = MeasurementGroup.create(Limits.for_memory(1769), Hierarchy(version=1, cpu_parent=tmp_path / "cpu", memory_parent=tmp_path / "memory"))
+    group = MeasurementGroup.create(
+        Limits.for_memory(1769), Hierarchy(version=1, cpu_parent=tmp_path / "cpu", memory_parent=tmp_path / "memory")
+    )
     assert not stale.exists() and live.exists() and group.memory_dir.exists()
 
 
 def test_other_work_disturbs_only_when_it_reaches_into_the_cores_needed(monkeypatch):
-    from services.inference.machine_load import LoadSample, load_report
+    from measuring.machine_load import LoadSample, load_report
 
-    monkeypatch.setattr("services.inference.machine_load.host_cores", lambda: 2)
+    monkeypatch.setattr("measuring.machine_load.host_cores", lambda: 2)
     before = LoadSample(at=0.0, loadavg_1m=1.0, cpu_pressure_avg10=None, busy_cpu_s=100.0)
     after = LoadSample(at=10.0, loadavg_1m=1.0, cpu_pressure_avg10=None, busy_cpu_s=120.0)  # 2 cores busy for 10 s
     half = load_report(before, after, own_cpu_s=5.0, needed_cores=0.5)  # others: 1.5 cores, 1.5 free

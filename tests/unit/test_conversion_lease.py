@@ -42,14 +42,22 @@ def test_tuning_records_are_stored_as_one_object_and_come_back_whole(tmp_path):
     from services.converter.handlers import _fetch_tuning_records, _store_tuning_records
 
     model = ModelRef(sha256="ab" * 32, size_bytes=1, format="pt2", workload="image_classification", input_size=[32, 32])
-    pending = ComboPending(model=model, combo=Combo(hardware="intel", optimizer="tvm", batch_size=2, memory_mb=1769), combo_key="k", artifact_key="a", target_cpu="znver3")
+    pending = ComboPending(
+        model=model,
+        combo=Combo(hardware="intel", optimizer="tvm", batch_size=2, memory_mb=1769),
+        combo_key="k",
+        artifact_key="a",
+        target_cpu="znver3",
+    )
     records = tmp_path / "out" / "tuning"
     records.mkdir(parents=True)
     (records / "database_workload.json").write_text("w" * 100)
     (records / "database_tuning_record.json").write_text("r" * 1000)
     store = MemoryStore()
     _store_tuning_records(store, pending, records)
-    assert list(store.objects) == [keys.tuning_records(model.sha256, "znver3", 2, [32, 32])]  # one object, written at once
+    assert list(store.objects) == [
+        keys.tuning_records(model.sha256, "znver3", 2, [32, 32])
+    ]  # one object, written at once
     (tmp_path / "in").mkdir()
     fetched, shared = _fetch_tuning_records(store, pending, tmp_path / "in")
     assert {p.name: p.read_text() for p in fetched.iterdir()} == {p.name: p.read_text() for p in records.iterdir()}
@@ -62,8 +70,16 @@ def test_other_models_tuning_records_for_the_same_cpu_come_along(tmp_path):
     from services.converter.handlers import SHARED_TUNING_RECORDS, _fetch_tuning_records, _store_tuning_records
 
     def pending_for(sha: str, cpu: str, batch: int = 1) -> ComboPending:
-        model = ModelRef(sha256=sha * 32, size_bytes=1, format="pt2", workload="image_classification", input_size=[32, 32])
-        return ComboPending(model=model, combo=Combo(hardware="intel", optimizer="tvm", batch_size=batch, memory_mb=1769), combo_key="k", artifact_key="a", target_cpu=cpu)
+        model = ModelRef(
+            sha256=sha * 32, size_bytes=1, format="pt2", workload="image_classification", input_size=[32, 32]
+        )
+        return ComboPending(
+            model=model,
+            combo=Combo(hardware="intel", optimizer="tvm", batch_size=batch, memory_mb=1769),
+            combo_key="k",
+            artifact_key="a",
+            target_cpu=cpu,
+        )
 
     store = MemoryStore()
     for index in range(SHARED_TUNING_RECORDS + 2):

@@ -31,8 +31,22 @@ def test_request_cost_is_billed_duration_times_gb_times_price_plus_request():
 
 
 def test_cost_block_per_million_inferences_divides_a_request_by_its_batch():
-    one = cost_block(billed_ms_per_request=20, cold_start_ms=1500.2, memory_mb=1769, batch_size=1, hardware="intel", region="us-east-1")
-    eight = cost_block(billed_ms_per_request=20, cold_start_ms=1500.2, memory_mb=1769, batch_size=8, hardware="intel", region="us-east-1")
+    one = cost_block(
+        billed_ms_per_request=20,
+        cold_start_ms=1500.2,
+        memory_mb=1769,
+        batch_size=1,
+        hardware="intel",
+        region="us-east-1",
+    )
+    eight = cost_block(
+        billed_ms_per_request=20,
+        cold_start_ms=1500.2,
+        memory_mb=1769,
+        batch_size=8,
+        hardware="intel",
+        region="us-east-1",
+    )
     per_request = 0.020 * 1769 / 1024 * 0.0000166667 + 0.2e-6
     assert one["per_request_usd"] == pytest.approx(per_request)
     assert one["per_million_inferences_usd"] == pytest.approx(per_request * 1e6)
@@ -46,7 +60,9 @@ def test_cost_block_per_million_inferences_divides_a_request_by_its_batch():
 
 def test_arm_is_cheaper_per_gb_second():
     args = dict(billed_ms_per_request=10, cold_start_ms=100, memory_mb=1024, batch_size=1, region="us-east-1")
-    assert cost_block(hardware="arm", **args)["per_request_usd"] < cost_block(hardware="intel", **args)["per_request_usd"]
+    assert (
+        cost_block(hardware="arm", **args)["per_request_usd"] < cost_block(hardware="intel", **args)["per_request_usd"]
+    )
 
 
 def test_unknown_region_names_the_known_ones():
@@ -59,13 +75,22 @@ def test_prices_can_be_overridden_by_another_file(tmp_path, monkeypatch):
     override.write_text(
         json.dumps(
             {
-                "date": "2030-01-01", "default_region": "eu-test-1",
-                "regions": {"eu-test-1": {"x86_64_per_gb_second_usd": 1e-5, "arm64_per_gb_second_usd": 8e-6, "per_million_requests_usd": 0.1}},
+                "date": "2030-01-01",
+                "default_region": "eu-test-1",
+                "regions": {
+                    "eu-test-1": {
+                        "x86_64_per_gb_second_usd": 1e-5,
+                        "arm64_per_gb_second_usd": 8e-6,
+                        "per_million_requests_usd": 0.1,
+                    }
+                },
             }
         )
     )
     monkeypatch.setenv("AYCI_LAMBDA_PRICES", str(override))
-    cost = cost_block(billed_ms_per_request=1000, cold_start_ms=1, memory_mb=1024, batch_size=1, hardware="intel", region="eu-test-1")
+    cost = cost_block(
+        billed_ms_per_request=1000, cold_start_ms=1, memory_mb=1024, batch_size=1, hardware="intel", region="eu-test-1"
+    )
     assert cost["per_request_usd"] == pytest.approx(1e-5 + 0.1e-6) and cost["price_date"] == "2030-01-01"
     request = RequestSubmitted(model=MODEL, matrix=MATRIX)
     assert request.price_region == "eu-test-1"  # the table's default region
@@ -75,7 +100,14 @@ def test_prices_can_be_overridden_by_another_file(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(
     "field, value",
-    [("price_region", "mars-north-1"), ("slo_p99_ms", 0), ("slo_p99_ms", -3.0), ("slo_p99_ms", math.nan), ("balance_weight", 1.5), ("balance_weight", -0.1)],
+    [
+        ("price_region", "mars-north-1"),
+        ("slo_p99_ms", 0),
+        ("slo_p99_ms", -3.0),
+        ("slo_p99_ms", math.nan),
+        ("balance_weight", 1.5),
+        ("balance_weight", -0.1),
+    ],
 )
 def test_bad_request_fields_are_errors_naming_the_field(field, value):
     with pytest.raises(ValidationError) as raised:
@@ -87,7 +119,9 @@ def test_bad_request_fields_are_errors_naming_the_field(field, value):
 def test_memory_sizes_are_lambdas(memory):
     with pytest.raises(ValidationError, match="memory_sizes_mb"):
         Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[memory])
-    assert Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[128, 1000, 10240]).memory_sizes_mb == [128, 1000, 10240]
+    assert Matrix(
+        optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[128, 1000, 10240]
+    ).memory_sizes_mb == [128, 1000, 10240]
 
 
 def test_older_requests_stay_readable_with_the_default_region():

@@ -31,5 +31,7 @@ def test_template_lambda_handlers_exist_and_template_lints():
     for handler in handlers:
         module, _, name = handler.rpartition(".")
         assert importlib.util.find_spec(module) is not None, handler
-    lint = subprocess.run([str(Path(ROOT / ".venv/bin/cfn-lint")), str(ROOT / "infra/template.yaml")], capture_output=True, text=True)
+    lint = subprocess.run(
+        [str(Path(ROOT / ".venv/bin/cfn-lint")), str(ROOT / "infra/template.yaml")], capture_output=True, text=True
+    )
     assert lint.returncode == 0, lint.stdout + lint.stderr

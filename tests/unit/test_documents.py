@@ -17,7 +17,12 @@ from tests.conftest import archived_summary, measured_result
 def test_a_document_written_before_versioning_reads_as_version_1_and_is_written_with_its_version():
     outcome = Outcome.read(b'{"status": "done", "result_key": "results/k.json", "reused": true}')
     assert outcome.reused and outcome.result_key == "results/k.json"
-    assert outcome.to_dict() == {"status": "done", "result_key": "results/k.json", "reused": True, "document_version": 1}
+    assert outcome.to_dict() == {
+        "status": "done",
+        "result_key": "results/k.json",
+        "reused": True,
+        "document_version": 1,
+    }
 
 
 def test_an_unknown_version_or_a_document_that_does_not_fit_is_refused_with_the_reason():
@@ -45,18 +50,31 @@ def test_a_stored_result_and_a_manifest_build_their_events_in_one_place():
     result = MeasuredResult.read(measured_result("intel/onnx/b4/1769MB", p99=8.0, cost=0.1))
     done = result.inference_done(result_key="results/x.json", reused=True)
     assert (done.p50_ms, done.p99_ms, done.reused, done.combo.batch_size) == (4.0, 8.0, True, 4)
-    manifest = ArtifactManifest(artifact_file="m.so", optimizer="tvm", hardware="intel", target_cpu="x", conversion_s=2.0, tuning_s=5.0)
-    converted = manifest.model_converted(model=result.model, combo=result.combo, combo_key="k", artifact_key="a", reused=True)
+    manifest = ArtifactManifest(
+        artifact_file="m.so", optimizer="tvm", hardware="intel", target_cpu="x", conversion_s=2.0, tuning_s=5.0
+    )
+    converted = manifest.model_converted(
+        model=result.model, combo=result.combo, combo_key="k", artifact_key="a", reused=True
+    )
     assert (converted.artifact_file, converted.tuning_s, converted.artifact_reused) == ("m.so", 5.0, True)
 
 
 def test_the_test_summary_builder_writes_what_the_archiver_writes():
-    summary = archived_summary("r1", "partial", [measured_result("intel/onnx/b1/1769MB", p99=2.0, cost=0.1)], [{"label": "intel/base/b1/128MB", "stage": "inference", "reason": "x"}])
+    summary = archived_summary(
+        "r1",
+        "partial",
+        [measured_result("intel/onnx/b1/1769MB", p99=2.0, cost=0.1)],
+        [{"label": "intel/base/b1/128MB", "stage": "inference", "reason": "x"}],
+    )
     assert RunSummary.read(summary).failures[0].combo.memory_mb == 128
 
 
 def test_every_key_function_is_in_the_layout_and_no_service_spells_a_key():
-    functions = [name for name, f in inspect.getmembers(keys, inspect.isfunction) if f.__module__ == keys.__name__ and f.__annotations__.get("return") == "str"]
+    functions = [
+        name
+        for name, f in inspect.getmembers(keys, inspect.isfunction)
+        if f.__module__ == keys.__name__ and f.__annotations__.get("return") == "str"
+    ]
     layout = keys.__doc__
     for name in functions:
         parameters = inspect.signature(getattr(keys, name)).parameters
@@ -68,7 +86,9 @@ def test_every_key_function_is_in_the_layout_and_no_service_spells_a_key():
 
     root = pathlib.Path(__file__).resolve().parents[2]
     # store keys, not the API's URLs (`runs/{id}` is also a URL path)
-    spelled = re.compile(r"""["'](runs/[^"']*(\.json|/events/)|(models|results|artifacts|references|tuning|processed|failures|dead-letters)/)""")
+    spelled = re.compile(
+        r"""["'](runs/[^"']*(\.json|/events/)|(models|results|artifacts|references|tuning|processed|failures|dead-letters)/)"""
+    )
     offenders = [
         str(path.relative_to(root))
         for folder in ("services", "core", "adapters", "ayci", "engines", "report")
@@ -81,5 +101,7 @@ def test_every_key_function_is_in_the_layout_and_no_service_spells_a_key():
 def test_every_document_class_is_versioned():
     import schemas.documents as documents
 
-    classes = [c for _, c in inspect.getmembers(documents, inspect.isclass) if issubclass(c, Document) and c is not Document]
+    classes = [
+        c for _, c in inspect.getmembers(documents, inspect.isclass) if issubclass(c, Document) and c is not Document
+    ]
     assert len(classes) >= 6 and all(isinstance(c.VERSION, int) and c.VERSION >= 1 for c in classes)

@@ -21,16 +21,29 @@ def test_caused_ids_are_deterministic():
     env = Envelope.wrap(RequestSubmitted(model=MODEL, matrix=MATRIX), run_id="r", producer="request")
     c = Combo(hardware="intel", optimizer="base", batch_size=1, memory_mb=1769)
     failed = ComboFailed(combo=c, combo_key="k", stage="dedup", reason="x")
-    assert env.caused(failed, producer="dedup", index=0).event_id == env.caused(failed, producer="dedup", index=0).event_id
-    assert env.caused(failed, producer="dedup", index=0).event_id != env.caused(failed, producer="dedup", index=1).event_id
+    assert (
+        env.caused(failed, producer="dedup", index=0).event_id == env.caused(failed, producer="dedup", index=0).event_id
+    )
+    assert (
+        env.caused(failed, producer="dedup", index=0).event_id != env.caused(failed, producer="dedup", index=1).event_id
+    )
 
 
 def test_v1_request_is_upcast_to_the_current_version():
     v1 = {
-        "event_id": "e1", "type": "RequestSubmitted", "schema_version": 1, "run_id": "r1",
-        "time": "2026-01-01T00:00:00Z", "producer": "request",
-        "payload": {"model": MODEL.model_dump(mode="json"), "hardware": ["intel", "arm"], "optimizers": ["base", "onnx"],
-                    "batch_sizes": [1], "memory_mb": [1024, 2048]},
+        "event_id": "e1",
+        "type": "RequestSubmitted",
+        "schema_version": 1,
+        "run_id": "r1",
+        "time": "2026-01-01T00:00:00Z",
+        "producer": "request",
+        "payload": {
+            "model": MODEL.model_dump(mode="json"),
+            "hardware": ["intel", "arm"],
+            "optimizers": ["base", "onnx"],
+            "batch_sizes": [1],
+            "memory_mb": [1024, 2048],
+        },
     }
     env = Envelope.parse(json.dumps(v1))
     assert env.schema_version == RequestSubmitted.VERSION == 6
@@ -41,7 +54,13 @@ def test_v1_request_is_upcast_to_the_current_version():
 
 def test_v1_plan_reads_with_nothing_predicted():
     request = RequestSubmitted(model=MODEL, matrix=MATRIX)
-    v1 = json.loads(Envelope.wrap(RunPlanned(model=MODEL, combos={}, deadline="2026-01-01T00:00:00Z", request=request), run_id="r", producer="p").to_json())
+    v1 = json.loads(
+        Envelope.wrap(
+            RunPlanned(model=MODEL, combos={}, deadline="2026-01-01T00:00:00Z", request=request),
+            run_id="r",
+            producer="p",
+        ).to_json()
+    )
     v1["schema_version"] = 1
     v1["payload"].pop("predicted")
     v1["payload"]["request"].pop("predict")
@@ -50,14 +69,22 @@ def test_v1_plan_reads_with_nothing_predicted():
 
 def test_predict_needs_more_sizes_than_it_measures():
     with pytest.raises(ValueError, match=r"predict measures up to 3 memory sizes.*3 memory sizes \(1024, 1769, 3538\)"):
-        RequestSubmitted(model=MODEL, matrix=Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1024, 1769, 3538]), predict=True)
+        RequestSubmitted(
+            model=MODEL,
+            matrix=Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1024, 1769, 3538]),
+            predict=True,
+        )
     four = Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[512, 1024, 1769, 3538])
     assert RequestSubmitted(model=MODEL, matrix=four, predict=True).predict
 
 
 @pytest.mark.parametrize(
     "mutation, message",
-    [({"type": "Nope"}, "unknown event type"), ({"schema_version": 9}, "unknown version"), ({"payload": {"model": 1}}, "does not fit")],
+    [
+        ({"type": "Nope"}, "unknown event type"),
+        ({"schema_version": 9}, "unknown version"),
+        ({"payload": {"model": 1}}, "does not fit"),
+    ],
 )
 def test_unknown_type_version_or_bad_payload_is_a_clear_error(mutation, message):
     env = json.loads(Envelope.wrap(RequestSubmitted(model=MODEL, matrix=MATRIX), run_id="r", producer="p").to_json())
@@ -107,9 +134,15 @@ def test_bad_matrix_is_rejected(matrix):
 
 @pytest.mark.parametrize(
     "body",
-    ["[]", "123", "null", '{"detail": []}', '"text"',
-     # a v1 request missing the fields its upcaster reads
-     '{"event_id": "e", "type": "RequestSubmitted", "schema_version": 1, "run_id": "r", "time": "2026-01-01T00:00:00Z", "producer": "x", "payload": {"model": {}}}'],
+    [
+        "[]",
+        "123",
+        "null",
+        '{"detail": []}',
+        '"text"',
+        # a v1 request missing the fields its upcaster reads
+        '{"event_id": "e", "type": "RequestSubmitted", "schema_version": 1, "run_id": "r", "time": "2026-01-01T00:00:00Z", "producer": "x", "payload": {"model": {}}}',
+    ],
 )
 def test_a_malformed_message_body_is_a_schema_error_never_a_crash(body):
     from adapters.aws import envelope_from_sqs_body

@@ -42,8 +42,14 @@ def make_functions() -> object:
     lam = boto3.client("lambda")
     for name, arch in ((INTEL, "x86_64"), (ARM, "arm64")):
         lam.create_function(
-            FunctionName=name, Role=role, PackageType="Image", Code={"ImageUri": IMAGE.format(arch)}, Architectures=[arch],
-            MemorySize=1769, Timeout=900, Environment={"Variables": {"AYCI_BUCKET": BUCKET}},
+            FunctionName=name,
+            Role=role,
+            PackageType="Image",
+            Code={"ImageUri": IMAGE.format(arch)},
+            Architectures=[arch],
+            MemorySize=1769,
+            Timeout=900,
+            Environment={"Variables": {"AYCI_BUCKET": BUCKET}},
         )
     return lam
 
@@ -61,8 +67,15 @@ class Clock:
 
 def sizes(clock: Clock | None = None, **options) -> LambdaSizes:
     clock = clock or Clock()
-    return LambdaSizes({"intel": INTEL, "arm": ARM}, BUCKET, lambda_client=boto3.client("lambda"), s3_client=boto3.client("s3"),
-                       clock=clock, sleep=clock.sleep, **options)
+    return LambdaSizes(
+        {"intel": INTEL, "arm": ARM},
+        BUCKET,
+        lambda_client=boto3.client("lambda"),
+        s3_client=boto3.client("s3"),
+        clock=clock,
+        sleep=clock.sleep,
+        **options,
+    )
 
 
 def version_config(lam, function: str, alias: str) -> dict:
@@ -70,7 +83,11 @@ def version_config(lam, function: str, alias: str) -> dict:
 
 
 def published_versions(lam, function: str) -> list[str]:
-    return [v["Version"] for v in lam.list_versions_by_function(FunctionName=function)["Versions"] if v["Version"] != "$LATEST"]
+    return [
+        v["Version"]
+        for v in lam.list_versions_by_function(FunctionName=function)["Versions"]
+        if v["Version"] != "$LATEST"
+    ]
 
 
 def test_a_memory_size_gets_an_alias_on_a_version_configured_with_it_and_reuses_it(aws):
@@ -85,14 +102,18 @@ def test_a_memory_size_gets_an_alias_on_a_version_configured_with_it_and_reuses_
     before = published_versions(lam, INTEL)
     assert functions.alias_for(INTEL, FunctionSize(1024)) == "mem-1024"
     assert published_versions(lam, INTEL) == before  # reused: nothing published again
-    assert json.loads(boto3.client("s3").get_object(Bucket=BUCKET, Key=keys.lambda_size_use(INTEL, "mem-1024"))["Body"].read())["last_used"]
+    assert json.loads(
+        boto3.client("s3").get_object(Bucket=BUCKET, Key=keys.lambda_size_use(INTEL, "mem-1024"))["Body"].read()
+    )["last_used"]
 
 
 def test_a_deploy_that_changes_the_function_gets_a_new_version_behind_the_same_alias(aws):
     lam, functions = aws, sizes()
     functions.alias_for(INTEL, FunctionSize(2048))
     old = version_config(lam, INTEL, "mem-2048")["Version"]
-    lam.update_function_configuration(FunctionName=INTEL, Environment={"Variables": {"AYCI_BUCKET": BUCKET, "AYCI_LOG_FORMAT": "json"}})
+    lam.update_function_configuration(
+        FunctionName=INTEL, Environment={"Variables": {"AYCI_BUCKET": BUCKET, "AYCI_LOG_FORMAT": "json"}}
+    )
     functions.alias_for(INTEL, FunctionSize(2048))
     new = version_config(lam, INTEL, "mem-2048")
     assert new["Version"] != old and new["MemorySize"] == 2048
@@ -128,13 +149,17 @@ def test_two_runs_needing_different_sizes_at_once_never_reconfigure_the_function
 
     def run(who: str, memory: int, errors: list) -> None:
         try:
-            LambdaSizes({"intel": INTEL}, BUCKET, lambda_client=Slow(who), s3_client=boto3.client("s3"), poll_s=0.05).alias_for(
-                INTEL, FunctionSize(memory))
-        except Exception as exc:  # noqa: BLE001  (reported below)
+            LambdaSizes(
+                {"intel": INTEL}, BUCKET, lambda_client=Slow(who), s3_client=boto3.client("s3"), poll_s=0.05
+            ).alias_for(INTEL, FunctionSize(memory))
+        except Exception as exc:
             errors.append(exc)
 
     errors: list = []
-    threads = [threading.Thread(target=run, args=(who, memory, errors)) for who, memory in (("a", 1769), ("b", 3538), ("c", 5307))]
+    threads = [
+        threading.Thread(target=run, args=(who, memory, errors))
+        for who, memory in (("a", 1769), ("b", 3538), ("c", 5307))
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -164,7 +189,9 @@ def test_ephemeral_storage_is_sized_from_the_artifact_and_refused_past_10240_mb(
     assert ephemeral_storage_mb(900 * mib) == 2048  # 900 MB + the process's own files
     assert ephemeral_storage_mb(3000 * mib) == 4096
     assert ephemeral_storage_mb(10_000 * mib) == 10240
-    with pytest.raises(MeasurementRefused, match=r"11,000 MB: .* 11,128 MB of ephemeral storage \(/tmp\), more than the 10,240 MB"):
+    with pytest.raises(
+        MeasurementRefused, match=r"11,000 MB: .* 11,128 MB of ephemeral storage \(/tmp\), more than the 10,240 MB"
+    ):
         ephemeral_storage_mb(11_000 * mib)
 
 
@@ -174,7 +201,9 @@ def test_an_artifact_too_large_for_tmp_is_refused_before_anything_is_invoked_or_
     functions = sizes()
     functions._object_bytes = lambda key: 11 * (1 << 30)  # 11 GiB: not worth uploading to show
     with pytest.raises(MeasurementRefused, match="more than the 10,240 MB"):
-        functions.measure(hardware="intel", memory_mb=1769, request={"run_id": "r"}, staged_keys=["artifacts/a/model.onnx"])
+        functions.measure(
+            hardware="intel", memory_mb=1769, request={"run_id": "r"}, staged_keys=["artifacts/a/model.onnx"]
+        )
     assert published_versions(aws, INTEL) == []
 
 
@@ -210,16 +239,34 @@ def test_a_held_lease_waits_and_an_expired_one_is_taken_over(aws):
 @pytest.mark.parametrize(
     "response, reason",
     [
-        ({"FunctionError": "Unhandled", "Payload": b'{"errorType": "Runtime.OutOfMemory", "errorMessage": "Runtime exited with error: signal: killed"}'},
-         "out of memory at 1769 MB (the measuring Lambda function was killed"),
-        ({"FunctionError": "Unhandled", "Payload": b'{"errorType": "Sandbox.Timedout", "errorMessage": "Task timed out after 900.00 seconds"}'},
-         "the measuring Lambda function timed out (Task timed out after 900.00 seconds)"),
-        ({"FunctionError": None, "Payload": b'{"failed": "out of memory at 1769 MB (peak 1900 MB)"}'}, "out of memory at 1769 MB (peak 1900 MB)"),
-        ({"FunctionError": None, "Payload": b"null"}, "the measuring Lambda function answered something that is not a report"),
+        (
+            {
+                "FunctionError": "Unhandled",
+                "Payload": b'{"errorType": "Runtime.OutOfMemory", "errorMessage": "Runtime exited with error: signal: killed"}',
+            },
+            "out of memory at 1769 MB (the measuring Lambda function was killed",
+        ),
+        (
+            {
+                "FunctionError": "Unhandled",
+                "Payload": b'{"errorType": "Sandbox.Timedout", "errorMessage": "Task timed out after 900.00 seconds"}',
+            },
+            "the measuring Lambda function timed out (Task timed out after 900.00 seconds)",
+        ),
+        (
+            {"FunctionError": None, "Payload": b'{"failed": "out of memory at 1769 MB (peak 1900 MB)"}'},
+            "out of memory at 1769 MB (peak 1900 MB)",
+        ),
+        (
+            {"FunctionError": None, "Payload": b"null"},
+            "the measuring Lambda function answered something that is not a report",
+        ),
     ],
 )
 def test_what_a_measuring_function_answers_becomes_a_report_or_the_reason(response, reason):
     with pytest.raises(MeasurementRefused) as refused:
         answer_of(response, FunctionSize(1769))
     assert refused.value.reason.startswith(reason)
-    assert answer_of({"FunctionError": None, "Payload": b'{"report": {"peak_rss_mb": 1}}'}, FunctionSize(1769)) == {"peak_rss_mb": 1}
+    assert answer_of({"FunctionError": None, "Payload": b'{"report": {"peak_rss_mb": 1}}'}, FunctionSize(1769)) == {
+        "peak_rss_mb": 1
+    }

@@ -16,19 +16,34 @@ def test_spiky_plan_bursts_in_the_middle_of_each_half_and_stops_at_the_duration(
     assert all(rate_at(LoadPlan(rps=3, duration_s=60), t) == 3 for t in range(60))
 
 
-@pytest.mark.parametrize("kwargs, field", [({"rps": 0}, "rps"), ({"rps": 1e6}, "rps"), ({"duration_s": 1}, "duration"),
-                                           ({"pattern": "wavy"}, "pattern")])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [({"rps": 0}, "rps"), ({"rps": 1e6}, "rps"), ({"duration_s": 1}, "duration"), ({"pattern": "wavy"}, "pattern")],
+)
 def test_a_bad_plan_is_refused_naming_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
         LoadPlan(**{"rps": 2, "duration_s": 30, **kwargs})
 
 
 def observed(p99, cold_share, cold_starts=3, waited=3):
-    return {"p50_ms": 5.0, "p99_ms": p99, "cold_share": cold_share, "cold_starts": cold_starts, "waited_for_load": waited, "answered": 300}
+    return {
+        "p50_ms": 5.0,
+        "p99_ms": p99,
+        "cold_share": cold_share,
+        "cold_starts": cold_starts,
+        "waited_for_load": waited,
+        "answered": 300,
+    }
 
 
-PREDICTED = {"p50_ms": 5.0, "p99_ms": 100.0, "cold_share": 0.01, "cold_starts": 3, "peak_instances": 2,
-             "lambda": {"peak_instances": 9, "cold_share": 0.03, "p99_ms": 400.0}}
+PREDICTED = {
+    "p50_ms": 5.0,
+    "p99_ms": 100.0,
+    "cold_share": 0.01,
+    "cold_starts": 3,
+    "peak_instances": 2,
+    "lambda": {"peak_instances": 9, "cold_share": 0.03, "p99_ms": 400.0},
+}
 RESULT = {"cold_start_ms": {"total": 400.0}}
 
 

@@ -11,13 +11,14 @@ import boto3
 import pytest
 from moto import mock_aws
 
+import engines
 from adapters.aws import S3Store
 from adapters.aws_calls import ENV, iam_action, recorded_calls
 from adapters.lambda_sizes import LambdaSizes
 from adapters.local_store import LocalFolderStore
-from ayci.infra import TEMPLATE
 from ayci.lambda_entry import make_measuring_handler
-from engines import ConversionJob, engine_module
+from engines import ConversionJob
+from infra.stack import TEMPLATE
 from schemas import keys
 from schemas.combos import Combo, Hardware, combo_key, reference_key
 from schemas.documents import MeasuredResult
@@ -40,7 +41,16 @@ def converted(tiny_image_model, tmp_path_factory) -> dict:
     model = store_model(store, tiny_image_model, "image_classification", TINY_IMAGE_SIZE)
     out = work / "onnx"
     out.mkdir()
-    engine_module("onnx").convert(ConversionJob(model=model, model_path=tiny_image_model, hardware=Hardware.intel, batch_size=1, target_cpu="x86_64", out_dir=out))
+    engines.module("onnx").convert(
+        ConversionJob(
+            model=model,
+            model_path=tiny_image_model,
+            hardware=Hardware.intel,
+            batch_size=1,
+            target_cpu="x86_64",
+            out_dir=out,
+        )
+    )
     reference = work / "reference.npz"
     reference.write_bytes(store.get_bytes(ensure_reference(store, model, tiny_image_model, 1, work)))
     return {"model": model, "artifact": out / "model.onnx", "reference": reference}
@@ -63,24 +73,47 @@ def aws(monkeypatch, tmp_path, converted):
         role = boto3.client("iam").create_role(RoleName="measure", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
         for name, arch in ((INTEL, "x86_64"), (ARM, "arm64")):
             boto3.client("lambda").create_function(
-                FunctionName=name, Role=role, PackageType="Image", Code={"ImageUri": f"123456789012.dkr.ecr.us-east-1.amazonaws.com/ayci:{arch}"},
-                Architectures=[arch], MemorySize=1769, Timeout=840, Environment={"Variables": {"AYCI_BUCKET": BUCKET, "AYCI_LOG_FORMAT": "json"}},
+                FunctionName=name,
+                Role=role,
+                PackageType="Image",
+                Code={"ImageUri": f"123456789012.dkr.ecr.us-east-1.amazonaws.com/ayci:{arch}"},
+                Architectures=[arch],
+                MemorySize=1769,
+                Timeout=840,
+                Environment={"Variables": {"AYCI_BUCKET": BUCKET, "AYCI_LOG_FORMAT": "json"}},
             )
         store = S3Store(BUCKET)
         model = converted["model"]
         store.put_file(keys.artifact_file("art1", "model.onnx"), converted["artifact"])
         store.put_file(keys.reference(reference_key(model, 1)), converted["reference"])
         functions = LambdaSizes({"intel": INTEL, "arm": ARM}, BUCKET)
-        deps = InferenceDeps(store=store, time_cap_s=0.5, min_iterations=5, functions=functions,
-                             runtime_for=lambda hardware: pytest.fail("measured in the inference worker, not in a measuring function"))
+        deps = InferenceDeps(
+            store=store,
+            time_cap_s=0.5,
+            min_iterations=5,
+            functions=functions,
+            runtime_for=lambda hardware: pytest.fail("measured in the inference worker, not in a measuring function"),
+        )
         # the measuring function records its own calls: it has a role of its own
-        with run_invocations_in_process(functions.invoker, make_measuring_handler(), boto3.client("lambda"), extra_env={ENV: str(calls["measuring"])}):
+        with run_invocations_in_process(
+            functions.invoker,
+            make_measuring_handler(),
+            boto3.client("lambda"),
+            extra_env={ENV: str(calls["measuring"])},
+        ):
             yield {"deps": deps, "store": store, "model": model, "calls": calls}
 
 
 def converted_event(model, memory_mb: int, hardware: str = "intel") -> Envelope:
     combo = Combo(hardware=hardware, optimizer="onnx", batch_size=1, memory_mb=memory_mb)
-    payload = ModelConverted(model=model, combo=combo, combo_key=combo_key(model, combo), artifact_key="art1", artifact_file="model.onnx", conversion_s=1.0)
+    payload = ModelConverted(
+        model=model,
+        combo=combo,
+        combo_key=combo_key(model, combo),
+        artifact_key="art1",
+        artifact_file="model.onnx",
+        conversion_s=1.0,
+    )
     return Envelope.wrap(payload, run_id="r1", producer="converter")
 
 
@@ -111,13 +144,23 @@ def test_each_size_is_measured_in_a_function_of_that_size_and_every_call_is_gran
         assert version["MemorySize"] == memory and version["Version"] != "$LATEST"
     # the inference side: the Lambda control plane and S3 (artifact sizes, the lease, use stamps)
     inference = {iam_action(*call) for call in recorded_calls(aws["calls"]["inference"])}
-    assert {"lambda:UpdateFunctionConfiguration", "lambda:PublishVersion", "lambda:CreateAlias", "lambda:InvokeFunction",
-            "lambda:GetFunctionConfiguration", "lambda:ListAliases", "s3:PutObject", "s3:DeleteObject"} <= inference, inference
+    assert {
+        "lambda:UpdateFunctionConfiguration",
+        "lambda:PublishVersion",
+        "lambda:CreateAlias",
+        "lambda:InvokeFunction",
+        "lambda:GetFunctionConfiguration",
+        "lambda:ListAliases",
+        "s3:PutObject",
+        "s3:DeleteObject",
+    } <= inference, inference
     assert sorted(inference - role_actions("ServiceFunctionRole")) == []
     # the measuring function reads the artifact and the reference, nothing else
     measuring = {iam_action(*call) for call in recorded_calls(aws["calls"]["measuring"])}
     assert measuring == {"s3:GetObject"} and measuring <= role_actions("MeasureFunctionRole")
-    assert keys.artifact_file("a", "f").startswith("artifacts/") and keys.reference("r").startswith("references/")  # its granted prefixes
+    assert keys.artifact_file("a", "f").startswith("artifacts/") and keys.reference("r").startswith(
+        "references/"
+    )  # its granted prefixes
 
 
 def test_a_size_the_account_is_not_offered_fails_its_combination_before_anything_is_made(aws):
@@ -131,11 +174,28 @@ def test_the_measuring_handler_refuses_a_request_for_another_size_and_a_bad_even
     monkeypatch.setenv("AYCI_BUCKET", BUCKET)  # the function's environment (invoked directly here)
     handler = make_measuring_handler()
     event = converted_event(aws["model"], 3008)
-    request = {"run_id": "r1", "combo_key": event.payload.combo_key, "combo_label": "intel/onnx/b1/3008MB", "optimizer": "onnx",
-               "workload": "image_classification", "artifact_object": keys.artifact_file("art1", "model.onnx"), "artifact_file": "model.onnx",
-               "reference_object": keys.reference(reference_key(aws["model"], 1)), "memory_mb": 3008, "time_cap_s": 0.5, "min_iterations": 5}
+    request = {
+        "run_id": "r1",
+        "combo_key": event.payload.combo_key,
+        "combo_label": "intel/onnx/b1/3008MB",
+        "optimizer": "onnx",
+        "workload": "image_classification",
+        "artifact_object": keys.artifact_file("art1", "model.onnx"),
+        "artifact_file": "model.onnx",
+        "reference_object": keys.reference(reference_key(aws["model"], 1)),
+        "memory_mb": 3008,
+        "time_cap_s": 0.5,
+        "min_iterations": 5,
+    }
     context = LambdaContext(INTEL, "7", 1769, f"arn:aws:lambda:us-east-1:123456789012:function:{INTEL}:mem-1769")
-    assert handler(request, context) == {"failed": "this measuring function has 1769 MB, the combination asks for 3008 MB"}
-    answer = handler({**request, "memory_mb": 3008, "artifact_object": "artifacts/missing/model.onnx"}, LambdaContext(INTEL, "8", 3008, "arn"))
-    assert answer == {"failed": "artifacts/missing/model.onnx is not in the bucket (the artifact or the reference outputs)"}
+    assert handler(request, context) == {
+        "failed": "this measuring function has 1769 MB, the combination asks for 3008 MB"
+    }
+    answer = handler(
+        {**request, "memory_mb": 3008, "artifact_object": "artifacts/missing/model.onnx"},
+        LambdaContext(INTEL, "8", 3008, "arn"),
+    )
+    assert answer == {
+        "failed": "artifacts/missing/model.onnx is not in the bucket (the artifact or the reference outputs)"
+    }
     assert handler({"hello": "world"}, context)["failed"].startswith("not a measuring request")

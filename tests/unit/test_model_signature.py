@@ -46,7 +46,9 @@ def export(tmp_path: Path, name: str, *, positional: bool, dynamic: bool) -> Pat
         program = torch.export.export(Encoder().eval(), args, dynamic_shapes=shapes)
     else:
         kwargs = dict(zip(("ids", "mask", "token_type_ids"), args, strict=True))
-        program = torch.export.export(Encoder().eval(), (), kwargs, dynamic_shapes=dict(zip(kwargs, shapes, strict=True)) if shapes else None)
+        program = torch.export.export(
+            Encoder().eval(), (), kwargs, dynamic_shapes=dict(zip(kwargs, shapes, strict=True)) if shapes else None
+        )
     path = tmp_path / name
     torch.export.save(program, str(path))
     return path
@@ -55,7 +57,10 @@ def export(tmp_path: Path, name: str, *, positional: bool, dynamic: bool) -> Pat
 def test_a_positional_dynamic_pt2_signature(tmp_path):
     signature = read_signature(export(tmp_path, "pos.pt2", positional=True, dynamic=True))
     assert [(s.name, s.kind, s.dtype) for s in signature.inputs] == [
-        ("ids", "positional", "int64"), ("mask", "positional", "int64"), ("token_type_ids", "positional", "int64")]
+        ("ids", "positional", "int64"),
+        ("mask", "positional", "int64"),
+        ("token_type_ids", "positional", "int64"),
+    ]
     (symbol,) = {s.dims[0] for s in signature.inputs}
     assert isinstance(symbol, str) and signature.dim_ranges[symbol].min == 1 and signature.dim_ranges[symbol].max == 32
     assert signature.inputs[0].dims[1] == 6
@@ -65,10 +70,16 @@ def test_a_positional_dynamic_pt2_signature(tmp_path):
 
 def test_a_keyword_static_pt2_and_its_fixed_batch(tmp_path):
     signature = read_signature(export(tmp_path, "kw.pt2", positional=False, dynamic=False))
-    assert [(s.name, s.kind) for s in signature.inputs] == [("ids", "keyword"), ("mask", "keyword"), ("token_type_ids", "keyword")]
+    assert [(s.name, s.kind) for s in signature.inputs] == [
+        ("ids", "keyword"),
+        ("mask", "keyword"),
+        ("token_type_ids", "keyword"),
+    ]
     assert signature.inputs[0].dims == [2, 6]
     problems = signature.shape_problems({"ids": (4, 6), "mask": (4, 6), "token_type_ids": (4, 6)}, batch=4)
-    assert problems == ["ids, mask and token_type_ids have a fixed batch of 2: batch 4 cannot run; export with a dynamic batch dimension"]
+    assert problems == [
+        "ids, mask and token_type_ids have a fixed batch of 2: batch 4 cannot run; export with a dynamic batch dimension"
+    ]
     assert signature.shape_problems({"ids": (2, 6), "mask": (2, 6), "token_type_ids": (2, 6)}, batch=2) == []
     assert "fixed size 6 on axis 1" in signature.shape_problems({"ids": (2, 9)}, batch=2)[0]
 
@@ -79,12 +90,21 @@ def test_an_onnx_signature_names_dims_and_external_data(tmp_path):
 
     weight = numpy_helper.from_array(np.ones((4, 3), np.float32), "w")
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])], [weight])
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])],
+        [weight],
+    )
     path = tmp_path / "m.onnx"
-    onnx.save_model(helper.make_model(graph), str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                    location="m.onnx.data", size_threshold=0)
+    onnx.save_model(
+        helper.make_model(graph),
+        str(path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="m.onnx.data",
+        size_threshold=0,
+    )
     signature = read_signature(path)
     assert [(s.name, s.dims, s.dtype) for s in signature.inputs] == [("x", ["batch", 4], "float32")]
     assert signature.outputs[0].dims == ["batch", 3] and signature.external_data
@@ -97,19 +117,28 @@ def test_inputs_bind_by_name_then_role_then_position(tmp_path):
     # ids <- input_ids (role: token ids), mask <- attention_mask (role), token_type_ids made up from the ids
     assert sources["ids"].provided == "input_ids" and sources["mask"].provided == "attention_mask"
     assert sources["token_type_ids"].made_up == "token type ids"
-    arrays = bound_arrays(signature, sources, {"input_ids": np.full((2, 6), 3000, np.int64), "attention_mask": np.ones((2, 6), np.int64)})
+    arrays = bound_arrays(
+        signature, sources, {"input_ids": np.full((2, 6), 3000, np.int64), "attention_mask": np.ones((2, 6), np.int64)}
+    )
     assert list(arrays) == ["ids", "mask", "token_type_ids"]
     assert arrays["ids"].max() < 50  # token ids within the model's vocabulary
     assert not arrays["token_type_ids"].any()
     # by position: a model input no name or role says anything about
-    plain = signature.model_copy(update={"inputs": [signature.inputs[0].model_copy(update={"name": "q", "dtype": "float32"})]})
+    plain = signature.model_copy(
+        update={"inputs": [signature.inputs[0].model_copy(update={"name": "q", "dtype": "float32"})]}
+    )
     assert bind(plain, provided, NLP_ROLES)["q"].provided == "input_ids"
 
 
 def test_an_input_nothing_binds_to_is_named():
-    signature = read_signature_of({"inputs": [
-        {"name": "pixel_values", "dtype": "float32", "dims": ["b", 3, 8, 8]},
-        {"name": "boxes", "dtype": "float32", "dims": ["b", 4]}]})
+    signature = read_signature_of(
+        {
+            "inputs": [
+                {"name": "pixel_values", "dtype": "float32", "dims": ["b", 3, 8, 8]},
+                {"name": "boxes", "dtype": "float32", "dims": ["b", 4]},
+            ]
+        }
+    )
     with pytest.raises(BindingError, match=r"boxes \(float32 \[b, 4\]\) matches none of"):
         bind(signature, {"pixels": ((1, 3, 8, 8), "float32")}, {"pixels": "image"})
 
@@ -120,21 +149,44 @@ def read_signature_of(fields: dict):
     return ModelSignature(format="onnx", **fields)
 
 
-def request(signature_batch_fixed: bool = False, batches=(1, 4), memory=(128, 1769), size_bytes=1 << 20) -> RequestSubmitted:
+def request(
+    signature_batch_fixed: bool = False, batches=(1, 4), memory=(128, 1769), size_bytes=1 << 20
+) -> RequestSubmitted:
     model = ModelRef(sha256="a" * 64, size_bytes=size_bytes, format="onnx", workload="nlp", input_size=[6])
-    return RequestSubmitted(model=model, matrix=Matrix(optimizers={"intel": ["base", "onnx"]}, batch_sizes=list(batches), memory_sizes_mb=list(memory)))
+    return RequestSubmitted(
+        model=model,
+        matrix=Matrix(optimizers={"intel": ["base", "onnx"]}, batch_sizes=list(batches), memory_sizes_mb=list(memory)),
+    )
 
 
 def test_the_plan_calls_impossible_what_cannot_run_and_reuses_what_is_stored():
-    signature = read_signature_of({"inputs": [
-        {"name": "input_ids", "dtype": "int64", "dims": [1, 6]}, {"name": "attention_mask", "dtype": "int64", "dims": [1, 6]}]})
+    signature = read_signature_of(
+        {
+            "inputs": [
+                {"name": "input_ids", "dtype": "int64", "dims": [1, 6]},
+                {"name": "attention_mask", "dtype": "int64", "dims": [1, 6]},
+            ]
+        }
+    )
     req = request()
     shapes = request_shapes(None, req)
-    assert impossible_reason(signature, req, Combo(hardware="intel", optimizer="onnx", batch_size=1, memory_mb=1769), shapes) is None
-    fixed = impossible_reason(signature, req, Combo(hardware="intel", optimizer="onnx", batch_size=4, memory_mb=1769), shapes)
-    assert fixed == "input_ids and attention_mask have a fixed batch of 1: batch 4 cannot run; export with a dynamic batch dimension"
+    assert (
+        impossible_reason(
+            signature, req, Combo(hardware="intel", optimizer="onnx", batch_size=1, memory_mb=1769), shapes
+        )
+        is None
+    )
+    fixed = impossible_reason(
+        signature, req, Combo(hardware="intel", optimizer="onnx", batch_size=4, memory_mb=1769), shapes
+    )
+    assert (
+        fixed
+        == "input_ids and attention_mask have a fixed batch of 1: batch 4 cannot run; export with a dynamic batch dimension"
+    )
     big = request(size_bytes=300 << 20)
-    assert "certain out of memory" in impossible_reason(signature, big, Combo(hardware="intel", optimizer="onnx", batch_size=1, memory_mb=128), shapes)
+    assert "certain out of memory" in impossible_reason(
+        signature, big, Combo(hardware="intel", optimizer="onnx", batch_size=1, memory_mb=128), shapes
+    )
     store = MemoryStore()
     plan = plan_run(req, signature, store, shapes)
     totals = plan.as_dict()["totals"]
@@ -169,7 +221,9 @@ def test_a_program_exported_from_a_library_loads_without_the_library(tmp_path):
             dst.writestr(info, data)
     with pytest.raises(Exception, match="deserializ"):
         torch.export.load(str(patched))
-    out = load_exported_program(patched).module()(torch.ones(3, 6, dtype=torch.long), torch.ones(3, 6, dtype=torch.long), torch.zeros(3, 6, dtype=torch.long))
+    out = load_exported_program(patched).module()(
+        torch.ones(3, 6, dtype=torch.long), torch.ones(3, 6, dtype=torch.long), torch.zeros(3, 6, dtype=torch.long)
+    )
     assert [tuple(t.shape) for t in out] == [(3, 8), (3,)]
 
 
@@ -204,7 +258,7 @@ def test_custom_inputs_are_checked_and_judged_per_output(tmp_path):
 
 def test_reasons_are_kept_whole_and_shown_by_their_decisive_part():
     stderr = (
-        "Traceback (most recent call last):\n  File \"measure.py\", line 3, in <module>\n    run()\n"
+        'Traceback (most recent call last):\n  File "measure.py", line 3, in <module>\n    run()\n'
         "onnxruntime.capi.onnxruntime_pybind11_state.InvalidArgument: [ONNXRuntimeError] : 2 : INVALID_ARGUMENT : "
         "Got invalid dimensions for input: input_ids for the following indices\n index: 0 Got: 4 Expected: 1\n"
         " Please fix either the inputs/outputs or the model.\n"
@@ -222,14 +276,23 @@ def external_data_model(tmp_path: Path, location: str = "m.onnx.data") -> Path:
 
     weight = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(4, 3), "w")
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])], [weight])
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])],
+        [weight],
+    )
     folder = tmp_path / "export"
     folder.mkdir(exist_ok=True)
     model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17)])
-    onnx.save_model(model, str(folder / "m.onnx"), save_as_external_data=True,
-                    all_tensors_to_one_file=True, location=location, size_threshold=0)
+    onnx.save_model(
+        model,
+        str(folder / "m.onnx"),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=location,
+        size_threshold=0,
+    )
     return folder / "m.onnx"
 
 

@@ -18,12 +18,12 @@ from adapters.memory_store import MemoryStore
 from ayci.bootstrap import embedded
 from ayci.settings import Settings
 from engines import Conversion
+from measuring.launcher import MeasurementFailed
 from schemas import keys
 from schemas.combos import Matrix, ModelRef
 from schemas.events import Envelope, RequestSubmitted
 from services.archiver.handlers import ArchiverDeps, on_inference_done
 from services.converter.reference import ReferenceFailed
-from services.inference.launcher import MeasurementFailed
 from services.request.replay import replay
 from services.request.submission import new_run
 from tests.conftest import ENVIRONMENT
@@ -47,10 +47,15 @@ class Fakes:
         self.conversions[f"{optimizer.value}/b{job.batch_size}"] += 1
         return Conversion(artifact_file="model.fake", conversion_s=0.01)
 
-    def compute_reference(self, model_path, model_json, workload, input_size, batch, out_path, *, timeout_s, memory_mb, inputs_path=None) -> None:
+    def compute_reference(
+        self, model_path, model_json, workload, input_size, batch, out_path, *, timeout_s, memory_mb, inputs_path=None
+    ) -> None:
         if ModelRef.model_validate_json(model_json).sha256 == BROKEN_MODEL:
             raise ReferenceFailed("RuntimeError: the model expects 4 channels")
-        np.savez(out_path, **{"input:pixels": np.zeros((batch, 3, 2, 2), np.float32), "output:0": np.zeros((batch, 10), np.float32)})
+        np.savez(
+            out_path,
+            **{"input:pixels": np.zeros((batch, 3, 2, 2), np.float32), "output:0": np.zeros((batch, 10), np.float32)},
+        )
 
     def measure(self, spec, python_command) -> dict:
         if self.crash:
@@ -59,11 +64,32 @@ class Fakes:
         if spec.memory_mb < self.out_of_memory_below_mb:
             raise MeasurementFailed(f"out of memory at {spec.memory_mb} MB (peak 300 MB)")
         p50 = 1000.0 / spec.memory_mb
-        latency = {"p50": p50, "p90": p50 * 1.1, "p99": p50 * 1.2, "mean": p50, "min": p50 * 0.9, "max": p50 * 1.3, "ci95_low": p50 * 0.99,
-                   "ci95_high": p50 * 1.01, "cv": 0.02, "iterations": 200, "converged": True, "billed_ms_mean": self.billed_ms}
+        latency = {
+            "p50": p50,
+            "p90": p50 * 1.1,
+            "p99": p50 * 1.2,
+            "mean": p50,
+            "min": p50 * 0.9,
+            "max": p50 * 1.3,
+            "ci95_low": p50 * 0.99,
+            "ci95_high": p50 * 1.01,
+            "cv": 0.02,
+            "iterations": 200,
+            "converged": True,
+            "billed_ms_mean": self.billed_ms,
+        }
         cold = {"process_start": 50.0, "imports": 100.0, "model_load": 40.0, "first_inference": 5.0, "total": 200.0}
-        return {"cold_start_ms": cold, "latency_ms": latency, "warmup_iterations": 10, "agreement": {"score": 1.0, "metric": "top1"},
-                "peak_rss_mb": 120.0, "confined": True, "threads": 1, "vcpus": spec.memory_mb / 1769, "environment": ENVIRONMENT}
+        return {
+            "cold_start_ms": cold,
+            "latency_ms": latency,
+            "warmup_iterations": 10,
+            "agreement": {"score": 1.0, "metric": "top1"},
+            "peak_rss_mb": 120.0,
+            "confined": True,
+            "threads": 1,
+            "vcpus": spec.memory_mb / 1769,
+            "environment": ENVIRONMENT,
+        }
 
     def send(self, *, to, subject, text, html) -> str:
         self.sent.append({"to": to, "subject": subject})
@@ -81,7 +107,11 @@ def app(tmp_path, fakes):
         "dedup": {"target_cpu": lambda hardware, optimizer: "fake-cpu"},
         "archiver": {"target_cpu": lambda hardware, optimizer: "fake-cpu"},
         "converter": {"convert": fakes.convert, "compute_reference": fakes.compute_reference, "work_dir": tmp_path},
-        "inference": {"measure": fakes.measure, "runtime_for": lambda hardware: ([sys.executable], False), "work_dir": tmp_path},
+        "inference": {
+            "measure": fakes.measure,
+            "runtime_for": lambda hardware: ([sys.executable], False),
+            "work_dir": tmp_path,
+        },
     }
     return embedded(Settings(data_dir=tmp_path / "unused"), fakes, store=MemoryStore(), parts=parts)
 
@@ -91,7 +121,9 @@ def stored_model(app, sha256: str = "a" * 64) -> ModelRef:
     return ModelRef(sha256=sha256, size_bytes=11, format="onnx", workload="image_classification", input_size=[2, 2])
 
 
-def request(app, *, memory=(1769, 3538), optimizers=("onnx",), hardware="intel", sha256="a" * 64, **extra) -> RequestSubmitted:
+def request(
+    app, *, memory=(1769, 3538), optimizers=("onnx",), hardware="intel", sha256="a" * 64, **extra
+) -> RequestSubmitted:
     matrix = Matrix(optimizers={hardware: list(optimizers)}, batch_sizes=[1], memory_sizes_mb=list(memory))
     return RequestSubmitted(model=stored_model(app, sha256), matrix=matrix, email="user@example.com", **extra)
 
@@ -144,9 +176,18 @@ def test_force_adds_a_result_version_and_never_changes_what_another_run_used(app
     (key,) = [r["combo_key"] for r in first["results"]]
     versions = sorted(k for k in app.store.list_keys(f"results/{key}/"))
     assert versions == sorted([keys.result_version(key, first["run_id"]), keys.result_version(key, forced["run_id"])])
-    assert json.loads(app.store.get_bytes(versions[0]))["run_id"] in (first["run_id"], forced["run_id"])  # each version intact
-    done = [Envelope.parse(app.store.get_bytes(k)).payload for k in app.store.list_keys(keys.event_log_prefix(reused["run_id"])) if "-CombosReused-" in k]
-    assert [d.results for d in done] == [{key: keys.result_version(key, forced["run_id"])}]  # the reuse names the exact version
+    assert json.loads(app.store.get_bytes(versions[0]))["run_id"] in (
+        first["run_id"],
+        forced["run_id"],
+    )  # each version intact
+    done = [
+        Envelope.parse(app.store.get_bytes(k)).payload
+        for k in app.store.list_keys(keys.event_log_prefix(reused["run_id"]))
+        if "-CombosReused-" in k
+    ]
+    assert [d.results for d in done] == [
+        {key: keys.result_version(key, forced["run_id"])}
+    ]  # the reuse names the exact version
 
 
 def test_a_crashing_measurement_is_dead_lettered_and_the_run_still_ends(app, fakes):
@@ -177,7 +218,11 @@ def test_a_replay_from_model_converted_is_a_new_run_linked_to_the_old(app, fakes
 def test_a_combination_that_never_reports_is_failed_at_the_deadline(app, fakes):
     app.bus.runners.pop("inference-arm")  # no arm worker: its combination never reports
     req = request(app, memory=(1769,))
-    req = req.model_copy(update={"matrix": Matrix(optimizers={"intel": ["onnx"], "arm": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1769])})
+    req = req.model_copy(
+        update={
+            "matrix": Matrix(optimizers={"intel": ["onnx"], "arm": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1769])
+        }
+    )
     summary = run(app, req)
     assert summary["status"] == "partial" and summary["closed_at_deadline"]
     (failure,) = summary["failures"]
@@ -188,7 +233,11 @@ def test_two_archivers_racing_on_the_last_arrival_archive_once(app, fakes):
     summary = run(app, request(app))
     run_id = summary["run_id"]
     del app.store.objects[keys.summary(run_id)]  # as if the last two arrivals were just being handled, at once
-    arrivals = [Envelope.parse(app.store.get_bytes(k)) for k in app.store.list_keys(keys.event_log_prefix(run_id)) if "-InferenceDone-" in k]
+    arrivals = [
+        Envelope.parse(app.store.get_bytes(k))
+        for k in app.store.list_keys(keys.event_log_prefix(run_id))
+        if "-InferenceDone-" in k
+    ]
     announced, start = [], threading.Barrier(2)
 
     def archiver(arrival: Envelope) -> None:
@@ -234,7 +283,9 @@ def test_the_pipeline_runs_without_torch():
         f"rc = pytest.main([{str(Path(__file__))!r}, '-q', '-p', 'no:cacheprovider', '-k', 'not without_torch'])\n"
         "print('TORCH', 'torch' in sys.modules, 'RC', int(rc))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2])
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2]
+    )
     assert "TORCH False RC 0" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
 
 
@@ -246,7 +297,11 @@ def test_predict_measures_the_anchors_predicts_the_rest_and_checks_a_predicted_p
     measured = {r["combo"]["memory_mb"] for r in summary["results"] if not r.get("predicted")}
     predicted = {r["combo"]["memory_mb"]: r for r in summary["results"] if r.get("predicted")}
     checks = summary["recommendation"]["checks"]
-    assert checks and all(c["measured"] for c in checks) and "cheapest" in {kind for c in checks for kind in c["picked_as"]}
+    assert (
+        checks
+        and all(c["measured"] for c in checks)
+        and "cheapest" in {kind for c in checks for kind in c["picked_as"]}
+    )
     checked = {int(c["combination"].split("/")[-1].removesuffix("MB")) for c in checks}
     assert checked <= {1024, 2048, 5120}
     assert measured == {512, 1769, 3538} | checked and set(predicted) == {1024, 2048, 5120} - checked
@@ -262,8 +317,13 @@ def test_predict_measures_the_anchors_predicts_the_rest_and_checks_a_predicted_p
 
 def test_predict_with_too_few_sizes_is_refused():
     with pytest.raises(ValueError, match="predict measures up to 3 memory sizes"):
-        RequestSubmitted(model=ModelRef(sha256="a" * 64, size_bytes=11, format="onnx", workload="image_classification", input_size=[2, 2]),
-                         matrix=Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1769]), predict=True)
+        RequestSubmitted(
+            model=ModelRef(
+                sha256="a" * 64, size_bytes=11, format="onnx", workload="image_classification", input_size=[2, 2]
+            ),
+            matrix=Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1769]),
+            predict=True,
+        )
 
 
 def test_a_resubmitted_matrix_is_reused_in_a_few_events(app, fakes):
@@ -277,7 +337,9 @@ def test_a_resubmitted_matrix_is_reused_in_a_few_events(app, fakes):
     assert len(first["results"]) == len(second["results"]) == 32 and all(r["reused"] for r in second["results"])
     log = app.store.list_keys(keys.event_log_prefix(second["run_id"]))
     reused_events = [Envelope.parse(app.store.get_bytes(k)).payload for k in log if "-CombosReused-" in k]
-    assert sum(len(e.results) for e in reused_events) == 32 and all(len(e.results) <= REUSED_PER_EVENT for e in reused_events)
+    assert sum(len(e.results) for e in reused_events) == 32 and all(
+        len(e.results) <= REUSED_PER_EVENT for e in reused_events
+    )
     assert not any("-InferenceDone-" in k for k in log)
     # their ends are one object per event, and the summary's rows are the results dedup read
     outcomes = app.store.list_keys(keys.outcomes_prefix(second["run_id"]))
@@ -299,10 +361,15 @@ def test_a_reuse_keeps_the_documents_as_stored_and_the_summary_has_them_in_the_c
         del document["document_version"]
     app.store.put_bytes(pack_key, json.dumps(pack).encode())
     second = run(app, request(app, memory=(1024, 1088)))
-    bundled = [ResultBundle.read(app.store.get_bytes(k)).results for k in app.store.list_keys(f"runs/{second['run_id']}/reused/")]
+    bundled = [
+        ResultBundle.read(app.store.get_bytes(k)).results
+        for k in app.store.list_keys(f"runs/{second['run_id']}/reused/")
+    ]
     assert [d for b in bundled for d in b.values()] == list(pack["results"].values())
     assert all(r["reused"] and r["document_version"] == MeasuredResult.VERSION for r in second["results"])
-    assert {r["combo_key"]: r["latency_ms"] for r in second["results"]} == {r["combo_key"]: r["latency_ms"] for r in first["results"]}
+    assert {r["combo_key"]: r["latency_ms"] for r in second["results"]} == {
+        r["combo_key"]: r["latency_ms"] for r in first["results"]
+    }
 
 
 def test_a_reuse_whose_bundle_is_lost_reads_each_result_and_an_old_batch_event_still_reads(app, fakes):
@@ -320,10 +387,22 @@ def test_a_reuse_whose_bundle_is_lost_reads_each_result_and_an_old_batch_event_s
     arrived = arrived_outcomes(app.store, second["run_id"])
     assert len(arrived) == 3 and not arrived.documents
     assert {k: arrived.result(arrived.outcome(k)).latency_ms.p50 for k in arrived.reused} == {
-        r["combo_key"]: r["latency_ms"]["p50"] for r in first["results"]}
+        r["combo_key"]: r["latency_ms"]["p50"] for r in first["results"]
+    }
     stored = {r["combo_key"]: f"results/{r['combo_key']}/{first['run_id']}.json" for r in first["results"]}
-    old = Envelope.parse(json.dumps({"event_id": "e-old", "type": "CombosReused", "schema_version": 1, "run_id": "old-run",
-                                     "time": "2026-01-01T00:00:00Z", "producer": "dedup", "payload": {"results": stored}}))
+    old = Envelope.parse(
+        json.dumps(
+            {
+                "event_id": "e-old",
+                "type": "CombosReused",
+                "schema_version": 1,
+                "run_id": "old-run",
+                "time": "2026-01-01T00:00:00Z",
+                "producer": "dedup",
+                "payload": {"results": stored},
+            }
+        )
+    )
     assert old.payload.bundle is None
     on_combos_reused(old, ArchiverDeps(store=app.store))
     arrived = arrived_outcomes(app.store, "old-run")
@@ -336,4 +415,7 @@ def test_a_dead_lettered_batch_of_reused_results_ends_its_run():
 
     envelope = Envelope.wrap(CombosReused(results={"k1": "results/k1.json"}), run_id="r", producer="dedup")
     closing = dead_letter_failure(envelope, "boom")
-    assert isinstance(closing.payload, RunDeadlineReached) and "CombosReused dead-lettered after retries: boom" in closing.payload.reason
+    assert (
+        isinstance(closing.payload, RunDeadlineReached)
+        and "CombosReused dead-lettered after retries: boom" in closing.payload.reason
+    )

@@ -9,10 +9,10 @@ import pytest
 from core.prediction import (
     Anchor,
     FamilyModel,
-    _throttled,
-    lambda_vcpus,
     NoPrediction,
+    _throttled,
     lambda_threads,
+    lambda_vcpus,
     measured_and_predicted,
     predict_run,
     simulate_quota,
@@ -20,16 +20,40 @@ from core.prediction import (
 from schemas.combos import Matrix, ModelRef, parse_memory_sizes
 from schemas.events import RequestSubmitted
 
-MODEL = ModelRef(sha256="a" * 64, size_bytes=45 << 20, format="onnx", workload="image_classification", input_size=[224, 224])
+MODEL = ModelRef(
+    sha256="a" * 64, size_bytes=45 << 20, format="onnx", workload="image_classification", input_size=[224, 224]
+)
 
 
-def result(memory_mb: int, p50: float, *, p99_factor: float = 1.2, cold: float = 300.0, peak: float = 150.0, **extra) -> dict:
-    latency = {"p50": p50, "p90": p50 * 1.1, "p99": p50 * p99_factor, "mean": p50 * 1.02, "min": p50 * 0.95, "max": p50 * p99_factor * 1.1,
-               "ci95_low": p50 * 0.99, "ci95_high": p50 * 1.01, "p99_ci95_low": p50 * p99_factor * 0.95, "p99_ci95_high": p50 * p99_factor * 1.05,
-               "cv": 0.02, "iterations": 300, "converged": True, "billed_ms_mean": p50 + 0.5}
+def result(
+    memory_mb: int, p50: float, *, p99_factor: float = 1.2, cold: float = 300.0, peak: float = 150.0, **extra
+) -> dict:
+    latency = {
+        "p50": p50,
+        "p90": p50 * 1.1,
+        "p99": p50 * p99_factor,
+        "mean": p50 * 1.02,
+        "min": p50 * 0.95,
+        "max": p50 * p99_factor * 1.1,
+        "ci95_low": p50 * 0.99,
+        "ci95_high": p50 * 1.01,
+        "p99_ci95_low": p50 * p99_factor * 0.95,
+        "p99_ci95_high": p50 * p99_factor * 1.05,
+        "cv": 0.02,
+        "iterations": 300,
+        "converged": True,
+        "billed_ms_mean": p50 + 0.5,
+    }
     combo = {"hardware": "intel", "optimizer": "onnx", "batch_size": 1, "memory_mb": memory_mb}
-    return {"combo": combo, "latency_ms": latency, "cold_start_ms": {"total": cold}, "peak_rss_mb": peak,
-            "agreement": {"score": 1.0, "metric": "top1"}, "confined": True, **extra}
+    return {
+        "combo": combo,
+        "latency_ms": latency,
+        "cold_start_ms": {"total": cold},
+        "peak_rss_mb": peak,
+        "agreement": {"score": 1.0, "metric": "top1"},
+        "confined": True,
+        **extra,
+    }
 
 
 def test_a_quota_below_one_vcpu_stalls_the_inference_that_runs_out_of_it():
@@ -62,7 +86,9 @@ def test_the_fit_follows_threads_and_calibrates_the_throttled_regime():
     assert low < three["latency"]["p50"] < high
     assert model.work_factor == pytest.approx(1.3, rel=0.03)  # the simulation recovers the extra work
     at_small = model.predict(512)["latency"]
-    assert at_small["p50"] == pytest.approx(small["latency_ms"]["p50"]) and at_small["p99"] == pytest.approx(small["latency_ms"]["p99"])
+    assert at_small["p50"] == pytest.approx(small["latency_ms"]["p50"]) and at_small["p99"] == pytest.approx(
+        small["latency_ms"]["p99"]
+    )
     between = model.predict(1024)
     # the extra work is interpolated between the small anchor (1.3) and 1 vCPU (none)
     bounds = [_throttled(one["latency_ms"], lambda_vcpus(1024), k)["mean"] for k in (1.0, 1.3)]
@@ -79,14 +105,19 @@ def test_anchors_that_contradict_the_model_get_no_curve():
     faster = FamilyModel.fit([Anchor(512, result(512, 7.0)), Anchor(1769, result(1769, 10.0))], [])
     with pytest.raises(NoPrediction, match="faster with less CPU"):
         faster.predict(1024)
-    host_limited = FamilyModel.fit([Anchor(1769, result(1769, 10.0)), Anchor(3538, result(3538, 9.0, host_limited=True))], [])
+    host_limited = FamilyModel.fit(
+        [Anchor(1769, result(1769, 10.0)), Anchor(3538, result(3538, 9.0, host_limited=True))], []
+    )
     with pytest.raises(NoPrediction, match="host-limited"):
         host_limited.predict(5120)
 
 
 def test_sizes_below_the_peak_or_an_out_of_memory_will_not_fit():
-    request = RequestSubmitted(model=MODEL, matrix=Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1],
-                                                          memory_sizes_mb=[256, 300, 512, 1024, 1769]), predict=True)
+    request = RequestSubmitted(
+        model=MODEL,
+        matrix=Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[256, 300, 512, 1024, 1769]),
+        predict=True,
+    )
     measured, predicted = measured_and_predicted(request)
     assert sorted(c.memory_mb for c in measured) == [256, 1769]
     one = result(1769, 10.0, peak=280.0)
@@ -96,16 +127,26 @@ def test_sizes_below_the_peak_or_an_out_of_memory_will_not_fit():
     assert refused[0]["reason"].startswith("will not fit: the measured peak is 280 MB")
     assert [r["combo"]["memory_mb"] for r in rows] == [512, 1024]
     assert all(r["predicted"] and r["cost"]["per_million_inferences_usd"] > 0 for r in rows)
-    oom = [{"combo": {"hardware": "intel", "optimizer": "onnx", "batch_size": 1, "memory_mb": 256}, "reason": "out of memory at 256 MB (peak 256 MB)"}]
+    oom = [
+        {
+            "combo": {"hardware": "intel", "optimizer": "onnx", "batch_size": 1, "memory_mb": 256},
+            "reason": "out of memory at 256 MB (peak 256 MB)",
+        }
+    ]
     rows, refused = predict_run(request, predicted, [one], oom, "us-east-1")
     reasons = {r["label"]: r["reason"] for r in refused}
     assert "ran out of memory at 256 MB" in reasons["intel/onnx/b1/300MB"] or "peak" in reasons["intel/onnx/b1/300MB"]
     uncalibrated = {r["combo"]["memory_mb"]: r for r in rows}[512]  # the quota alone, marked beyond the measured range
-    assert uncalibrated["prediction"]["regime"] == "throttled_uncalibrated" and uncalibrated["prediction"]["beyond_measured_range"]
+    assert (
+        uncalibrated["prediction"]["regime"] == "throttled_uncalibrated"
+        and uncalibrated["prediction"]["beyond_measured_range"]
+    )
 
 
 def test_a_request_measures_at_most_three_anchors_per_family():
-    matrix = Matrix(optimizers={"intel": ["base", "onnx"]}, batch_sizes=[1, 4], memory_sizes_mb=parse_memory_sizes("128-10240"))
+    matrix = Matrix(
+        optimizers={"intel": ["base", "onnx"]}, batch_sizes=[1, 4], memory_sizes_mb=parse_memory_sizes("128-10240")
+    )
     pt2 = MODEL.model_copy(update={"format": "pt2"})
     measured, predicted = measured_and_predicted(RequestSubmitted(model=pt2, matrix=matrix, predict=True))
     assert len(measured) == 2 * 2 * 3 and len(measured) + len(predicted) == 2 * 2 * 16
@@ -120,9 +161,15 @@ def test_a_request_measures_at_most_three_anchors_per_family():
     assert [lambda_threads(m) for m in (128, 1769, 3537, 3538, 10240)] == [1, 1, 1, 2, 5]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("100-512", "outside Lambda's 128-10240 MB"), ("3538-512", "runs backwards"), ("1024,big", "got 'big'"), (",", "no memory size"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("100-512", "outside Lambda's 128-10240 MB"),
+        ("3538-512", "runs backwards"),
+        ("1024,big", "got 'big'"),
+        (",", "no memory size"),
+    ],
+)
 def test_memory_ranges_and_their_errors(text, message):
     assert parse_memory_sizes("512-1769,3538") == [512, 768, 1024, 1536, 1769, 3538]
     with pytest.raises(ValueError, match=message):

@@ -33,7 +33,12 @@ def test_fastest_cheapest_balanced_and_pareto():
     # normalised over the candidates: 1769 MB is (0.18 p99, 0.125 cost): the most balanced
     assert rec["balanced"] == "intel/onnx/b1/1769MB"
     assert rec["pareto"] == ["intel/onnx/b1/3538MB", "intel/onnx/b1/1769MB", "intel/onnx/b1/885MB"]
-    assert set(rec["candidates"]) == {"intel/base/b1/1769MB", "intel/onnx/b1/1769MB", "intel/onnx/b1/3538MB", "intel/onnx/b1/885MB"}
+    assert set(rec["candidates"]) == {
+        "intel/base/b1/1769MB",
+        "intel/onnx/b1/1769MB",
+        "intel/onnx/b1/3538MB",
+        "intel/onnx/b1/885MB",
+    }
 
 
 def test_excluded_say_why():
@@ -44,8 +49,13 @@ def test_excluded_say_why():
 
 
 def test_balance_weight_moves_the_balanced_pick():
-    assert recommend(RESULTS, slo_p99_ms=None, min_agreement=0.99, balance_weight=1.0)["balanced"] == "intel/onnx/b1/885MB"
-    assert recommend(RESULTS, slo_p99_ms=None, min_agreement=0.99, balance_weight=0.0)["balanced"] == "intel/onnx/b1/3538MB"
+    assert (
+        recommend(RESULTS, slo_p99_ms=None, min_agreement=0.99, balance_weight=1.0)["balanced"] == "intel/onnx/b1/885MB"
+    )
+    assert (
+        recommend(RESULTS, slo_p99_ms=None, min_agreement=0.99, balance_weight=0.0)["balanced"]
+        == "intel/onnx/b1/3538MB"
+    )
 
 
 def test_slo_excludes_the_slow_ones():
@@ -73,7 +83,11 @@ def test_a_result_without_cost_is_not_recommended():
 
 
 def test_disturbed_measurements_are_listed_and_never_recommended():
-    rec = recommend([result("onnx", 1769, p99=10, cost=1, disturbed=True), result("base", 1769, p99=20, cost=2)], slo_p99_ms=None, min_agreement=0.99)
+    rec = recommend(
+        [result("onnx", 1769, p99=10, cost=1, disturbed=True), result("base", 1769, p99=20, cost=2)],
+        slo_p99_ms=None,
+        min_agreement=0.99,
+    )
     assert rec["disturbed"] == ["intel/onnx/b1/1769MB"] and rec["fastest"] == "intel/base/b1/1769MB"
     assert rec["excluded"]["intel/onnx/b1/1769MB"].startswith("disturbed: other work used")
 
@@ -86,7 +100,9 @@ def test_host_limited_and_unconfined_sizes_are_never_recommended():
     rec = recommend([limited, unconfined, result("onnx", 1769, p99=10, cost=1)], slo_p99_ms=None, min_agreement=0.99)
     assert rec["fastest"] == rec["cheapest"] == rec["balanced"] == "intel/onnx/b1/1769MB"
     assert "host-limited: Lambda gives 10240 MB 5.8 vCPUs, this host has 2" in rec["excluded"]["intel/onnx/b1/10240MB"]
-    assert rec["excluded"]["intel/onnx/b1/3538MB"] == "unconfined: not measured as Lambda would run it (no cgroup v2 here)"
+    assert (
+        rec["excluded"]["intel/onnx/b1/3538MB"] == "unconfined: not measured as Lambda would run it (no cgroup v2 here)"
+    )
 
 
 def test_balance_scores_are_normalised():

@@ -4,22 +4,21 @@ from __future__ import annotations
 
 import csv as csv_module
 import hashlib
-from dataclasses import replace
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
-from tests.conftest import archived_summary, measured_result
 from fastapi.testclient import TestClient
 from mangum import Mangum
 
 from adapters.local_store import LocalFolderStore
-from ayci.settings import Settings
-from services.request.app import RequestDeps, create_app, parse_api_keys
 from adapters.uploads import LocalUploader
 from ayci.serve import request_limits
+from ayci.settings import Settings
+from services.request.app import RequestDeps, create_app, parse_api_keys
+from tests.conftest import archived_summary, measured_result
 from tests.fakes import RecordingPublisher, tiny_onnx_model
 
 ALICE = {"X-API-Key": "alice-key-123"}
@@ -32,8 +31,11 @@ def deps(tmp_path):
     settings = Settings(data_dir=tmp_path / "data", max_body_bytes=4096, max_model_bytes=10_000_000)
     store = LocalFolderStore(settings.data_dir)
     return RequestDeps(
-        store=store, publisher=RecordingPublisher(), api_keys=parse_api_keys("alice-key-123:alice,bob-key-4567:bob"),
-        uploader=LocalUploader(tmp_path / "uploads"), limits=request_limits(settings),
+        store=store,
+        publisher=RecordingPublisher(),
+        api_keys=parse_api_keys("alice-key-123:alice,bob-key-4567:bob"),
+        uploader=LocalUploader(tmp_path / "uploads"),
+        limits=request_limits(settings),
     )
 
 
@@ -56,8 +58,12 @@ def upload(client, data: bytes, sha256: str | None = None, size: int | None = No
 
 def run_body(sha256: str, size: int, **changes) -> dict:
     body = {
-        "model": {"sha256": sha256, "size_bytes": size}, "workload": "image_classification", "input_size": [32, 32],
-        "matrix": {"intel": ["base", "onnx"]}, "batch_sizes": [1], "memory_sizes_mb": [1769],
+        "model": {"sha256": sha256, "size_bytes": size},
+        "workload": "image_classification",
+        "input_size": [32, 32],
+        "matrix": {"intel": ["base", "onnx"]},
+        "batch_sizes": [1],
+        "memory_sizes_mb": [1769],
     }
     return {**body, **changes}
 
@@ -93,7 +99,10 @@ def test_every_route_but_the_page_needs_a_key(client, method, path, body):
 def test_a_body_that_is_not_json_still_needs_the_key(client):
     response = client.post("/runs", content=b"{not json", headers={"Content-Type": "application/json"})
     assert response.status_code == 401
-    assert client.post("/runs", content=b"{not json", headers={**ALICE, "Content-Type": "application/json"}).status_code == 422
+    assert (
+        client.post("/runs", content=b"{not json", headers={**ALICE, "Content-Type": "application/json"}).status_code
+        == 422
+    )
 
 
 def test_the_page_and_the_openapi_document_need_no_key(client):
@@ -102,7 +111,9 @@ def test_the_page_and_the_openapi_document_need_no_key(client):
     assert "http" not in page.text.split("<body>")[1].replace("http://www.w3.org", "")  # nothing from a CDN
     assert client.get("/static/app.js").status_code == 200
     spec = client.get("/openapi.json").json()
-    assert {"/runs", "/runs/{run_id}", "/runs/{run_id}/results", "/models/{sha256}", "/models/uploads"} <= set(spec["paths"])
+    assert {"/runs", "/runs/{run_id}", "/runs/{run_id}/results", "/models/{sha256}", "/models/uploads"} <= set(
+        spec["paths"]
+    )
     assert spec["components"]["securitySchemes"]["APIKeyHeader"]["name"] == "X-API-Key"
 
 
@@ -113,7 +124,12 @@ def test_upload_verify_and_never_again(client, deps):
     verified = upload(client, data)
     assert verified.status_code == 201
     answer = verified.json()
-    assert {k: answer[k] for k in ("sha256", "stored", "size_bytes", "format")} == {"sha256": sha, "stored": True, "size_bytes": len(data), "format": "onnx"}
+    assert {k: answer[k] for k in ("sha256", "stored", "size_bytes", "format")} == {
+        "sha256": sha,
+        "stored": True,
+        "size_bytes": len(data),
+        "format": "onnx",
+    }
     # the signature read at intake, without running the model
     (pixels,) = answer["signature"]["inputs"]
     assert pixels["dims"] == [1, 3, 8, 8] and pixels["dtype"] == "float32" and answer["signature"]["outputs"]
@@ -128,11 +144,19 @@ def test_another_owner_cannot_probe_or_run_a_model_without_uploading_it(client, 
     data = tiny_onnx_model()
     sha = hashlib.sha256(data).hexdigest()
     assert upload(client, data).status_code == 201  # Alice's
-    assert client.get(f"/models/{sha}", headers=BOB).json() == {"sha256": sha, "stored": False, "size_bytes": None, "format": None, "signature": None}
+    assert client.get(f"/models/{sha}", headers=BOB).json() == {
+        "sha256": sha,
+        "stored": False,
+        "size_bytes": None,
+        "format": None,
+        "signature": None,
+    }
     assert client.post("/runs", headers=BOB, json=run_body(sha, len(data))).status_code == 409
     offer = client.post("/models/uploads", headers=BOB, json={"sha256": sha, "size_bytes": len(data)})
     assert offer.status_code == 201 and offer.json()["upload"] is not None
-    assert client.post(f"/models/{sha}/verify", headers=BOB, json={"size_bytes": len(data)}).status_code == 409  # nothing uploaded
+    assert (
+        client.post(f"/models/{sha}/verify", headers=BOB, json={"size_bytes": len(data)}).status_code == 409
+    )  # nothing uploaded
     assert upload(client, data, headers=BOB).status_code == 201
     assert client.get(f"/models/{sha}", headers=BOB).json()["stored"] is True
     assert client.post("/runs", headers=BOB, json=run_body(sha, len(data))).status_code == 201
@@ -211,19 +235,38 @@ def test_a_run_needs_its_model_stored_with_that_size(client, deps, stored_model)
     assert missing.status_code == 409 and "upload it first" in missing.json()["detail"]
     wrong_size = client.post("/runs", headers=ALICE, json=run_body(sha, size + 1))
     assert wrong_size.status_code == 422 and wrong_size.json()["detail"][0]["loc"] == ["body", "model", "size_bytes"]
-    too_many = client.post("/runs", headers=ALICE, json=run_body(sha, size, matrix={"intel": ["base", "onnx", "tvm"]}, batch_sizes=list(range(1, 17)), memory_sizes_mb=list(range(128, 144))))
-    assert too_many.status_code == 422 and "768 combinations; a run may have at most 512" in too_many.json()["detail"][0]["msg"]
+    too_many = client.post(
+        "/runs",
+        headers=ALICE,
+        json=run_body(
+            sha,
+            size,
+            matrix={"intel": ["base", "onnx", "tvm"]},
+            batch_sizes=list(range(1, 17)),
+            memory_sizes_mb=list(range(128, 144)),
+        ),
+    )
+    assert (
+        too_many.status_code == 422
+        and "768 combinations; a run may have at most 512" in too_many.json()["detail"][0]["msg"]
+    )
     assert deps.publisher.published == []
 
 
 def test_submit_then_follow_a_run_and_other_owners_see_nothing(client, deps, stored_model):
-    created = client.post("/runs", headers=ALICE, json=run_body(*stored_model, email="alice@example.com", slo_p99_ms=50))
+    created = client.post(
+        "/runs", headers=ALICE, json=run_body(*stored_model, email="alice@example.com", slo_p99_ms=50)
+    )
     assert created.status_code == 201
     run_id = created.json()["run_id"]
     assert created.json()["combinations"] == 2 and created.headers["location"] == f"runs/{run_id}"
     (event,) = deps.publisher.published
     assert event.type == "RequestSubmitted" and event.run_id == run_id
-    assert event.payload.owner == "alice" and event.payload.email == "alice@example.com" and event.payload.model.format == "onnx"
+    assert (
+        event.payload.owner == "alice"
+        and event.payload.email == "alice@example.com"
+        and event.payload.model.format == "onnx"
+    )
     progress = client.get(f"/runs/{run_id}", headers=ALICE).json()
     assert progress["status"] == "running" and progress["total"] == 2 and progress["queued"] == 2
     assert {c["label"] for c in progress["combinations"]} == {"intel/base/b1/1769MB", "intel/onnx/b1/1769MB"}
@@ -264,18 +307,42 @@ def test_results_as_json_and_csv(client, deps, stored_model):
     deps.store.put_bytes(f"runs/{run_id}/summary.json", json.dumps(fake_summary(run_id)).encode())
     assert client.get(f"/runs/{run_id}", headers=ALICE).json()["status"] == "partial"
     results = client.get(f"/runs/{run_id}/results", headers=ALICE).json()
-    assert [r["combination"] for r in results["rows"]] == ["intel/onnx/b1/3538MB", "intel/onnx/b1/1769MB", "intel/base/b1/1769MB", "intel/tvm/b1/1769MB"]
+    assert [r["combination"] for r in results["rows"]] == [
+        "intel/onnx/b1/3538MB",
+        "intel/onnx/b1/1769MB",
+        "intel/base/b1/1769MB",
+        "intel/tvm/b1/1769MB",
+    ]
     assert results["pareto_front"] == ["intel/onnx/b1/3538MB", "intel/onnx/b1/1769MB"]  # base is beaten on both
     assert results["recommended"]["fastest"] == "intel/onnx/b1/3538MB"
     assert results["recommended"]["cheapest"] == "intel/onnx/b1/1769MB"
-    assert results["failures"] == [{"combination": "intel/tvm/b1/1769MB", "stage": "converter", "reason": "TVM could not build"}]
+    assert results["failures"] == [
+        {"combination": "intel/tvm/b1/1769MB", "stage": "converter", "reason": "TVM could not build"}
+    ]
     csv = client.get(f"/runs/{run_id}/results", headers={**ALICE, "Accept": "text/csv"})
     assert csv.headers["content-type"].startswith("text/csv")
     table = list(csv_module.DictReader(io.StringIO(csv.text)))
-    assert {"combination", "status", "p50_ms", "p90_ms", "p99_ms", "cold_start_ms", "peak_rss_mb", "cost_per_million_usd", "agreement", "note"} <= set(table[0])
+    assert {
+        "combination",
+        "status",
+        "p50_ms",
+        "p90_ms",
+        "p99_ms",
+        "cold_start_ms",
+        "peak_rss_mb",
+        "cost_per_million_usd",
+        "agreement",
+        "note",
+    } <= set(table[0])
     assert [r["combination"] for r in table] == [r["combination"] for r in results["rows"]]
     first = table[0]
-    assert (first["status"], first["p50_ms"], first["p99_ms"], first["cold_start_ms"], first["cost_per_million_usd"]) == ("measured", "2.0", "4.0", "900.0", "0.9")
+    assert (
+        first["status"],
+        first["p50_ms"],
+        first["p99_ms"],
+        first["cold_start_ms"],
+        first["cost_per_million_usd"],
+    ) == ("measured", "2.0", "4.0", "900.0", "0.9")
     assert table[3]["status"] == "failed" and "TVM could not build" in table[3]["note"]
 
 
@@ -283,10 +350,18 @@ def test_traffic_of_a_finished_run(client, deps, stored_model):
     run_id = client.post("/runs", headers=ALICE, json=run_body(*stored_model)).json()["run_id"]
     assert client.post(f"/runs/{run_id}/traffic", headers=ALICE, json={"rps": 1}).status_code == 409  # still running
     deps.store.put_bytes(f"runs/{run_id}/summary.json", json.dumps(fake_summary(run_id)).encode())
-    answer = client.post(f"/runs/{run_id}/traffic", headers=ALICE, json={"rps": 0.5, "pattern": "spiky", "duration_s": 86400, "slo_p99_ms": 2000})
+    answer = client.post(
+        f"/runs/{run_id}/traffic",
+        headers=ALICE,
+        json={"rps": 0.5, "pattern": "spiky", "duration_s": 86400, "slo_p99_ms": 2000},
+    )
     assert answer.status_code == 200, answer.text
     report = answer.json()
-    assert {r["combination"] for r in report["rows"]} == {"intel/onnx/b1/3538MB", "intel/onnx/b1/1769MB", "intel/base/b1/1769MB"}
+    assert {r["combination"] for r in report["rows"]} == {
+        "intel/onnx/b1/3538MB",
+        "intel/onnx/b1/1769MB",
+        "intel/base/b1/1769MB",
+    }
     assert all({"on demand", "SnapStart (estimate)"} <= {o["option"] for o in r["options"]} for r in report["rows"])
     assert report["recommended"] is not None
     bad = client.post(f"/runs/{run_id}/traffic", headers=ALICE, json={"rps": -1})
@@ -346,7 +421,9 @@ def test_per_owner_limits_are_429_with_retry_after(deps, stored_model):
     for _ in range(2):
         assert client.post("/runs", headers=ALICE, json=run_body(sha, size)).status_code == 201  # 2 combinations each
     busy = client.post("/runs", headers=ALICE, json=run_body(sha, size))
-    assert busy.status_code == 429 and busy.headers["retry-after"] == "60" and "2 runs in flight" in busy.json()["detail"]
+    assert (
+        busy.status_code == 429 and busy.headers["retry-after"] == "60" and "2 runs in flight" in busy.json()["detail"]
+    )
     for key in deps.store.list_keys("owners/alice/days/"):  # both archived meanwhile
         deps.store.put_bytes(f"runs/{key.rsplit('/', 1)[-1]}/summary.json", b"{}")
     daily = client.post("/runs", headers=ALICE, json=run_body(sha, size))
@@ -365,15 +442,24 @@ def test_email_goes_only_where_the_deployment_allows(deps, stored_model):
 
 def test_a_plan_before_the_run_says_what_cannot_run(client, stored_model):
     sha, size = stored_model  # an ONNX model with a fixed input of [1, 3, 8, 8]
-    answer = client.post("/plans", headers=ALICE, json=run_body(sha, size, input_size=[8, 8], batch_sizes=[1, 2], memory_sizes_mb=[128, 1769]))
+    answer = client.post(
+        "/plans",
+        headers=ALICE,
+        json=run_body(sha, size, input_size=[8, 8], batch_sizes=[1, 2], memory_sizes_mb=[128, 1769]),
+    )
     assert answer.status_code == 200, answer.text
     plan = {c["label"]: c for c in answer.json()["combinations"]}
-    assert plan["intel/onnx/b1/1769MB"]["state"] == "measure" and plan["intel/onnx/b1/1769MB"]["estimated_measurement_s"] > 0
+    assert (
+        plan["intel/onnx/b1/1769MB"]["state"] == "measure"
+        and plan["intel/onnx/b1/1769MB"]["estimated_measurement_s"] > 0
+    )
     assert plan["intel/onnx/b2/1769MB"]["state"] == "impossible"
     assert plan["intel/onnx/b2/1769MB"]["reason"].startswith("x has a fixed batch of 1: batch 2 cannot run")
     assert answer.json()["totals"]["impossible"] == 4 and answer.json()["totals"]["to_measure"] == 4
     other_size = client.post("/plans", headers=ALICE, json=run_body(sha, size, input_size=[32, 32])).json()
-    assert all(c["state"] == "impossible" and "fixed size 8 on axis 2" in c["reason"] for c in other_size["combinations"])
+    assert all(
+        c["state"] == "impossible" and "fixed size 8 on axis 2" in c["reason"] for c in other_size["combinations"]
+    )
     assert client.post("/plans", headers=BOB, json=run_body(sha, size)).status_code == 409  # not Bob's model
 
 
@@ -397,7 +483,9 @@ def test_your_own_inputs_are_checked_and_stored(client, stored_model, deps, tmp_
     assert {c["state"] for c in plan["combinations"]} == {"measure"}
     missing = client.post("/runs", headers=ALICE, json={**body, "inputs_sha256": "c" * 64})
     assert missing.status_code == 409 and "PUT /inputs" in missing.json()["detail"]
-    assert client.post("/runs", headers=ALICE, json={**body, "inputs_sha256": None}).status_code == 422  # custom needs inputs
+    assert (
+        client.post("/runs", headers=ALICE, json={**body, "inputs_sha256": None}).status_code == 422
+    )  # custom needs inputs
 
 
 def test_an_onnx_model_with_external_data_is_uploaded_as_one_bundle(client, deps, tmp_path):
@@ -407,7 +495,9 @@ def test_an_onnx_model_with_external_data_is_uploaded_as_one_bundle(client, deps
 
     model = external_data_model(tmp_path)
     alone = upload(client, model.read_bytes())
-    assert alone.status_code == 422 and "upload a .zip or .tar of the .onnx and its data files" in alone.json()["detail"]
+    assert (
+        alone.status_code == 422 and "upload a .zip or .tar of the .onnx and its data files" in alone.json()["detail"]
+    )
     bundle = tmp_path / "bundle.zip"
     with zipfile.ZipFile(bundle, "w") as archive:
         archive.write(model, "m.onnx")
@@ -440,11 +530,25 @@ def test_a_combination_s_profile_trace_is_served_and_404_says_why(client, deps, 
     assert unknown.status_code == 404 and "no combination nope" in unknown.json()["detail"]
 
     trace_key = keys.profile_trace(onnx["combo_key"], onnx["run_id"])
-    deps.store.put_bytes(trace_key, json.dumps({"traceEvents": [{"name": "Conv", "ph": "X", "ts": 0, "dur": 5}]}).encode())
-    deps.store.put_bytes(keys.profile(onnx["combo_key"], onnx["run_id"]), CombinationProfile(
-        combo_key=onnx["combo_key"], run_id=onnx["run_id"], label="intel/onnx/b1/1769MB", optimizer="onnx", trace_key=trace_key, runs=1,
-        operators=operator_rows([("c", "Conv", 0.005)], 1), unprofiled_p50_ms=1.0, profiled_p50_ms=1.2, confined=True,
-        profiled_at="2026-01-01T00:00:00+00:00").to_bytes())
+    deps.store.put_bytes(
+        trace_key, json.dumps({"traceEvents": [{"name": "Conv", "ph": "X", "ts": 0, "dur": 5}]}).encode()
+    )
+    deps.store.put_bytes(
+        keys.profile(onnx["combo_key"], onnx["run_id"]),
+        CombinationProfile(
+            combo_key=onnx["combo_key"],
+            run_id=onnx["run_id"],
+            label="intel/onnx/b1/1769MB",
+            optimizer="onnx",
+            trace_key=trace_key,
+            runs=1,
+            operators=operator_rows([("c", "Conv", 0.005)], 1),
+            unprofiled_p50_ms=1.0,
+            profiled_p50_ms=1.2,
+            confined=True,
+            profiled_at="2026-01-01T00:00:00+00:00",
+        ).to_bytes(),
+    )
     served = client.get(f"/runs/{run_id}/combinations/{onnx['combo_key']}/profile", headers=ALICE)
     assert served.status_code == 200 and served.json()["traceEvents"][0]["name"] == "Conv"
     assert "attachment" in served.headers["content-disposition"]
@@ -454,8 +558,13 @@ def test_a_combination_s_profile_trace_is_served_and_404_says_why(client, deps, 
     assert client.get(f"/runs/{run_id}/combinations/{onnx['combo_key']}/profile", headers=BOB).status_code == 404
     # "profile this": the combination's inference worker is asked, by an event
     asked = client.post(f"/runs/{run_id}/combinations/{onnx['combo_key']}/profile", headers=ALICE)
-    assert asked.status_code == 202 and asked.json()["trace_url"] == f"runs/{run_id}/combinations/{onnx['combo_key']}/profile"
+    assert (
+        asked.status_code == 202
+        and asked.json()["trace_url"] == f"runs/{run_id}/combinations/{onnx['combo_key']}/profile"
+    )
     event = deps.publisher.published[-1]
-    assert event.type == "ProfileRequested" and event.payload.result_key == keys.result_version(onnx["combo_key"], onnx["run_id"])
+    assert event.type == "ProfileRequested" and event.payload.result_key == keys.result_version(
+        onnx["combo_key"], onnx["run_id"]
+    )
     refused = client.post(f"/runs/{run_id}/combinations/k0/profile", headers=ALICE)
     assert refused.status_code == 404 and "TVM could not build" in refused.json()["detail"]

@@ -1,4 +1,4 @@
-"""services.inference.measure.tune: the default session settings are kept unless another setting
+"""measuring.measure.tune: the default session settings are kept unless another setting
 is faster by the margin twice (screening, then both timed again). The engine is a fake whose
 runs take a chosen time per settings and per load (reported to `measure.timed`, so a busy
 machine changes nothing), standing in for ONNX Runtime sessions."""
@@ -11,7 +11,8 @@ import types
 import numpy as np
 import pytest
 
-from services.inference import measure
+import engines
+from measuring import measure
 
 LOGITS = np.eye(1, 10, 3, dtype=np.float32)
 
@@ -38,6 +39,7 @@ def engine(monkeypatch):
 
     module.load = load
     monkeypatch.setitem(sys.modules, "engines.fake_engine", module)
+    monkeypatch.setitem(engines._MODULES, "fake", "engines.fake_engine")
     monkeypatch.setattr(measure, "timed", lambda run, inputs: (run(inputs), run.ms)[1])
     return module
 
@@ -46,8 +48,16 @@ def _tune(engine, tmp_path, **ms):
     engine.ms.update(ms)
     reference = tmp_path / "reference.npz"
     np.savez(reference, **{"input:pixels": np.zeros((1, 3, 8, 8), np.float32), "output:0": LOGITS})
-    return measure.tune({"optimizer": "fake", "workload": "image_classification", "artifact_path": str(tmp_path / "model"),
-                         "reference_path": str(reference), "threads": 2, "time_cap_s": 60})
+    return measure.tune(
+        {
+            "optimizer": "fake",
+            "workload": "image_classification",
+            "artifact_path": str(tmp_path / "model"),
+            "reference_path": str(reference),
+            "threads": 2,
+            "time_cap_s": 60,
+        }
+    )
 
 
 def test_settings_faster_twice_by_the_margin_win(engine, tmp_path):

@@ -8,9 +8,9 @@ import importlib
 import pytest
 from cfnlint.decode import decode
 
-from ayci.infra import TEMPLATE
 from core.routing import ROUTES
 from core.topology import HARDWARE, SERVICES, every_queue
+from infra.stack import TEMPLATE
 
 
 @pytest.fixture(scope="module")
@@ -42,18 +42,25 @@ def test_the_template_s_rules_are_the_routes(template):
         (event_type,) = pattern["detail-type"]
         for target in resource["Properties"]["Targets"]:
             declared.add((event_type, queue_name(template, target["Arn"])))
-    routed = {(event, queue.format(hardware=hw)) for event, queues in ROUTES.items() for queue in queues for hw in HARDWARE}
+    routed = {
+        (event, queue.format(hardware=hw)) for event, queues in ROUTES.items() for queue in queues for hw in HARDWARE
+    }
     assert declared == routed
 
 
 def test_every_queue_has_a_dlq_and_every_dlq_is_consumed_on_lambda(template):
     resources = template["Resources"]
-    names = {r["Properties"]["QueueName"]["Fn::Sub"].removeprefix("${Prefix}-") for r in resources.values() if r["Type"] == "AWS::SQS::Queue"}
+    names = {
+        r["Properties"]["QueueName"]["Fn::Sub"].removeprefix("${Prefix}-")
+        for r in resources.values()
+        if r["Type"] == "AWS::SQS::Queue"
+    }
     assert names == set(every_queue()) | {f"{q}-dlq" for q in every_queue()}
     dead_letter_sources = {
         queue_name(template, r["Properties"]["EventSourceArn"])
         for r in resources.values()
-        if r["Type"] == "AWS::Lambda::EventSourceMapping" and r["Properties"]["FunctionName"] == {"Ref": "DeadLetterFunction"}
+        if r["Type"] == "AWS::Lambda::EventSourceMapping"
+        and r["Properties"]["FunctionName"] == {"Ref": "DeadLetterFunction"}
     }
     assert dead_letter_sources == {f"{q}-dlq" for q in every_queue()}
 

@@ -8,7 +8,15 @@ import math
 import numpy as np
 import pytest
 
-from core.traffic import Traffic, TrafficError, arrivals, combination_under_traffic, parse_duration, simulate, traffic_report
+from core.traffic import (
+    Traffic,
+    TrafficError,
+    arrivals,
+    combination_under_traffic,
+    parse_duration,
+    simulate,
+    traffic_report,
+)
 
 WARM = [(0.0, 9.0), (0.5, 10.0), (0.9, 11.0), (0.99, 13.0), (1.0, 15.0)]
 
@@ -63,10 +71,17 @@ def test_an_arrival_file_of_times_or_per_minute_counts(tmp_path):
         arrivals(Traffic(rps=1, pattern=str(words)), np.random.default_rng(0))
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    ({"rps": -1}, "rps"), ({"rps": float("inf")}, "rps"), ({"rps": 1e9}, "rps"), ({"rps": 1, "idle_timeout_s": 0}, "idle_timeout"),
-    ({"rps": 1, "duration_s": 1}, "duration"), ({"rps": 1, "pattern": "wavy"}, "pattern"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"rps": -1}, "rps"),
+        ({"rps": float("inf")}, "rps"),
+        ({"rps": 1e9}, "rps"),
+        ({"rps": 1, "idle_timeout_s": 0}, "idle_timeout"),
+        ({"rps": 1, "duration_s": 1}, "duration"),
+        ({"rps": 1, "pattern": "wavy"}, "pattern"),
+    ],
+)
 def test_bad_traffic_is_refused_naming_the_field(kwargs, field):
     with pytest.raises(TrafficError, match=field):
         Traffic(**kwargs)
@@ -82,19 +97,30 @@ def test_durations_and_a_run_with_nothing_to_simulate():
 
 def test_the_pick_is_the_cheapest_meeting_the_slo_with_cold_starts_counted():
     small, large = result(memory_mb=512, p50=30.0, cold=3000.0), result(memory_mb=1769, p50=10.0, cold=800.0)
-    report = traffic_report({"results": [small, large]}, Traffic(rps=0.05, idle_timeout_s=60, duration_s=86400), slo_p99_ms=1500)
+    report = traffic_report(
+        {"results": [small, large]}, Traffic(rps=0.05, idle_timeout_s=60, duration_s=86400), slo_p99_ms=1500
+    )
     by_name = {r["combination"]: r for r in report["rows"]}
     assert by_name["intel/onnx/b1/512MB"]["p99_ms"] > 1500  # its cold starts break the SLO
     assert report["recommended"] == "intel/onnx/b1/1769MB (on demand)"
     # a tight SLO no cold start meets: provisioned concurrency is the cheapest way, and it is priced
-    tight = traffic_report({"results": [small, large]}, Traffic(rps=0.05, idle_timeout_s=60, duration_s=86400), slo_p99_ms=60)
+    tight = traffic_report(
+        {"results": [small, large]}, Traffic(rps=0.05, idle_timeout_s=60, duration_s=86400), slo_p99_ms=60
+    )
     assert tight["recommended"] == "intel/onnx/b1/512MB (provisioned 1)"
     options = {o["option"]: o for o in {r["combination"]: r for r in tight["rows"]}["intel/onnx/b1/512MB"]["options"]}
-    assert options["provisioned 1"]["bill_usd"] > options["on demand"]["bill_usd"] and options["provisioned 1"]["cold_share"] < 0.01
+    assert (
+        options["provisioned 1"]["bill_usd"] > options["on demand"]["bill_usd"]
+        and options["provisioned 1"]["cold_share"] < 0.01
+    )
     assert "assumed" in options["SnapStart (estimate)"]["assumption"]
 
 
 def result(memory_mb: int = 1769, p50: float = 10.0, cold: float = 500.0, **extra) -> dict:
-    return {"combo": {"hardware": "intel", "optimizer": "onnx", "batch_size": 1, "memory_mb": memory_mb},
-            "latency_ms": {"p50": p50, "p90": p50 * 1.1, "p99": p50 * 1.3, "min": p50 * 0.9, "max": p50 * 1.5},
-            "cold_start_ms": {"total": cold, "first_inference": p50 * 2}, "confined": True, **extra}
+    return {
+        "combo": {"hardware": "intel", "optimizer": "onnx", "batch_size": 1, "memory_mb": memory_mb},
+        "latency_ms": {"p50": p50, "p90": p50 * 1.1, "p99": p50 * 1.3, "min": p50 * 0.9, "max": p50 * 1.5},
+        "cold_start_ms": {"total": cold, "first_inference": p50 * 2},
+        "confined": True,
+        **extra,
+    }

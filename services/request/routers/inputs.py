@@ -19,8 +19,18 @@ MAX_INPUTS_BYTES = 16 << 20  # on the wire; an API Gateway payload is at most 10
 router = APIRouter(tags=["inputs"])
 
 
-@router.put("/inputs", response_model=StoredInputs, status_code=201, responses=ERRORS,
-            openapi_extra={"requestBody": {"required": True, "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
+@router.put(
+    "/inputs",
+    response_model=StoredInputs,
+    status_code=201,
+    responses=ERRORS,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+        }
+    },
+)
 async def put_inputs(owner: Owner, request: Request, deps: Deps) -> StoredInputs:
     """Store example inputs (the raw `.npz` bytes, at most 16 MB). Loaded with
     `allow_pickle=False`: object arrays, arrays without a batch axis or batch axes that differ
@@ -39,4 +49,6 @@ async def put_inputs(owner: Owner, request: Request, deps: Deps) -> StoredInputs
             sha = store_inputs(deps.store, path)
         except BadInputs as exc:
             raise HTTPException(422, str(exc)) from None
-    return StoredInputs(sha256=sha, arrays={name: {"shape": list(shape), "dtype": dtype} for name, (shape, dtype) in arrays.items()})
+    return StoredInputs(
+        sha256=sha, arrays={name: {"shape": list(shape), "dtype": dtype} for name, (shape, dtype) in arrays.items()}
+    )

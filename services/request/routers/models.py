@@ -7,7 +7,15 @@ from fastapi import APIRouter, HTTPException, Response
 
 from core.ports import UploadRejected
 from services.request.auth import Owner
-from services.request.bodies import ERRORS, ModelSpec, ModelStatus, Sha256Path, UploadAnswer, UploadOfferBody, UploadVerification
+from services.request.bodies import (
+    ERRORS,
+    ModelSpec,
+    ModelStatus,
+    Sha256Path,
+    UploadAnswer,
+    UploadOfferBody,
+    UploadVerification,
+)
 from services.request.deps import Deps
 from services.request.submission import owned_model_info
 from services.request.uploads import verify_upload
@@ -21,7 +29,11 @@ def get_model(sha256: Sha256Path, owner: Owner, deps: Deps) -> ModelStatus:
     """Is a model with this SHA-256 yours and stored already? (Then it is never uploaded again.)
     Another owner's model answers as not stored."""
     info = owned_model_info(deps.store, sha256, owner)
-    return ModelStatus(sha256=sha256, stored=info is not None, **({k: info.get(k) for k in ("size_bytes", "format", "signature")} if info else {}))
+    return ModelStatus(
+        sha256=sha256,
+        stored=info is not None,
+        **({k: info.get(k) for k in ("size_bytes", "format", "signature")} if info else {}),
+    )
 
 
 @router.post("/models/uploads", response_model=UploadAnswer, responses=ERRORS, status_code=200)
@@ -31,9 +43,17 @@ def offer_upload(spec: ModelSpec, owner: Owner, response: Response, deps: Deps) 
     (`stored: true`); the same bytes stored by someone else must be uploaded by you once."""
     info = owned_model_info(deps.store, spec.sha256, owner)
     if info is not None:
-        return UploadAnswer(sha256=spec.sha256, stored=True, size_bytes=info["size_bytes"], format=info["format"], signature=info.get("signature"))
+        return UploadAnswer(
+            sha256=spec.sha256,
+            stored=True,
+            size_bytes=info["size_bytes"],
+            format=info["format"],
+            signature=info.get("signature"),
+        )
     if spec.size_bytes > deps.limits.max_model_bytes:
-        raise HTTPException(413, f"a model may have at most {deps.limits.max_model_bytes} bytes, this one has {spec.size_bytes}")
+        raise HTTPException(
+            413, f"a model may have at most {deps.limits.max_model_bytes} bytes, this one has {spec.size_bytes}"
+        )
     offer = deps.uploader.offer(owner, spec.sha256, spec.size_bytes)
     response.status_code = 201
     return UploadAnswer(sha256=spec.sha256, stored=False, upload=UploadOfferBody(**offer.__dict__))
@@ -48,4 +68,10 @@ def verify_model(sha256: Sha256Path, body: UploadVerification, owner: Owner, dep
     except UploadRejected as exc:
         log.info("upload_rejected", owner=owner, sha256=sha256, reason=exc.reason)
         raise HTTPException(exc.status, exc.reason) from None
-    return ModelStatus(sha256=sha256, stored=True, size_bytes=info["size_bytes"], format=info["format"], signature=info.get("signature"))
+    return ModelStatus(
+        sha256=sha256,
+        stored=True,
+        size_bytes=info["size_bytes"],
+        format=info["format"],
+        signature=info.get("signature"),
+    )

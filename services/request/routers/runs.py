@@ -11,24 +11,41 @@ import structlog
 from fastapi import APIRouter, Body, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 
-from report import results_csv, results_document
-from core.results import stored_profile
-from report.profiles import NotProfilable, chosen_results, profilable, profile_tables
-from schemas.events import Envelope
-from schemas.reasons import whole
-from services.request.auth import Owner
-from core.prediction import measured_combos
-from core.traffic import Traffic, TrafficError, traffic_report
 from core.planning import Plan, plan_run, refuse_unbindable, request_shapes
+from core.prediction import measured_combos
+from core.results import stored_profile
+from core.traffic import Traffic, TrafficError, traffic_report
+from report import results_csv, results_document
+from report.profiles import NotProfilable, chosen_results, profilable, profile_tables
 from schemas import keys
 from schemas.combos import Combo
-from schemas.events import ProfileRequested, RequestSubmitted
+from schemas.events import Envelope, ProfileRequested, RequestSubmitted
+from schemas.reasons import whole
 from schemas.signature import ModelSignature
-from services.request.bodies import ERRORS, PlanAnswer, RunCreated, RunId, RunProgress, RunRequest, TrafficRequest, invalid
-from workloads.binding import BindingError
+from services.request.auth import Owner
+from services.request.bodies import (
+    ERRORS,
+    PlanAnswer,
+    RunCreated,
+    RunId,
+    RunProgress,
+    RunRequest,
+    TrafficRequest,
+    invalid,
+)
 from services.request.deps import Deps, RequestDeps
-from services.request.runs import cancel_run, count_run, load_run, owner_usage, load_summary, record_run, run_progress, withdraw_run
+from services.request.runs import (
+    cancel_run,
+    count_run,
+    load_run,
+    load_summary,
+    owner_usage,
+    record_run,
+    run_progress,
+    withdraw_run,
+)
 from services.request.submission import new_run, owned_model_info
+from workloads.binding import BindingError
 
 log = structlog.get_logger()
 router = APIRouter(tags=["runs"])
@@ -39,14 +56,21 @@ def checked_request(body: RunRequest, owner: str, deps: RequestDeps) -> tuple[Re
     stored, 422 naming the problem if the model's inputs bind to nothing the run feeds."""
     matrix = body.matrix_of()
     info = owned_model_info(deps.store, body.model.sha256, owner)
-    request = body.request_for(owner, info["format"] if info else "pt2", matrix)  # the contract checks the input size for the workload
+    request = body.request_for(
+        owner, info["format"] if info else "pt2", matrix
+    )  # the contract checks the input size for the workload
     total = len(measured_combos(request))
     if total > deps.limits.max_combinations:
-        raise invalid(("body", "matrix"), f"{total} combinations; a run may have at most {deps.limits.max_combinations}")
+        raise invalid(
+            ("body", "matrix"), f"{total} combinations; a run may have at most {deps.limits.max_combinations}"
+        )
     if info is None:
         raise HTTPException(409, f"model {body.model.sha256} is not stored: upload it first (POST /models/uploads)")
     if info["size_bytes"] != body.model.size_bytes:
-        raise invalid(("body", "model", "size_bytes"), f"the stored model with this SHA-256 has {info['size_bytes']} bytes, not {body.model.size_bytes}")
+        raise invalid(
+            ("body", "model", "size_bytes"),
+            f"the stored model with this SHA-256 has {info['size_bytes']} bytes, not {body.model.size_bytes}",
+        )
     if body.inputs_sha256 and not deps.store.exists(keys.inputs(body.inputs_sha256)):
         raise HTTPException(409, f"inputs {body.inputs_sha256} are not stored: upload them first (PUT /inputs)")
     signature = ModelSignature.model_validate(info["signature"]) if info.get("signature") else None
@@ -76,11 +100,18 @@ def submit_run(body: Annotated[RunRequest, Body()], owner: Owner, response: Resp
     now = datetime.now(UTC)
     in_flight, today = owner_usage(deps.store, owner, now)
     if in_flight >= deps.limits.max_runs_in_flight:
-        raise HTTPException(429, f"you have {in_flight} runs in flight, the most allowed: wait for one to end (or cancel one)", headers={"Retry-After": "60"})
+        raise HTTPException(
+            429,
+            f"you have {in_flight} runs in flight, the most allowed: wait for one to end (or cancel one)",
+            headers={"Retry-After": "60"},
+        )
     if today + total > deps.limits.max_combinations_per_day:
         midnight = datetime.combine(now.date() + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
-        raise HTTPException(429, f"{today} combinations submitted today and {total} more would pass your daily {deps.limits.max_combinations_per_day}",
-                            headers={"Retry-After": str(int((midnight - now).total_seconds()) + 1)})
+        raise HTTPException(
+            429,
+            f"{today} combinations submitted today and {total} more would pass your daily {deps.limits.max_combinations_per_day}",
+            headers={"Retry-After": str(int((midnight - now).total_seconds()) + 1)},
+        )
     envelope: Envelope = new_run(request, run_id=str(uuid.uuid4()))
     record_run(deps.store, envelope.run_id, request)
     try:
@@ -88,11 +119,18 @@ def submit_run(body: Annotated[RunRequest, Body()], owner: Owner, response: Resp
     except Exception as exc:  # the bus did not take it: nothing runs, so nothing is shown
         log.exception("run_not_submitted", run_id=envelope.run_id, owner=owner)
         withdraw_run(deps.store, envelope.run_id, whole(exc))
-        raise HTTPException(503, "the run could not be submitted (the event bus did not take it); nothing was started, try again") from None
+        raise HTTPException(
+            503, "the run could not be submitted (the event bus did not take it); nothing was started, try again"
+        ) from None
     count_run(deps.store, owner, envelope.run_id, total, now)
     log.info("run_submitted", run_id=envelope.run_id, owner=owner, combinations=total)
     response.headers["Location"] = f"runs/{envelope.run_id}"
-    return RunCreated(run_id=envelope.run_id, combinations=total, status_url=f"runs/{envelope.run_id}", results_url=f"runs/{envelope.run_id}/results")
+    return RunCreated(
+        run_id=envelope.run_id,
+        combinations=total,
+        status_url=f"runs/{envelope.run_id}",
+        results_url=f"runs/{envelope.run_id}/results",
+    )
 
 
 def owned_run(deps: RequestDeps, run_id: str, owner: str) -> dict:
@@ -132,13 +170,18 @@ def traffic(run_id: RunId, body: Annotated[TrafficRequest, Body()], owner: Owner
     if summary is None:
         raise HTTPException(409, f"run {run_id} is still running")
     try:
-        profile = Traffic(rps=body.rps, pattern=body.pattern, idle_timeout_s=body.idle_timeout_s, duration_s=body.duration_s)
+        profile = Traffic(
+            rps=body.rps, pattern=body.pattern, idle_timeout_s=body.idle_timeout_s, duration_s=body.duration_s
+        )
         return traffic_report(summary, profile, body.slo_p99_ms)
     except TrafficError as exc:
         raise invalid(("body",), str(exc)) from None
 
 
-@router.get("/runs/{run_id}/results", responses={**ERRORS, 200: {"content": {"application/json": {}, "text/csv": {"schema": {"type": "string"}}}}})
+@router.get(
+    "/runs/{run_id}/results",
+    responses={**ERRORS, 200: {"content": {"application/json": {}, "text/csv": {"schema": {"type": "string"}}}}},
+)
 def get_results(run_id: RunId, owner: Owner, request: Request, deps: Deps) -> Response:
     """The archived run's table, recommendation, Pareto front and failures: JSON, or CSV
     with `Accept: text/csv`. 409 while the run is still going."""
@@ -147,7 +190,11 @@ def get_results(run_id: RunId, owner: Owner, request: Request, deps: Deps) -> Re
     if summary is None:
         raise HTTPException(409, f"run {run_id} is still running")
     if "text/csv" in request.headers.get("accept", ""):
-        return Response(results_csv(summary), media_type="text/csv", headers={"Content-Disposition": f'attachment; filename="ayci-{run_id}.csv"'})
+        return Response(
+            results_csv(summary),
+            media_type="text/csv",
+            headers={"Content-Disposition": f'attachment; filename="ayci-{run_id}.csv"'},
+        )
     return JSONResponse(results_document(summary, f"{deps.limits.results_url}/runs/{run_id}/results"))
 
 
@@ -160,7 +207,9 @@ def _profiled(deps: RequestDeps, run_id: str, owner: str) -> dict:
     return summary
 
 
-@router.get("/runs/{run_id}/combinations/{combo_key}/profile", responses={**ERRORS, 200: {"content": {"application/json": {}}}})
+@router.get(
+    "/runs/{run_id}/combinations/{combo_key}/profile", responses={**ERRORS, 200: {"content": {"application/json": {}}}}
+)
 def get_profile_trace(run_id: RunId, combo_key: str, owner: Owner, deps: Deps) -> Response:
     """The Chrome trace of a combination's profiled pass (open it in Perfetto or
     chrome://tracing). 404 with the reason: no such run or combination, the combination failed
@@ -172,9 +221,15 @@ def get_profile_trace(run_id: RunId, combo_key: str, owner: Owner, deps: Deps) -
         raise HTTPException(404, str(exc)) from None
     profile = stored_profile(deps.store, result)
     if profile is None:
-        raise HTTPException(404, f"combination {combo_key} has not been profiled (ayci profile {run_id} --combination {combo_key}, or run with profile)")
-    return Response(deps.store.get_bytes(profile.trace_key), media_type="application/json",
-                    headers={"Content-Disposition": f'attachment; filename="ayci-{combo_key}-trace.json"'})
+        raise HTTPException(
+            404,
+            f"combination {combo_key} has not been profiled (ayci profile {run_id} --combination {combo_key}, or run with profile)",
+        )
+    return Response(
+        deps.store.get_bytes(profile.trace_key),
+        media_type="application/json",
+        headers={"Content-Disposition": f'attachment; filename="ayci-{combo_key}-trace.json"'},
+    )
 
 
 @router.post("/runs/{run_id}/combinations/{combo_key}/profile", status_code=202, responses=ERRORS)
@@ -189,8 +244,17 @@ def request_profile(run_id: RunId, combo_key: str, owner: Owner, deps: Deps) -> 
     except NotProfilable as exc:
         raise HTTPException(404, str(exc)) from None
     combo = Combo.model_validate(result["combo"])
-    deps.publisher.publish([Envelope.wrap(ProfileRequested(combo=combo, combo_key=combo_key, result_key=keys.result_version(combo_key, result["run_id"])),
-                                          run_id=run_id, producer="request")])
+    deps.publisher.publish(
+        [
+            Envelope.wrap(
+                ProfileRequested(
+                    combo=combo, combo_key=combo_key, result_key=keys.result_version(combo_key, result["run_id"])
+                ),
+                run_id=run_id,
+                producer="request",
+            )
+        ]
+    )
     log.info("profile_requested", run_id=run_id, combo_key=combo_key, owner=owner)
     return {"run_id": run_id, "combo_key": combo_key, "trace_url": f"runs/{run_id}/combinations/{combo_key}/profile"}
 
@@ -200,5 +264,10 @@ def get_profiles(run_id: RunId, owner: Owner, deps: Deps) -> dict:
     """The run's profiled combinations side by side: per hardware, batch and memory size, each
     optimizer's time per operator group, its top operators and the link to its trace."""
     summary = _profiled(deps, run_id, owner)
-    profiles = [p.to_dict() for p in (stored_profile(deps.store, r) for r in summary["results"] if profilable(r) is None) if p]
-    return {"run_id": run_id, "tables": profile_tables(profiles, trace_url=lambda p: f"runs/{run_id}/combinations/{p['combo_key']}/profile")}
+    profiles = [
+        p.to_dict() for p in (stored_profile(deps.store, r) for r in summary["results"] if profilable(r) is None) if p
+    ]
+    return {
+        "run_id": run_id,
+        "tables": profile_tables(profiles, trace_url=lambda p: f"runs/{run_id}/combinations/{p['combo_key']}/profile"),
+    }

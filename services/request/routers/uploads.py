@@ -15,9 +15,20 @@ from services.request.deps import Deps
 router = APIRouter(tags=["models"])
 
 
-@router.put("/uploads/{sha256}", status_code=204, responses=ERRORS,
-            openapi_extra={"requestBody": {"required": True, "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
-async def receive_upload(sha256: Sha256Path, size_bytes: Annotated[int, Query(gt=0)], owner: Owner, request: Request, deps: Deps) -> Response:
+@router.put(
+    "/uploads/{sha256}",
+    status_code=204,
+    responses=ERRORS,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+        }
+    },
+)
+async def receive_upload(
+    sha256: Sha256Path, size_bytes: Annotated[int, Query(gt=0)], owner: Owner, request: Request, deps: Deps
+) -> Response:
     """The upload target on the embedded default: the raw model bytes, at most `size_bytes`
     (the announced size). Verified by `POST /models/{sha256}/verify`."""
     if size_bytes > deps.limits.max_model_bytes:

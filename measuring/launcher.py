@@ -1,7 +1,7 @@
 """Where a measurement runs: a child process of its own, confined to its memory size, one at a
 time on this machine.
 
-`measure(spec)` takes the machine's measurement lock, starts `services.inference.measure`
+`measure(spec)` takes the machine's measurement lock, starts `measuring.measure`
 inside a cgroup with the memory size's CPU share and memory cap (`confinement.py`), and
 returns its report plus how it ran (confined or why not, vCPUs, threads, the machine's load).
 A measurement that fails raises `MeasurementFailed` with a reason: "out of memory at N MB"
@@ -26,9 +26,7 @@ from pathlib import Path
 import structlog
 
 from core import measurement_lock
-from schemas.documents import MeasurementReport
-from schemas.reasons import from_traceback, whole
-from services.inference.confinement import (
+from measuring.confinement import (
     ENTER_FAILED_EXIT,
     ConfinementUnavailable,
     Limits,
@@ -36,10 +34,12 @@ from services.inference.confinement import (
     lambda_vcpus,
     unavailable_reason,
 )
-from services.inference.environment import host_environment
-from services.inference.machine_load import LoadSample, host_cores, load_report
+from measuring.environment import host_environment
+from measuring.machine_load import LoadSample, host_cores, load_report
+from schemas.documents import MeasurementReport
+from schemas.reasons import from_traceback, whole
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULT_MARKER = "@@RESULT@@"
 
 log = structlog.get_logger()
@@ -93,8 +93,13 @@ def engine_env(threads: int, env_extra: dict | None = None) -> dict:
     """The environment of a process that runs an engine on `threads` threads (this repository
     importable, every library's thread pool sized to the vCPUs)."""
     return {
-        **os.environ, "OMP_NUM_THREADS": str(threads), "TVM_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-        "PYTHONPATH": str(REPO_ROOT), "TVM_USE_RUNTIME_LIB": "1", **(env_extra or {}),
+        **os.environ,
+        "OMP_NUM_THREADS": str(threads),
+        "TVM_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+        "PYTHONPATH": str(REPO_ROOT),
+        "TVM_USE_RUNTIME_LIB": "1",
+        **(env_extra or {}),
     }
 
 
@@ -119,10 +124,14 @@ def measure(spec: MeasureSpec, python_command: list[str] | None = None, env_extr
         report["engine_tuning"] = tuning
     available = host_cores()
     report.update(
-        confined=confined, confinement_reason=reason, threads=spec.threads, vcpus=spec.vcpus,
+        confined=confined,
+        confinement_reason=reason,
+        threads=spec.threads,
+        vcpus=spec.vcpus,
         lock_wait_s=lock_wait_s,
         # Lambda would give this size more vCPUs than this host has: measured with fewer
-        host_limited=spec.vcpus > available + 1e-9, vcpus_available=available,
+        host_limited=spec.vcpus > available + 1e-9,
+        vcpus_available=available,
         environment={**host_environment(), **report.pop("runtime", {})},
     )
     return report
@@ -151,7 +160,12 @@ def _tune(spec: MeasureSpec, python_command: list[str] | None, env_extra: dict |
     the measurement's peak memory is its own), or None where there is nothing to tune, the
     timings would not be real (unconfined, emulated) or the tuning process failed (then the
     measurement keeps the default settings and says why)."""
-    if not spec.tune or spec.engine_settings is not None or spec.optimizer not in ("onnx", "onnx_int8") or not spec.confine:
+    if (
+        not spec.tune
+        or spec.engine_settings is not None
+        or spec.optimizer not in ("onnx", "onnx_int8")
+        or not spec.confine
+    ):
         return None
     group, confined, _ = _confinement_for(spec)
     try:
@@ -185,17 +199,29 @@ def _confinement_for(spec: MeasureSpec) -> tuple[MeasurementGroup | None, bool, 
     return None, False, reason
 
 
-def _run_child(spec: MeasureSpec, group: MeasurementGroup | None, python_command: list[str] | None, env_extra: dict | None,
-               mode: str = "measure") -> dict:
+def _run_child(
+    spec: MeasureSpec,
+    group: MeasurementGroup | None,
+    python_command: list[str] | None,
+    env_extra: dict | None,
+    mode: str = "measure",
+) -> dict:
     with tempfile.TemporaryDirectory(prefix="measure-") as tmp:
         spec_path = Path(tmp) / "spec.json"
         spec_path.write_text(
             json.dumps(
                 {
-                    "optimizer": spec.optimizer, "workload": spec.workload,
-                    "artifact_path": str(spec.artifact_path), "reference_path": str(spec.reference_path),
-                    "threads": spec.threads, "time_cap_s": spec.time_cap_s, "min_iterations": spec.min_iterations,
-                    "mode": mode, "settings": spec.engine_settings, "profile_runs": spec.profile_runs, "trace_max_events": spec.trace_max_events,
+                    "optimizer": spec.optimizer,
+                    "workload": spec.workload,
+                    "artifact_path": str(spec.artifact_path),
+                    "reference_path": str(spec.reference_path),
+                    "threads": spec.threads,
+                    "time_cap_s": spec.time_cap_s,
+                    "min_iterations": spec.min_iterations,
+                    "mode": mode,
+                    "settings": spec.engine_settings,
+                    "profile_runs": spec.profile_runs,
+                    "trace_max_events": spec.trace_max_events,
                     "trace_path": str(Path(tmp) / "trace.json"),
                 }
             )
@@ -203,7 +229,7 @@ def _run_child(spec: MeasureSpec, group: MeasurementGroup | None, python_command
         env = engine_env(spec.threads, env_extra)
         before = LoadSample.now()
         spawned_at = time.time()
-        command = [*(python_command or [sys.executable]), "-m", "services.inference.measure", str(spec_path), repr(spawned_at)]
+        command = [*(python_command or [sys.executable]), "-m", "measuring.measure", str(spec_path), repr(spawned_at)]
         if group is not None:
             command = group.wrap(command)
         with open(Path(tmp) / "stdout", "w+") as out, open(Path(tmp) / "stderr", "w+") as errors:
@@ -236,15 +262,21 @@ def _run_child(spec: MeasureSpec, group: MeasurementGroup | None, python_command
     if mode == "profile":
         return {**json.loads(stdout.rsplit(RESULT_MARKER, 1)[1]), "trace": trace}
     try:  # the one place the measuring process's report is checked
-        report = MeasurementReport.model_validate_json(stdout.rsplit(RESULT_MARKER, 1)[1]).model_dump(mode="json", exclude_unset=True)
+        report = MeasurementReport.model_validate_json(stdout.rsplit(RESULT_MARKER, 1)[1]).model_dump(
+            mode="json", exclude_unset=True
+        )
     except ValueError as exc:
         raise MeasurementFailed(f"the measuring process's report does not fit the schema: {whole(exc)}") from exc
     if report["peak_rss_mb"] > spec.memory_mb:
         # A Lambda function whose resident memory passes its size dies. The cap alone may not
         # catch it: pages of libraries already cached are charged to whoever read them first.
-        raise MeasurementFailed(f"out of memory at {spec.memory_mb} MB (peak {report['peak_rss_mb']:.0f} MB)", report["peak_rss_mb"])
+        raise MeasurementFailed(
+            f"out of memory at {spec.memory_mb} MB (peak {report['peak_rss_mb']:.0f} MB)", report["peak_rss_mb"]
+        )
     report["measurement_s"] = wall_s
-    report["load"] = load_report(before, after, own_cpu_s, needed_cores=spec.vcpus if group is not None else spec.threads)
+    report["load"] = load_report(
+        before, after, own_cpu_s, needed_cores=spec.vcpus if group is not None else spec.threads
+    )
     if outcome is not None:
         report["cgroup_peak_mb"] = outcome.peak_mb
         if outcome.periods:

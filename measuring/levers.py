@@ -20,7 +20,7 @@ from pathlib import Path
 
 import structlog
 
-from services.inference.launcher import MeasureSpec, MeasurementFailed, measure
+from measuring.launcher import MeasurementFailed, MeasureSpec, measure
 
 log = structlog.get_logger()
 
@@ -41,7 +41,10 @@ def onnx_variants(artifact: Path, threads: int, work: Path) -> list[Variant]:
 
     default = default_settings(threads)
     variants = [Variant("default: optimized at load", "onnx", artifact, default)]
-    for name, file in (("pre-optimized for this CPU", "optimized.onnx"), ("ORT format, pre-optimized", "optimized.ort")):
+    for name, file in (
+        ("pre-optimized for this CPU", "optimized.onnx"),
+        ("ORT format, pre-optimized", "optimized.ort"),
+    ):
         started = time.perf_counter()
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -49,7 +52,11 @@ def onnx_variants(artifact: Path, threads: int, work: Path) -> list[Variant]:
         if file.endswith(".ort"):
             options.add_session_config_entry("session.save_model_format", "ORT")
         ort.InferenceSession(str(artifact), options, providers=["CPUExecutionProvider"])
-        variants.append(Variant(name, "onnx", work / file, {**default, "graph_optimization": "disabled"}, time.perf_counter() - started))
+        variants.append(
+            Variant(
+                name, "onnx", work / file, {**default, "graph_optimization": "disabled"}, time.perf_counter() - started
+            )
+        )
     variants.append(Variant("memory arena off", "onnx", artifact, {**default, "memory_arena": False}))
     return variants
 
@@ -64,16 +71,26 @@ def base_variants(artifact: Path, work: Path) -> list[Variant]:
     return variants
 
 
-def measure_levers(variants: list[Variant], *, workload: str, reference: Path, memory_mb: int, repeat: int = 3,
-                   time_cap_s: float = 2.0) -> list[dict]:
+def measure_levers(
+    variants: list[Variant], *, workload: str, reference: Path, memory_mb: int, repeat: int = 3, time_cap_s: float = 2.0
+) -> list[dict]:
     """Each variant's median cold start (and split), peak memory and p50 over `repeat`
     confined measurements, with the difference from the first (the default)."""
     rows = []
     for variant in variants:
         reports, failure = [], None
         for _ in range(repeat):
-            spec = MeasureSpec(optimizer=variant.optimizer, workload=workload, artifact_path=variant.artifact, reference_path=reference,
-                               memory_mb=memory_mb, time_cap_s=time_cap_s, min_iterations=5, engine_settings=variant.settings, tune=False)
+            spec = MeasureSpec(
+                optimizer=variant.optimizer,
+                workload=workload,
+                artifact_path=variant.artifact,
+                reference_path=reference,
+                memory_mb=memory_mb,
+                time_cap_s=time_cap_s,
+                min_iterations=5,
+                engine_settings=variant.settings,
+                tune=False,
+            )
             try:
                 reports.append(measure(spec))
             except MeasurementFailed as exc:
@@ -82,14 +99,23 @@ def measure_levers(variants: list[Variant], *, workload: str, reference: Path, m
         if not reports:
             rows.append({"variant": variant.name, "failed": failure})
             continue
-        cold = {part: statistics.median(r["cold_start_ms"][part] for r in reports)
-                for part in ("process_start", "imports", "model_load", "first_inference", "total")}
-        rows.append({
-            "variant": variant.name, "cold_start_ms": cold, "peak_mb": statistics.median(r.get("cgroup_peak_mb") or r["peak_rss_mb"] for r in reports),
-            "p50_ms": statistics.median(r["latency_ms"]["p50"] for r in reports), "agreement": min(r["agreement"]["score"] for r in reports),
-            "artifact_bytes": reports[0]["cold_start_ms"].get("artifact_bytes"), "prepare_s": variant.prepare_s, "repeats": len(reports),
-            "confined": all(r.get("confined") for r in reports),
-        })
+        cold = {
+            part: statistics.median(r["cold_start_ms"][part] for r in reports)
+            for part in ("process_start", "imports", "model_load", "first_inference", "total")
+        }
+        rows.append(
+            {
+                "variant": variant.name,
+                "cold_start_ms": cold,
+                "peak_mb": statistics.median(r.get("cgroup_peak_mb") or r["peak_rss_mb"] for r in reports),
+                "p50_ms": statistics.median(r["latency_ms"]["p50"] for r in reports),
+                "agreement": min(r["agreement"]["score"] for r in reports),
+                "artifact_bytes": reports[0]["cold_start_ms"].get("artifact_bytes"),
+                "prepare_s": variant.prepare_s,
+                "repeats": len(reports),
+                "confined": all(r.get("confined") for r in reports),
+            }
+        )
         log.info("lever_measured", variant=variant.name, cold_start_ms=round(cold["total"]), repeats=len(reports))
     base = next((r for r in rows if "cold_start_ms" in r), None)
     for row in rows:

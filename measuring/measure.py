@@ -1,4 +1,4 @@
-"""The measuring process: `python -m services.inference.measure SPEC.json SPAWNED_AT`.
+"""The measuring process: `python -m measuring.measure SPEC.json SPAWNED_AT`.
 
 Runs in a process of its own (started, and confined, by `launcher.py`), so its cold start
 and peak memory are its own. Loads one artifact with one engine, checks its outputs against
@@ -19,11 +19,12 @@ import time
 
 _MAIN_STARTED = time.time()
 
-import importlib  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import resource  # noqa: E402
 import sys  # noqa: E402
+
+import engines  # noqa: E402
 
 RELATIVE_CI_TARGET = 0.02  # the p50's 95 % interval, relative half-width
 RELATIVE_TAIL_TARGET = 0.10  # the p99's 95 % interval, relative half-width
@@ -107,13 +108,22 @@ def measure_warm(run, inputs, min_iterations: int, cap_s: float) -> dict:
     std = math.sqrt(sum((s - mean) ** 2 for s in samples) / max(1, len(samples) - 1))
     tail_low, tail_high = quantile_ci(sorted(samples), 0.99)
     return {
-        "p50": median, "p90": percentile(samples, 90), "p99": percentile(samples, 99),
-        "mean": mean, "min": min(samples), "max": max(samples),
-        "ci95_low": low, "ci95_high": high, "cv": std / mean if mean else 0.0,
-        "iterations": len(samples), "converged": done,
+        "p50": median,
+        "p90": percentile(samples, 90),
+        "p99": percentile(samples, 99),
+        "mean": mean,
+        "min": min(samples),
+        "max": max(samples),
+        "ci95_low": low,
+        "ci95_high": high,
+        "cv": std / mean if mean else 0.0,
+        "iterations": len(samples),
+        "converged": done,
         # the p99 rests on this many samples; below 100 it is an estimate (close to the maximum)
-        "p99_samples": len(samples), "p99_estimate": len(samples) < TAIL_MIN_SAMPLES,
-        "p99_ci95_low": tail_low, "p99_ci95_high": tail_high,
+        "p99_samples": len(samples),
+        "p99_estimate": len(samples) < TAIL_MIN_SAMPLES,
+        "p99_ci95_low": tail_low,
+        "p99_ci95_high": tail_high,
         # Lambda bills each request rounded up to 1 ms: the mean of those is what a request costs
         "billed_ms_mean": sum(math.ceil(s) for s in samples) / len(samples),
     }
@@ -141,8 +151,11 @@ def runtime_environment() -> dict:
         except metadata.PackageNotFoundError:
             return None
 
-    return {"python": platform.python_version(), "machine": platform.machine(),
-            "libraries": {name: version(name) for name in ("torch", "onnxruntime", "onnx", "apache-tvm", "numpy")}}
+    return {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "libraries": {name: version(name) for name in ("torch", "onnxruntime", "onnx", "apache-tvm", "numpy")},
+    }
 
 
 def read_reference(path: str) -> tuple[dict, list]:
@@ -178,7 +191,7 @@ def tune(spec: dict) -> dict:
 
     from workloads import workload_module
 
-    engine = importlib.import_module(f"engines.{spec['optimizer']}_engine")
+    engine = engines.module(spec["optimizer"])
     artifact, threads = Path(spec["artifact_path"]), int(spec["threads"])
     inputs, ref_outputs = read_reference(spec["reference_path"])
     judge = workload_module(spec["workload"]).agreement
@@ -190,7 +203,9 @@ def tune(spec: dict) -> dict:
         for _ in range(3):
             run(inputs)
         samples, deadline = [], time.perf_counter() + timing_s
-        while len(samples) < TUNING_MIN_SAMPLES or (len(samples) < TUNING_MAX_SAMPLES and time.perf_counter() < deadline):
+        while len(samples) < TUNING_MIN_SAMPLES or (
+            len(samples) < TUNING_MAX_SAMPLES and time.perf_counter() < deadline
+        ):
             samples.append(timed(run, inputs))
         return sorted(samples)[len(samples) // 2], len(samples)
 
@@ -223,7 +238,11 @@ def tune(spec: dict) -> dict:
             del run
             gc.collect()
         confirmed = again["challenger"] < again["default"] * (1 - TUNING_MARGIN)
-        outcome["confirmation"] = {"challenger_p50_ms": again["challenger"], "default_p50_ms": again["default"], "confirmed": confirmed}
+        outcome["confirmation"] = {
+            "challenger_p50_ms": again["challenger"],
+            "default_p50_ms": again["default"],
+            "confirmed": confirmed,
+        }
         if confirmed:
             outcome["settings"] = best["settings"]
     return {**outcome, "tuning_s": time.perf_counter() - started}
@@ -231,13 +250,13 @@ def tune(spec: dict) -> dict:
 
 def profile(spec: dict) -> dict:
     """A profiled pass (never the combination's timing): the unprofiled p50 over `profile_runs`
-    inferences after a warm-up, then the engine's profiler over as many (`profile` of the engine
-    module: a Chrome trace and its operator calls), each profiled inference timed too, so the
-    profiler's overhead is known. The trace, bounded (`core.profiles.bounded_trace`: a note in its
-`otherData` says what was cut), is written to `trace_path`, the rest reported."""
+        inferences after a warm-up, then the engine's profiler over as many (`profile` of the engine
+        module: a Chrome trace and its operator calls), each profiled inference timed too, so the
+        profiler's overhead is known. The trace, bounded (`core.profiles.bounded_trace`: a note in its
+    `otherData` says what was cut), is written to `trace_path`, the rest reported."""
     from pathlib import Path
 
-    engine = importlib.import_module(f"engines.{spec['optimizer']}_engine")
+    engine = engines.module(spec["optimizer"])
     artifact, threads, runs = Path(spec["artifact_path"]), int(spec["threads"]), int(spec["profile_runs"])
     settings = spec.get("settings")
     inputs, _ = read_reference(spec["reference_path"])
@@ -251,8 +270,13 @@ def profile(spec: dict) -> dict:
 
     bounded, _ = bounded_trace(trace, max_events=spec.get("trace_max_events") or MAX_TRACE_EVENTS)
     Path(spec["trace_path"]).write_text(json.dumps(bounded))  # never an unbounded object, here or stored
-    return {"calls": calls, "runs": runs, "unprofiled_p50_ms": unprofiled[len(unprofiled) // 2],
-            "profiled_p50_ms": sorted(run_ms)[len(run_ms) // 2], "peak_rss_mb": peak_rss_mb()}
+    return {
+        "calls": calls,
+        "runs": runs,
+        "unprofiled_p50_ms": unprofiled[len(unprofiled) // 2],
+        "profiled_p50_ms": sorted(run_ms)[len(run_ms) // 2],
+        "peak_rss_mb": peak_rss_mb(),
+    }
 
 
 def main(spec_path: str, spawned_at: float) -> dict:
@@ -262,17 +286,21 @@ def main(spec_path: str, spawned_at: float) -> dict:
     if spec.get("mode") == "profile":
         return profile(spec)
     t_imports = time.time()
-    import numpy as np
-
     from pathlib import Path
 
+    import numpy as np
+
     artifact = Path(spec["artifact_path"])
-    engine = importlib.import_module(f"engines.{spec['optimizer']}_engine")
+    engine = engines.module(spec["optimizer"])
     engine.import_runtime(artifact)
     t_load = time.time()
     loaded_at_mark = [name for name in WATCHED_MODULES if name in sys.modules]
     settings = spec.get("settings")
-    run = engine.load(artifact, int(spec["threads"]), settings=settings) if settings else engine.load(artifact, int(spec["threads"]))
+    run = (
+        engine.load(artifact, int(spec["threads"]), settings=settings)
+        if settings
+        else engine.load(artifact, int(spec["threads"]))
+    )
     t_first = time.time()
     inputs, ref_outputs = read_reference(spec["reference_path"])
     outputs = run(inputs)
@@ -323,8 +351,11 @@ def where_outputs_diverge(engine, artifact, inputs: dict, threads: int, settings
     except Exception as exc:  # the explanation of a failure must not fail the measurement
         return {"error": f"{type(exc).__name__}: {exc}"[:500]}
     if node is None:
-        return {"compared_with": "the same ONNX graph unoptimized", "node": None,
-                "detail": "no node diverges from the unoptimized graph: the ONNX export itself differs from base"}
+        return {
+            "compared_with": "the same ONNX graph unoptimized",
+            "node": None,
+            "detail": "no node diverges from the unoptimized graph: the ONNX export itself differs from base",
+        }
     return {"compared_with": "the same ONNX graph unoptimized", **node}
 
 

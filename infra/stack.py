@@ -5,21 +5,19 @@ The same code serves AWS and LocalStack (`scripts/localstack.sh start`). The end
 the stack is deployed with `Platform=localstack`, which leaves out what LocalStack cannot
 create, and the SES sender is verified with SES v1 `verify_email_identity` instead.
 
-    python -m ayci.infra deploy --stack NAME [--region R] [--yes]   # AWS: images + stack, a change set shown and confirmed
-    python -m ayci.infra destroy --stack NAME [--region R] [--yes] [--delete-data]
-    python -m ayci.infra deploy [stack] [prefix]   # LocalStack (AWS_ENDPOINT_URL set): prints the outputs as JSON
-    python -m ayci.infra delete [stack]
+    python -m infra deploy --stack NAME [--region R] [--yes]   # AWS: images + stack, a change set shown and confirmed
+    python -m infra destroy --stack NAME [--region R] [--yes] [--delete-data]
+    python -m infra deploy [stack] [prefix]   # LocalStack (AWS_ENDPOINT_URL set): prints the outputs as JSON
+    python -m infra delete [stack]
 
-The AWS commands are `ayci/aws_deploy.py`.
+The AWS commands are `infra/aws.py`.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +26,7 @@ from botocore.exceptions import ClientError, WaiterError
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "infra" / "template.yaml"
 DEFAULT_SENDER = "ayci@example.com"
-_TIMEOUT_S = 1800
+STACK_TIMEOUT_S = 3600  # how long a stack's create, update or delete may take
 
 
 @dataclass(frozen=True)
@@ -129,7 +127,7 @@ def delete_stack(stack_name: str = "ayci", endpoint_url: str | None = None, *, e
     if _stack_status(cfn, stack_name) is None:
         return
     if empty_bucket:
-        _empty_bucket(read_stack(stack_name, endpoint).bucket, endpoint)
+        empty_bucket_objects(boto3.client("s3", endpoint_url=endpoint), read_stack(stack_name, endpoint).bucket)
     _delete_and_wait(cfn, stack_name, endpoint is not None)
 
 
@@ -159,7 +157,7 @@ def _wait(cfn: Any, waiter: str, stack_name: str, on_localstack: bool) -> None:
     delay = 1 if on_localstack else 10  # LocalStack finishes in seconds
     try:
         cfn.get_waiter(waiter).wait(
-            StackName=stack_name, WaiterConfig={"Delay": delay, "MaxAttempts": _TIMEOUT_S // delay}
+            StackName=stack_name, WaiterConfig={"Delay": delay, "MaxAttempts": STACK_TIMEOUT_S // delay}
         )
     except WaiterError as error:
         events = cfn.describe_stack_events(StackName=stack_name)["StackEvents"]
@@ -171,64 +169,9 @@ def _wait(cfn: Any, waiter: str, stack_name: str, on_localstack: bool) -> None:
         raise RuntimeError(f"stack {stack_name}: {waiter} failed: {'; '.join(reasons) or error}") from error
 
 
-def _empty_bucket(bucket: str, endpoint: str | None) -> None:
-    s3 = boto3.client("s3", endpoint_url=endpoint)
+def empty_bucket_objects(s3: Any, bucket: str) -> None:
+    """Delete every object of `bucket` (a bucket must be empty before CloudFormation or S3 can delete it)."""
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
         keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
         if keys:
             s3.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
-
-
-def main(argv: list[str]) -> None:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m ayci.infra", description="Deploy or remove the AYCI stack.")
-    commands = parser.add_subparsers(dest="command")
-    deploy = commands.add_parser("deploy", help="create or update the stack (AWS: images and template, shown and confirmed first)")
-    deploy.add_argument("stack_positional", nargs="?", metavar="stack", help=argparse.SUPPRESS)
-    deploy.add_argument("prefix", nargs="?", help=argparse.SUPPRESS)  # LocalStack: resource names' prefix (default: the stack's name)
-    deploy.add_argument("--stack", help="the stack's name; its resources and bucket are named after it (lower case, at most 30)")
-    deploy.add_argument("--region", help="AWS region (default: the configured one)")
-    deploy.add_argument("--yes", action="store_true", help="apply the change set without asking")
-    deploy.add_argument("--sender-email", help=f"the address run emails are sent from; SES mails it a link to verify (default {DEFAULT_SENDER}; kept on an update)")
-    deploy.add_argument("--email-allowed", help='where run emails may go: addresses, "@domain", or "*" (default: none)')
-    deploy.add_argument("--api-keys", help="KEY:OWNER,... of the HTTP API (kept as they are on an update when not given)")
-    deploy.add_argument("--image-x86-64", help="an x86_64 image built elsewhere from infra/lambda.Dockerfile (ECR URI); then no Docker is needed")
-    deploy.add_argument("--image-arm64", help="the arm64 image, likewise")
-    destroy = commands.add_parser("destroy", help="delete the stack and its images; the data bucket stays unless --delete-data")
-    destroy.add_argument("--stack", required=True)
-    destroy.add_argument("--region")
-    destroy.add_argument("--yes", action="store_true", help="delete without asking")
-    destroy.add_argument("--delete-data", action="store_true", help="delete the data bucket too (models, artifacts, results)")
-    delete = commands.add_parser("delete", help="delete a stack (LocalStack and tests; on AWS use destroy)")
-    delete.add_argument("stack", nargs="?", default="ayci")
-    args = parser.parse_args(argv or ["deploy"])
-
-    if args.command == "delete":
-        delete_stack(args.stack)
-        return
-    on_localstack = _endpoint(None) is not None
-    if args.command == "deploy" and (on_localstack or args.stack is None):
-        if not on_localstack:
-            parser.error("deploy on AWS: pass --stack NAME (python -m ayci.infra deploy --stack NAME [--region R])")
-        stack = args.stack or args.stack_positional or "ayci"
-        print(json.dumps(asdict(deploy_stack(stack, args.prefix or stack, sender_email=args.sender_email or DEFAULT_SENDER)), indent=2))
-        return
-    from ayci import aws_deploy
-
-    try:
-        if args.command == "deploy":
-            options = aws_deploy.DeployOptions(
-                stack=args.stack, region=args.region, yes=args.yes, sender_email=args.sender_email, email_allowed=args.email_allowed,
-                api_keys=args.api_keys, image_x86_64=args.image_x86_64, image_arm64=args.image_arm64,
-            )
-            aws_deploy.deploy(options, confirm=aws_deploy.ask)
-        else:
-            aws_deploy.destroy(args.stack, args.region, yes=args.yes, delete_data=args.delete_data, confirm=aws_deploy.ask)
-    except aws_deploy.DeployError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

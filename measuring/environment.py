@@ -8,12 +8,30 @@ import functools
 import platform
 from pathlib import Path
 
+from measuring.machine_load import host_cores
 from schemas.versions import AYCI_VERSION
-from services.inference.machine_load import host_cores
 
 # flags that decide which kernels an engine can use (vector widths, dot products, matrix units)
-RELEVANT_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni", "amx_tile",
-                  "amx_bf16", "amx_int8", "asimd", "asimddp", "sve", "sve2", "bf16", "i8mm")
+RELEVANT_FLAGS = (
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "avx_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+    "asimd",
+    "asimddp",
+    "sve",
+    "sve2",
+    "bf16",
+    "i8mm",
+)
 
 
 @functools.cache
@@ -23,7 +41,11 @@ def _cpu() -> tuple[str, list[str]]:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             key, _, value = line.partition(":")
             key = key.strip()
-            if key in ("model name", "Hardware", "CPU part") and model in ("", platform.machine(), platform.processor()):
+            if key in ("model name", "Hardware", "CPU part") and model in (
+                "",
+                platform.machine(),
+                platform.processor(),
+            ):
                 model = value.strip()
             elif key in ("flags", "Features"):
                 flags |= set(value.split())
@@ -41,6 +63,10 @@ def _cgroup_version() -> str:
 def host_environment() -> dict:
     model, flags = _cpu()
     return {
-        "cpu_model": model, "cpu_flags": flags, "host_cores": host_cores(), "kernel": platform.release(),
-        "cgroup": _cgroup_version(), "ayci_version": AYCI_VERSION,
+        "cpu_model": model,
+        "cpu_flags": flags,
+        "host_cores": host_cores(),
+        "kernel": platform.release(),
+        "cgroup": _cgroup_version(),
+        "ayci_version": AYCI_VERSION,
     }

@@ -125,7 +125,11 @@ def find_hierarchy(proc: Path = Path("/proc/self")) -> Hierarchy:
     for root, point, fstype, _ in mounts:
         if fstype != "cgroup2" or "" not in own:
             continue
-        controllers = set((point / "cgroup.controllers").read_text().split()) if (point / "cgroup.controllers").exists() else set()
+        controllers = (
+            set((point / "cgroup.controllers").read_text().split())
+            if (point / "cgroup.controllers").exists()
+            else set()
+        )
         if {"cpu", "memory"} <= controllers:
             mine = _inside(point, root, own[""])
             # a group with processes cannot hand controllers down: use the one above it
@@ -194,7 +198,9 @@ class MeasurementGroup:
         except OSError as exc:
             group.remove()
             why = "not root" if exc.errno in (errno.EACCES, errno.EPERM) and os.geteuid() != 0 else exc.strerror
-            raise ConfinementUnavailable(f"cannot set up cgroup v{hierarchy.version} {exc.filename or ''}: {why}") from exc
+            raise ConfinementUnavailable(
+                f"cannot set up cgroup v{hierarchy.version} {exc.filename or ''}: {why}"
+            ) from exc
         return group
 
     def _create_v2(self, limits: Limits) -> None:

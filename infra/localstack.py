@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ayci.infra import StackOutputs, deploy_stack
 from core.topology import SERVICES
+from infra.stack import StackOutputs, deploy_stack
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LOCALSTACK_ENV = {
@@ -65,7 +65,11 @@ class ServiceProcesses:
         log = open(self.log_dir / f"{name}.log", "ab")
         process = subprocess.Popen(
             [sys.executable, "-m", f"services.{service}", *(args or [])],
-            cwd=REPO_ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=REPO_ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         self.processes[name] = process
         return process

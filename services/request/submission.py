@@ -1,19 +1,31 @@
-"""Submitting a run: store the model by its content hash (once) and announce the request."""
+"""Submitting a run: store the model by its content hash (once), check the request against the
+model, and start the run (`submit_run`, the one way a run starts: the HTTP route and the CLI)."""
 
 from __future__ import annotations
 
 import hashlib
 import tempfile
 import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
+import structlog
+
+from core.planning import Plan, plan_run, refuse_unbindable, request_shapes
 from core.ports import NotFound, ObjectStore
+from core.run_plan import measured_combos
 from engines.model_files import single_file_onnx, sniff_format
 from engines.signature import read_signature
 from schemas import keys
 from schemas.combos import ModelFormat, ModelRef, Workload
 from schemas.documents import ModelInfo
 from schemas.events import Envelope, RequestSubmitted
+from schemas.reasons import whole
+from schemas.signature import ModelSignature
+from services.request.runs import count_run, record_run, withdraw_run
+
+log = structlog.get_logger()
 
 
 def sha256_of(path: Path) -> str:
@@ -112,3 +124,36 @@ def owned_model_info(store: ObjectStore, sha256: str, owner: str) -> dict | None
 def new_run(request: RequestSubmitted, run_id: str | None = None) -> Envelope:
     """The envelope that starts a run."""
     return Envelope.wrap(request, run_id=run_id or str(uuid.uuid4()), producer="request")
+
+
+class NotSubmitted(Exception):
+    """The bus did not take the run's request: nothing was started (its record says so)."""
+
+
+def checked_plan(
+    store: ObjectStore, request: RequestSubmitted, signature: ModelSignature | None, inputs_path: Path | None = None
+) -> Callable[[], Plan]:
+    """How to plan `request` (a plan reads the store: made only when asked for); `BindingError`
+    at once, naming the model's inputs that nothing the run feeds can bind to. The user's inputs
+    are read from `inputs_path`, else from the store."""
+    shapes = request_shapes(store, request, inputs_path)
+    refuse_unbindable(signature, request, shapes)
+    return lambda: plan_run(request, signature, store, shapes)
+
+
+def submit_run(store: ObjectStore, publisher, request: RequestSubmitted, run_id: str | None = None) -> Envelope:
+    """Start a run: its record (owner, combinations), its request on the bus, and the owner's count
+    of the day. `NotSubmitted` if the bus does not take it: the record then says it never started,
+    so it is shown to nobody. Returns the envelope that started it (its `run_id`)."""
+    envelope = new_run(request, run_id=run_id)
+    record_run(store, envelope.run_id, request)
+    try:
+        publisher.publish([envelope])
+    except Exception as exc:
+        log.exception("run_not_submitted", run_id=envelope.run_id, owner=request.owner)
+        withdraw_run(store, envelope.run_id, whole(exc))
+        raise NotSubmitted(whole(exc)) from exc
+    total = len(measured_combos(request))
+    count_run(store, request.owner, envelope.run_id, total, datetime.now(UTC))
+    log.info("run_submitted", run_id=envelope.run_id, owner=request.owner, combinations=total)
+    return envelope

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
@@ -11,16 +10,15 @@ import structlog
 from fastapi import APIRouter, Body, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
 
-from core.planning import Plan, plan_run, refuse_unbindable, request_shapes
-from core.prediction import measured_combos
+from core.lambda_model.traffic import Traffic, TrafficError, traffic_report
+from core.planning import Plan
 from core.results import stored_profile
-from core.traffic import Traffic, TrafficError, traffic_report
+from core.run_plan import measured_combos
 from report import results_csv, results_document
 from report.profiles import NotProfilable, chosen_results, profilable, profile_tables
 from schemas import keys
 from schemas.combos import Combo
 from schemas.events import Envelope, ProfileRequested, RequestSubmitted
-from schemas.reasons import whole
 from schemas.signature import ModelSignature
 from services.request.auth import Owner
 from services.request.bodies import (
@@ -36,15 +34,13 @@ from services.request.bodies import (
 from services.request.deps import Deps, RequestDeps
 from services.request.runs import (
     cancel_run,
-    count_run,
     load_run,
     load_summary,
     owner_usage,
-    record_run,
     run_progress,
-    withdraw_run,
 )
-from services.request.submission import new_run, owned_model_info
+from services.request.submission import NotSubmitted, checked_plan, owned_model_info
+from services.request.submission import submit_run as start_run
 from workloads.binding import BindingError
 
 log = structlog.get_logger()
@@ -74,12 +70,10 @@ def checked_request(body: RunRequest, owner: str, deps: RequestDeps) -> tuple[Re
     if body.inputs_sha256 and not deps.store.exists(keys.inputs(body.inputs_sha256)):
         raise HTTPException(409, f"inputs {body.inputs_sha256} are not stored: upload them first (PUT /inputs)")
     signature = ModelSignature.model_validate(info["signature"]) if info.get("signature") else None
-    shapes = request_shapes(deps.store, request)
     try:
-        refuse_unbindable(signature, request, shapes)
+        return request, checked_plan(deps.store, request, signature)
     except BindingError as exc:
         raise invalid(("body", "model"), str(exc)) from None
-    return request, lambda: plan_run(request, signature, deps.store, shapes)
 
 
 @router.post("/plans", response_model=PlanAnswer, responses=ERRORS)
@@ -109,21 +103,16 @@ def submit_run(body: Annotated[RunRequest, Body()], owner: Owner, response: Resp
         midnight = datetime.combine(now.date() + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
         raise HTTPException(
             429,
-            f"{today} combinations submitted today and {total} more would pass your daily {deps.limits.max_combinations_per_day}",
+            f"{today} combinations submitted today and {total} more would pass your daily "
+            f"{deps.limits.max_combinations_per_day}",
             headers={"Retry-After": str(int((midnight - now).total_seconds()) + 1)},
         )
-    envelope: Envelope = new_run(request, run_id=str(uuid.uuid4()))
-    record_run(deps.store, envelope.run_id, request)
     try:
-        deps.publisher.publish([envelope])
-    except Exception as exc:  # the bus did not take it: nothing runs, so nothing is shown
-        log.exception("run_not_submitted", run_id=envelope.run_id, owner=owner)
-        withdraw_run(deps.store, envelope.run_id, whole(exc))
+        envelope = start_run(deps.store, deps.publisher, request)
+    except NotSubmitted:  # the bus did not take it: nothing runs, so nothing is shown
         raise HTTPException(
             503, "the run could not be submitted (the event bus did not take it); nothing was started, try again"
         ) from None
-    count_run(deps.store, owner, envelope.run_id, total, now)
-    log.info("run_submitted", run_id=envelope.run_id, owner=owner, combinations=total)
     response.headers["Location"] = f"runs/{envelope.run_id}"
     return RunCreated(
         run_id=envelope.run_id,
@@ -223,7 +212,8 @@ def get_profile_trace(run_id: RunId, combo_key: str, owner: Owner, deps: Deps) -
     if profile is None:
         raise HTTPException(
             404,
-            f"combination {combo_key} has not been profiled (ayci profile {run_id} --combination {combo_key}, or run with profile)",
+            f"combination {combo_key} has not been profiled "
+            f"(ayci profile {run_id} --combination {combo_key}, or run with profile)",
         )
     return Response(
         deps.store.get_bytes(profile.trace_key),

@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ayci.settings import Settings
 from core.logs import configure_logging
-from core.prediction import measured_combos
+from core.run_plan import measured_combos
 from engines.model_files import NotAModelError
 from report import print_report
 from schemas import keys
@@ -445,7 +445,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_traffic(args: argparse.Namespace) -> int:
-    """A finished run's combinations under a traffic profile (`core/traffic.py`): cold-start
+    """A finished run's combinations under a traffic profile (`core/lambda_model/traffic.py`): cold-start
     share, p50/p99/p99.9 with cold starts, peak instances, the bill; and the cheapest meeting
     the SLO."""
     import json
@@ -453,8 +453,8 @@ def cmd_traffic(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from adapters.local_store import LocalFolderStore
+    from core.lambda_model.traffic import Traffic, TrafficError, parse_duration, traffic_report
     from core.ports import NotFound
-    from core.traffic import Traffic, TrafficError, parse_duration, traffic_report
 
     settings = Settings(data_dir=args.data_dir) if args.data_dir else Settings()
     try:
@@ -735,7 +735,7 @@ def cmd_loadtest(args: argparse.Namespace) -> int:
 
     from rich.table import Table
 
-    from core.traffic import TrafficError, parse_duration
+    from core.lambda_model.traffic import TrafficError, parse_duration
     from serving.app import create_app
     from serving.loadtest import TOLERANCE, LoadPlan, run_loadtest
 
@@ -878,7 +878,11 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from ayci.serve import serve_embedded
 
-    return serve_embedded(args.host, args.port, args.data_dir)
+    url = f"http://{args.host}:{args.port}"
+    settings = Settings(**({"data_dir": args.data_dir} if args.data_dir else {}))
+    if "results_url" not in settings.model_fields_set:  # the links in emails point at this server
+        settings = settings.model_copy(update={"results_url": url})
+    return serve_embedded(settings, args.host, args.port)
 
 
 def cmd_example_model(args: argparse.Namespace) -> int:

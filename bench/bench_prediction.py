@@ -1,4 +1,4 @@
-"""How well three measured sizes predict the others (`--predict`, `core/prediction.py`).
+"""How well three measured sizes predict the others (`--predict`, `core/lambda_model/prediction.py`).
 
 For each model (the three example workloads and zoo models, where transformers is installed)
 and optimizer, every size this host can give as Lambda would is measured in one run through
@@ -27,8 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ayci.bootstrap import embedded
 from ayci.settings import Settings
+from core.lambda_model.prediction import predict_run
 from core.logs import configure_logging
-from core.prediction import measured_and_predicted, predict_run
+from core.run_plan import measured_and_predicted
 from measuring.confinement import unavailable_reason
 from schemas import keys
 from schemas.combos import Matrix

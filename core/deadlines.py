@@ -7,6 +7,7 @@ is longer: the deadline must never cut a large run that is merely long.
 
 from __future__ import annotations
 
+from core.run_plan import MAX_CHECKS, measured_and_predicted
 from schemas.combos import Optimizer
 from schemas.events import TUNING_TIME_LIMIT_S, RequestSubmitted
 
@@ -26,8 +27,6 @@ def conversion_estimate_s(optimizer: Optimizer, tuning_trials: int) -> float:
 def estimated_run_s(request: RequestSubmitted) -> float:
     """Every measured combination measured, every artifact converted, TVM tuned, one after
     another (with `predict`, up to one check of a predicted pick per recommendation kind)."""
-    from core.prediction import MAX_CHECKS, measured_and_predicted
-
     measured, predicted = measured_and_predicted(request)
     combos = measured + predicted[:MAX_CHECKS]
     artifacts = {(c.hardware, c.optimizer, None if c.optimizer == Optimizer.base else c.batch_size) for c in combos}

@@ -19,31 +19,23 @@ from pathlib import Path
 from core.deadlines import MEASUREMENT_ESTIMATE_S, conversion_estimate_s
 from core.ports import NotFound, ObjectStore
 from core.results import reused_result
+from core.run_plan import measured_and_predicted, runtime_floor_mb
 from schemas import keys
-from schemas.combos import Combo, Hardware, ModelFormat, Optimizer, combo_key
+from schemas.combos import Combo, Hardware, Optimizer, combo_key
 from schemas.cost import load_prices
 from schemas.documents import ModelInfo
 from schemas.events import RequestSubmitted
 from schemas.signature import ModelSignature
 from workloads import workload_module
 from workloads.binding import BindingError, bind, bound_shapes
+from workloads.custom import check_npz
 
-# a lower bound of the resident memory of a process that imported the engine (RSS after the
-# import, measured here: torch 219 MB, onnxruntime 45 MB; TVM's runtime library alone ~95 MB):
-# "certain out of memory" must be certain, so the floors are below what was measured
-RUNTIME_FLOOR_MB = {"torch": 200, "onnxruntime": 40, "tvm": 80}
 # the AWS deployment (infra/template.yaml): the converter function's memory, and the inference
 # function's, which waits for the measuring function of each combination's size
 AWS_CONVERTER_MB = 3008
 AWS_INFERENCE_MB = 256
 
 Shapes = dict[str, tuple[tuple[int, ...], str]]
-
-
-def runtime_floor_mb(optimizer: Optimizer, model_format: ModelFormat) -> int:
-    if optimizer == Optimizer.base:
-        return RUNTIME_FLOOR_MB["torch" if model_format == ModelFormat.pt2 else "onnxruntime"]
-    return RUNTIME_FLOOR_MB["onnxruntime" if optimizer in (Optimizer.onnx, Optimizer.onnx_int8) else "tvm"]
 
 
 def model_signature(store: ObjectStore, sha256: str) -> ModelSignature | None:
@@ -63,8 +55,6 @@ def request_shapes(
     if model.inputs_sha256 is None:
         module = workload_module(model.workload)
         return lambda batch: module.input_shapes(batch, list(model.input_size))
-    from workloads.custom import check_npz
-
     if inputs_path is None:
         with tempfile.TemporaryDirectory(prefix="ayci-inputs-") as tmp:
             local = Path(tmp) / "inputs.npz"
@@ -176,8 +166,6 @@ def plan_run(
     """The plan of `request`: reused where a result is stored (unless `force`), impossible where
     the model cannot run the combination, predicted from measured sizes (`predict`), else to
     measure with estimates."""
-    from core.prediction import measured_and_predicted
-
     shapes = shapes or request_shapes(store, request)
     prices = load_prices().region(request.price_region)
     plan = Plan()

@@ -30,9 +30,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-LAMBDA_MB_PER_VCPU = 1769
-LAMBDA_MAX_VCPUS = 6.0
-CPU_PERIOD_US = 100_000
+from schemas.lambda_limits import CPU_PERIOD_US, MB_PER_VCPU, lambda_vcpus
+
 MIN_CPU_QUOTA_US = 1_000  # the kernel's floor for a CFS quota
 # The measurement's weight against other work on the machine (v1 cpu.shares' and v2
 # cpu.weight's maximum): within its quota it runs first, as it would on a Lambda host.
@@ -45,11 +44,6 @@ _names = itertools.count()
 
 class ConfinementUnavailable(Exception):
     """Cgroups cannot confine a measurement here; the message says why."""
-
-
-def lambda_vcpus(memory_mb: int) -> float:
-    """The CPU share Lambda gives a function of `memory_mb`: 1 vCPU per 1,769 MB, at most 6."""
-    return min(LAMBDA_MAX_VCPUS, memory_mb / LAMBDA_MB_PER_VCPU)
 
 
 @dataclass(frozen=True)
@@ -307,7 +301,7 @@ def unavailable_reason() -> str | None:
     """Why measurements cannot be confined on this machine, or None when they can (checked
     once per process by creating and removing a group)."""
     try:
-        MeasurementGroup.create(Limits.for_memory(LAMBDA_MB_PER_VCPU)).remove()
+        MeasurementGroup.create(Limits.for_memory(MB_PER_VCPU)).remove()
     except ConfinementUnavailable as exc:
         return str(exc)
     except OSError as exc:  # an unreadable /proc or hierarchy

@@ -38,9 +38,9 @@ TRAFFIC_ROWS = 5  # the email prices the Pareto front (at most this many) under 
 
 
 def traffic_lines(summary: dict) -> list[str]:
-    """The run's Pareto front under the traffic the request named (`core/traffic.py`): each
+    """The run's Pareto front under the traffic the request named (`core/lambda_model/traffic.py`): each
     combination's cheapest way of serving it, and the cheapest that meets the SLO."""
-    from core.traffic import Traffic, TrafficError, traffic_report
+    from core.lambda_model.traffic import Traffic, TrafficError, traffic_report
 
     profile = (summary.get("request") or {}).get("traffic")
     if not profile:

@@ -73,7 +73,7 @@ class RequestSubmitted(Payload):
     replay_of: str | None = None  # the run this one replays
     # None: an hour, or twice the run's estimated length if longer (core/deadlines.py); a number is kept
     deadline_s: float | None = Field(default=None, gt=0)
-    # measure at most 3 memory sizes per (hardware, optimizer, batch), predict the others (core/prediction.py)
+    # measure at most 3 memory sizes per (hardware, optimizer, batch), predict the others (core/lambda_model/prediction.py)
     predict: bool = False
     traffic: TrafficProfile | None = None
     profile: bool = False  # profile each measured combination after its measurement (services/inference/profiling.py)

@@ -5,5 +5,5 @@ Models load on first use into a memory budget and are evicted least-recently-use
 memory size like a measurement (`processes.py`, `worker.py`), that scales out with the model's
 queue and in after an idle time (`scaling.py`, `pool.py`); `endpoint.py` ties them together,
 `app.py` is the thin HTTP layer, `metrics.py` the Prometheus metrics, `loadtest.py` drives it
-with Locust beside the traffic simulation's prediction (`core/traffic.py`).
+with Locust beside the traffic simulation's prediction (`core/lambda_model/traffic.py`).
 """

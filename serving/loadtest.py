@@ -2,13 +2,13 @@
 
 The endpoint runs in this process (`app.ServerThread`, loopback only); Locust runs headless in
 a subprocess (`locustfile.py`), bounded by the duration and a request limit. The traffic: Poisson
-at `rps` (`steady`), or with bursts of `core.traffic.BURST_MULTIPLIER` x `rps` (`spiky`: one
+at `rps` (`steady`), or with bursts of `core.lambda_model.traffic.BURST_MULTIPLIER` x `rps` (`spiky`: one
 burst in the middle of each half of the test, a sixth of the half long: the simulation's
 30 s of every 10 min, compressed into a test of minutes). Every request is logged (sent at,
 model, status, latency, whether it waited for a cold load) and the models' workers and queues
 are sampled four times a second.
 
-The prediction: `core.traffic.combination_under_traffic` on the arrival times the test actually
+The prediction: `core.lambda_model.traffic.combination_under_traffic` on the arrival times the test actually
 sent to each model (a CSV of arrivals, `Traffic(pattern=FILE)`), the endpoint's idle time as
 the idle timeout, the model's measured result. p99 and cold-start share are compared within
 `TOLERANCE`; where they differ more, the known differences between the endpoint and a Lambda
@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from core.prediction import latency_quantiles
-from core.traffic import BURST_MULTIPLIER, Traffic, arrivals, combination_under_traffic, simulate
+from core.lambda_model.prediction import latency_quantiles
+from core.lambda_model.traffic import BURST_MULTIPLIER, Traffic, arrivals, combination_under_traffic, simulate
 from serving.endpoint import TICK_S
 
 TOLERANCE = 0.15

@@ -1,6 +1,7 @@
-"""Measure three sizes, predict the rest (`--predict`).
+"""Measure three sizes, predict the rest (`--predict`; `core/run_plan.py` picks the sizes).
 
-Lambda gives a function `memory / 1,769` vCPUs (at most 6) as a CFS quota, and AYCI runs an
+Lambda gives a function `memory / 1,769` vCPUs (at most 6) as a CFS quota
+(`schemas/lambda_limits.py`), and AYCI runs an
 engine with `floor(vCPUs)` threads (at least one; `measuring/launcher.py`). So the
 latency of one combination family (hardware, optimizer, batch) at a memory size is decided by
 two things it knows exactly, and the model below has one part per regime:
@@ -31,20 +32,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.planning import runtime_floor_mb
+from core.run_plan import FIT_MARGIN, ONE_VCPU_MB, TWO_VCPU_MB
 from schemas.combos import Combo, combo_key
 from schemas.cost import UnknownPriceRegion, cost_block
 from schemas.events import RequestSubmitted
+from schemas.lambda_limits import CPU_PERIOD_US, lambda_threads, lambda_vcpus
 
-MB_PER_VCPU = 1769
-MAX_VCPUS = 6.0
-ONE_VCPU_MB = MB_PER_VCPU
-TWO_VCPU_MB = 2 * MB_PER_VCPU
-CPU_PERIOD_MS = 100.0  # the CFS period the measurement's quota uses (measuring/confinement.py)
-MAX_ANCHORS = 3
-MAX_CHECKS = 3  # a predicted pick is measured before the run closes: at most one per recommendation kind
-MIN_REQUESTED_SIZES = MAX_ANCHORS + 1  # fewer: measuring them all costs no more
-FIT_MARGIN = 1.10  # a size fits if it holds the measured peak plus 10 %
+CPU_PERIOD_MS = CPU_PERIOD_US / 1000
 NOISE = 0.05  # differences below 5 % (or the anchors' CIs) are noise, not a contradiction
 # the model's own relative error per regime (one side of an about-95 % interval): the 95th
 # percentile of the p50 errors of bench/bench_prediction.py on this host (two runs, 58
@@ -62,58 +56,6 @@ MODEL_ERROR = {
 P99_ERROR_FACTOR = 2.0  # the p99 moves more than the p50
 COLD_START_ERROR = 0.20
 SIMULATED_INFERENCES = 4000
-
-
-def lambda_vcpus(memory_mb: int) -> float:
-    return min(MAX_VCPUS, memory_mb / MB_PER_VCPU)
-
-
-def lambda_threads(memory_mb: int) -> int:
-    """The engine threads at `memory_mb` on Lambda: whole vCPUs, at least one."""
-    return max(1, math.floor(lambda_vcpus(memory_mb) + 1e-9))
-
-
-def estimated_peak_mb(request: RequestSubmitted, combo: Combo) -> float:
-    """A rough guess of a process's peak before anything is measured: the runtime, the weights
-    and half again (the zoo's peaks were 1.2-1.8x the weights above the runtime), activations."""
-    weights_mb = request.model.size_bytes / (1 << 20)
-    return runtime_floor_mb(combo.optimizer, request.model.format) + 1.5 * weights_mb + 32
-
-
-def anchor_sizes(request: RequestSubmitted, combo: Combo) -> list[int]:
-    """The sizes measured for `combo`'s family: the smallest requested size below 1 vCPU that
-    is expected to fit (if any size is below 1 vCPU), 1 vCPU, and 2 vCPUs (if any size needs
-    2 threads or more)."""
-    sizes = request.matrix.memory_sizes_mb
-    anchors = [ONE_VCPU_MB]
-    below = [m for m in sizes if m < ONE_VCPU_MB]
-    if below:
-        fitting = [m for m in below if m >= estimated_peak_mb(request, combo) * FIT_MARGIN]
-        anchors.insert(0, min(fitting) if fitting else max(below))
-    if any(lambda_threads(m) >= 2 for m in sizes):
-        anchors.append(TWO_VCPU_MB)
-    return anchors
-
-
-def measured_and_predicted(request: RequestSubmitted) -> tuple[list[Combo], list[Combo]]:
-    """The combinations a run measures, and those it predicts (`--predict`; none otherwise).
-    With `--predict` the measured ones are each family's anchors, requested or not."""
-    combos = request.matrix.combos()
-    if not request.predict:
-        return combos, []
-    measured: dict[Combo, None] = {}
-    predicted: list[Combo] = []
-    for combo in combos:
-        anchors = anchor_sizes(request, combo)
-        for memory in anchors:
-            measured[combo.model_copy(update={"memory_mb": memory})] = None
-        if combo.memory_mb not in anchors:
-            predicted.append(combo)
-    return list(measured), predicted
-
-
-def measured_combos(request: RequestSubmitted) -> list[Combo]:
-    return measured_and_predicted(request)[0]
 
 
 @dataclass(frozen=True)

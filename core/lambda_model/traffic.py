@@ -27,7 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from core.prediction import draw_latencies, latency_quantiles
+from core.lambda_model.prediction import draw_latencies, latency_quantiles
+from schemas.cost import load_prices
 
 BURST_MULTIPLIER = 10.0
 BURST_S = 30.0
@@ -233,8 +234,6 @@ def combination_under_traffic(
     percentiles including cold starts, peak instances and the bill over the duration, on demand;
     and the alternatives priced: provisioned concurrency (as many instances as the on-demand pool
     kept busy at its peak, and as the mean it kept alive) and SnapStart (an estimate)."""
-    from schemas.cost import load_prices
-
     warm = latency_quantiles(result["latency_ms"])
     combo = result["combo"]
     region = (result.get("cost") or {}).get("price_region") or load_prices().default_region

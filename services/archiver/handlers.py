@@ -24,10 +24,11 @@ from datetime import UTC, datetime
 
 import structlog
 
+from core.lambda_model.prediction import predict_run
 from core.outcomes import Arrived, arrived_outcomes
 from core.ports import NotFound, ObjectStore
-from core.prediction import lambda_threads, measured_combos, predict_run
 from core.results import pack_results, reused_result
+from core.run_plan import measured_combos
 from core.runtime import Delayed
 from report import RECOMMENDATION_KINDS, recommend
 from report.recommendation import label as combination_label
@@ -50,6 +51,7 @@ from schemas.events import (
     RunStatus,
     SchemaError,
 )
+from schemas.lambda_limits import lambda_threads
 
 log = structlog.get_logger()
 ARCHIVE_READERS = 16  # concurrent reads when a run closes

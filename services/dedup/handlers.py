@@ -6,7 +6,7 @@ the documents read for each kept in one bundle, `runs/{run id}/reused/{part}.jso
 archiver reads them at once); a stored artifact (`artifacts/{artifact key}/
 manifest.json`) skips conversion; everything else goes to the converter. It also tells the
 archiver what to wait for (`RunPlanned`). With `predict`, each (hardware, optimizer, batch)
-measures up to three anchor sizes and the archiver predicts the others (`core/prediction.py`).
+measures up to three anchor sizes and the archiver predicts the others (`core/lambda_model/prediction.py`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from datetime import timedelta
 from core.deadlines import run_deadline_s
 from core.planning import impossible_reason, model_signature, request_shapes
 from core.ports import ObjectStore
-from core.prediction import measured_and_predicted
 from core.results import StoredResult, latest_results
+from core.run_plan import measured_and_predicted
 from schemas import keys
 from schemas.combos import Combo, Hardware, Optimizer, artifact_key, combo_key, reference_key
 from schemas.documents import ArtifactManifest, ResultBundle

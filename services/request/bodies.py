@@ -123,7 +123,7 @@ def invalid(loc: tuple, message: str) -> RequestValidationError:
 
 
 class TrafficRequest(Strict):
-    """A traffic profile to serve a finished run's combinations under (`core/traffic.py`)."""
+    """A traffic profile to serve a finished run's combinations under (`core/lambda_model/traffic.py`)."""
 
     rps: float = Field(gt=0, le=100_000, description="requests per second (the base rate of spiky)")
     pattern: Literal["steady", "spiky"] = Field(

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 from core.outcomes import arrived_outcomes
 from core.ports import NotFound, ObjectStore
-from core.prediction import measured_combos
+from core.run_plan import measured_combos
 from schemas import keys
 from schemas.combos import Combo, combo_key
 from schemas.documents import RunRecord, RunSummary

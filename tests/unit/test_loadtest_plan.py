@@ -3,7 +3,7 @@ simulation is judged."""
 
 import pytest
 
-from core.traffic import BURST_MULTIPLIER
+from core.lambda_model.traffic import BURST_MULTIPLIER
 from serving.loadtest import LoadPlan, compare, rate_at, users_at
 
 

@@ -6,19 +6,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from core.prediction import (
+from core.lambda_model.prediction import (
     Anchor,
     FamilyModel,
     NoPrediction,
     _throttled,
-    lambda_threads,
-    lambda_vcpus,
-    measured_and_predicted,
     predict_run,
     simulate_quota,
 )
+from core.run_plan import measured_and_predicted
 from schemas.combos import Matrix, ModelRef, parse_memory_sizes
 from schemas.events import RequestSubmitted
+from schemas.lambda_limits import lambda_threads, lambda_vcpus
 
 MODEL = ModelRef(
     sha256="a" * 64, size_bytes=45 << 20, format="onnx", workload="image_classification", input_size=[224, 224]

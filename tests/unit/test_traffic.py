@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from core.traffic import (
+from core.lambda_model.traffic import (
     Traffic,
     TrafficError,
     arrivals,

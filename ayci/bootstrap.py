@@ -1,13 +1,18 @@
-"""The one wiring point: services, their handlers and deps, and the transport they run on.
+"""The one wiring point: services, their handlers and deps, the transport they run on, the
+mailer, and the request service's deps.
 
 `embedded(settings)` is the default: every service in this process, an in-process bus and a
-local-folder store. The AWS path (`adapters.aws`) wires the same services to
-EventBridge + SQS, S3 and SES.
+local-folder store; `embedded_server(settings)` adds the request service's app on it (driven
+by a worker thread). The AWS path (`aws`, `aws_runner`, `aws_request_deps`) wires the same
+services to EventBridge + SQS, S3 and SES. Hosts (`ayci/serve.py`, `ayci/worker.py`,
+`ayci/lambda_entry.py`, the CLI) only start what is built here.
 """
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from adapters.inprocess_bus import InProcessBus
 from adapters.local_store import LocalFolderStore
@@ -20,6 +25,10 @@ from services.converter import handlers as converter
 from services.dedup import handlers as dedup
 from services.inference import handlers as inference
 from services.notifier import handlers as notifier
+
+if TYPE_CHECKING:  # the request service's app (FastAPI) is imported by its hosts only, not by every worker
+    from adapters.background_bus import BackgroundBus
+    from services.request.app import RequestDeps, RequestLimits
 
 # service name -> the queues it consumes (from the topology)
 QUEUES: dict[str, tuple[str, ...]] = {spec.name: spec.queues for spec in SERVICES}
@@ -109,11 +118,7 @@ def aws(settings: Settings) -> AwsWiring:
 def aws_runner(name: str, settings: Settings, wiring: AwsWiring | None = None) -> ServiceRunner:
     """One service wired to AWS (its queue worker or Lambda handler drives it)."""
     wiring = wiring or aws(settings)
-    mailer = None
-    if name == "notifier":
-        from adapters.ses import SesMailer
-
-        mailer = SesMailer(settings.sender_email)
+    mailer = ses_mailer(settings) if name == "notifier" else None
     parts = {"inference": {"functions": measuring_functions(settings)}} if name == "inference" else None
     return ServiceRunner(
         build_service(name, wiring.store, settings, mailer, parts=parts), wiring.store, wiring.publisher
@@ -129,3 +134,96 @@ def measuring_functions(settings: Settings):
     from adapters.lambda_sizes import LambdaSizes
 
     return LambdaSizes(functions, settings.bucket, keep_idle_s=settings.measure_alias_keep_idle_s)
+
+
+def ses_mailer(settings: Settings) -> Mailer:
+    """The mailer on SES, sending from `AYCI_SENDER_EMAIL` (the one place it is built)."""
+    from adapters.ses import SesMailer
+
+    return SesMailer(settings.sender_email)
+
+
+def mailer_for(settings: Settings) -> Mailer | None:
+    """The embedded default's mailer: none, or SES (`AYCI_MAILER=ses`, at `AWS_ENDPOINT_URL`)."""
+    if settings.mailer == "ses":
+        return ses_mailer(settings)
+    if settings.mailer != "none":
+        raise ValueError(f"AYCI_MAILER must be none or ses, got {settings.mailer!r}")
+    return None
+
+
+def request_limits(settings: Settings) -> RequestLimits:
+    """The request service's limits and links, from the settings."""
+    from services.request.app import RequestLimits
+
+    return RequestLimits(
+        max_body_bytes=settings.max_body_bytes,
+        max_model_bytes=settings.max_model_bytes,
+        max_combinations=settings.max_combinations,
+        results_url=settings.results_url,
+        max_runs_in_flight=settings.max_runs_in_flight,
+        max_combinations_per_day=settings.max_combinations_per_day,
+        email_allowed=tuple(e.strip() for e in settings.email_allowed.split(",") if e.strip()),
+    )
+
+
+def api_keys_or_new(settings: Settings) -> tuple[dict[str, str], str | None]:
+    """The configured API keys, or one new key for the owner `local` (returned second, to
+    print) when none is configured."""
+    from services.request.app import parse_api_keys
+
+    keys = parse_api_keys(settings.api_keys)
+    if keys:
+        return keys, None
+    key = secrets.token_urlsafe(18)
+    return {key: "local"}, key
+
+
+@dataclass
+class EmbeddedServer:
+    app: object  # the request service's FastAPI app
+    services: EmbeddedApp
+    driver: BackgroundBus
+    new_key: str | None  # the API key made up because none was configured
+
+    def stop(self) -> None:
+        self.driver.stop()
+
+
+def embedded_server(settings: Settings) -> EmbeddedServer:
+    """`python -m ayci serve`: every service in this process, the in-process bus driven by a
+    worker thread, a local folder, uploads to the app itself."""
+    from adapters.background_bus import BackgroundBus
+    from adapters.uploads import LocalUploader
+    from services.request.app import RequestDeps, create_app
+
+    services = embedded(settings, mailer_for(settings))
+    driver = BackgroundBus(services.bus).start()
+    keys, new_key = api_keys_or_new(settings)
+    deps = RequestDeps(
+        store=services.store,
+        publisher=LoggedPublisher(services.store, driver),
+        api_keys=keys,
+        uploader=LocalUploader(settings.data_dir.parent / "uploads"),
+        limits=request_limits(settings),
+    )
+    return EmbeddedServer(app=create_app(deps), services=services, driver=driver, new_key=new_key)
+
+
+def aws_request_deps(settings: Settings) -> RequestDeps:
+    """The request service on the real path (`python -m services.request` against LocalStack,
+    the Lambda behind API Gateway): S3, EventBridge, presigned S3 POST uploads."""
+    from adapters.uploads import S3PresignedUploader
+    from services.request.app import RequestDeps, parse_api_keys
+
+    wiring = aws(settings)
+    keys = parse_api_keys(settings.api_keys)
+    if not keys:
+        raise ValueError("AYCI_API_KEYS is empty: the request service needs at least one KEY:OWNER")
+    return RequestDeps(
+        store=wiring.store,
+        publisher=wiring.publisher,
+        api_keys=keys,
+        uploader=S3PresignedUploader(settings.bucket),
+        limits=request_limits(settings),
+    )

@@ -8,12 +8,9 @@ from __future__ import annotations
 import argparse
 import logging
 
-import uvicorn
-
-from ayci.serve import aws_request_deps
+from ayci.serve import serve_aws
 from ayci.settings import Settings
 from core.logs import configure_logging
-from services.request.app import create_app
 
 parser = argparse.ArgumentParser(prog="python -m services.request")
 parser.add_argument("--host", default="127.0.0.1")
@@ -21,4 +18,4 @@ parser.add_argument("--port", type=int, default=8000)
 args = parser.parse_args()
 settings = Settings()
 configure_logging(settings.log_format, logging.INFO)
-uvicorn.run(create_app(aws_request_deps(settings)), host=args.host, port=args.port, log_level="warning")
+serve_aws(settings, args.host, args.port)

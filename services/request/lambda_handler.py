@@ -15,7 +15,7 @@ _adapter: Mangum | None = None
 def handler(event: dict, context) -> dict:
     global _adapter
     if _adapter is None:
-        from ayci.serve import aws_request_deps
+        from ayci.bootstrap import aws_request_deps
         from services.request.app import create_app
 
         configure_logging("json")

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck
 
 from adapters.local_store import LocalFolderStore
 from adapters.uploads import LocalUploader
-from ayci.serve import request_limits
+from ayci.bootstrap import request_limits
 from ayci.settings import Settings
 from schemas import keys
 from services.request.app import RequestDeps, create_app, parse_api_keys

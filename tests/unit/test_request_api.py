@@ -15,7 +15,7 @@ from mangum import Mangum
 
 from adapters.local_store import LocalFolderStore
 from adapters.uploads import LocalUploader
-from ayci.serve import request_limits
+from ayci.bootstrap import request_limits
 from ayci.settings import Settings
 from services.request.app import RequestDeps, create_app, parse_api_keys
 from tests.conftest import archived_summary, measured_result
@@ -380,11 +380,11 @@ def test_api_gateway_rest_proxy_event_through_mangum(deps, stored_model, client)
 
 
 def test_lambda_handler_builds_the_app_once(monkeypatch, deps, stored_model, client):
-    import ayci.serve
+    import ayci.bootstrap
     from services.request import lambda_handler
 
     built = []
-    monkeypatch.setattr(ayci.serve, "aws_request_deps", lambda settings: built.append(1) or deps)
+    monkeypatch.setattr(ayci.bootstrap, "aws_request_deps", lambda settings: built.append(1) or deps)
     monkeypatch.setattr(lambda_handler, "_adapter", None)
     run_id = client.post("/runs", headers=ALICE, json=run_body(*stored_model)).json()["run_id"]
     event = json.loads((FIXTURES / "apigw_rest_get_run.json").read_text().replace("RUN_ID", run_id))

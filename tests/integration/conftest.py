@@ -14,12 +14,7 @@ from functools import cache
 
 import pytest
 
-LOCALSTACK_ENV = {
-    "AWS_ENDPOINT_URL": "http://127.0.0.1:4566",
-    "AWS_ACCESS_KEY_ID": "test",
-    "AWS_SECRET_ACCESS_KEY": "test",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
+from infra.localstack import LOCALSTACK_ENV
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,27 +1,36 @@
 """The endpoint's HTTP layer: `POST /invocations/{model}`, `GET /models`, `GET /metrics`.
 
-Status codes: 404 an unknown model, 413 a body over the limit, 400/415 a body that is not a
-tensor, 422 a tensor the model does not take (naming the input) or one the model raised on,
-503 with `Retry-After` when the model cannot take the request now (its queue is full, no
+Status codes: 404 an unknown model, 413 a body over the limit (or arrays that would decode past
+`max_decoded_bytes`, or that ran out of memory decoding), 400/415 a body that is not a tensor
+(or nested too deep), 422 a tensor the model does not take (naming the input) or one the model
+raised on, 503 with `Retry-After` when the model cannot take the request now (its queue is full, no
 memory can be made, its worker died twice, it failed to load), 504 past the request timeout.
 Answers: JSON `{"outputs": {NAME: [...]}}`, or `.npz` to a binary request; the headers say
 whether the request waited for a cold load (`X-Cold-Load`) and the worker that answered.
+
+Decoding a body and encoding its answer run in threads, off the event loop; at most
+`decode_threads` bodies are decoded at once, so decoding holds at most that many times
+`max_decoded_bytes` whatever the number of requests.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from functools import partial
 
+import anyio
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.concurrency import run_in_threadpool
 
 from serving import wire
 from serving.endpoint import Endpoint
 from serving.metrics import Metrics
-from serving.pool import InferenceFailed, LoadFailed, Overloaded, WorkerLost
+from serving.models import ServedModel
+from serving.pool import InferenceFailed, LoadFailed, Overloaded, Served, WorkerLost
 from serving.tensors import BadTensor, decode, model_inputs
 
 
@@ -29,7 +38,22 @@ class BodyTooLarge(Exception):
     pass
 
 
-def create_app(endpoint: Endpoint, *, max_body_bytes: int = 16 << 20, request_timeout_s: float = 120.0) -> FastAPI:
+class _Limits:
+    def __init__(self, body_bytes: int, decoded_bytes: int, decoders: anyio.CapacityLimiter) -> None:
+        self.body_bytes, self.decoded_bytes, self.decoders = body_bytes, decoded_bytes, decoders
+
+
+def create_app(
+    endpoint: Endpoint,
+    *,
+    max_body_bytes: int = 16 << 20,
+    request_timeout_s: float = 120.0,
+    max_decoded_bytes: int | None = None,
+    decode_threads: int = 2,
+) -> FastAPI:
+    """The endpoint's app. A body may have `max_body_bytes` on the wire and decode to
+    `max_decoded_bytes` (default 4 times that: a compressed .npz may legitimately expand)."""
+    limits = _Limits(max_body_bytes, max_decoded_bytes or 4 * max_body_bytes, anyio.CapacityLimiter(decode_threads))
     app = FastAPI(title="AYCI endpoint", description="The picks of AYCI runs, behind one endpoint")
     metrics = Metrics(endpoint)
     app.state.endpoint, app.state.metrics = endpoint, metrics
@@ -53,7 +77,7 @@ def create_app(endpoint: Endpoint, *, max_body_bytes: int = 16 << 20, request_ti
     @app.post("/invocations/{model}")
     async def invoke(model: str, request: Request) -> Response:
         started = time.perf_counter()
-        response, cold = await _invoke(endpoint, model, request, max_body_bytes, request_timeout_s)
+        response, cold = await _invoke(endpoint, model, request, limits, request_timeout_s)
         known = model if model in endpoint.models else "(unknown)"
         metrics.requests.labels(known, str(response.status_code)).inc()
         if response.status_code == 200:
@@ -82,7 +106,7 @@ async def _read_body(request: Request, limit: int) -> bytes:
 
 
 async def _invoke(
-    endpoint: Endpoint, name: str, request: Request, limit: int, timeout_s: float
+    endpoint: Endpoint, name: str, request: Request, limits: _Limits, timeout_s: float
 ) -> tuple[Response, bool]:
     model = endpoint.models.get(name)
     if model is None:
@@ -90,12 +114,14 @@ async def _invoke(
             404, f"no model {name!r}; this endpoint serves {', '.join(sorted(endpoint.models))} (GET /models)"
         ), False
     try:
-        body = await _read_body(request, limit)
+        body = await _read_body(request, limits.body_bytes)
     except BodyTooLarge:
-        return _refusal(413, f"the body is over the limit of {limit / 2**20:g} MB"), False
+        return _refusal(413, f"the body is over the limit of {limits.body_bytes / 2**20:g} MB"), False
+    content_type = request.headers.get("content-type", "")
     try:
-        arrays, from_json = decode(body, request.headers.get("content-type", ""))
-        inputs = model_inputs(arrays, from_json, model.signature, model.fixed_batch)
+        inputs, from_json = await anyio.to_thread.run_sync(
+            partial(_inputs, body, content_type, model, limits.decoded_bytes), limiter=limits.decoders
+        )
     except BadTensor as exc:
         return _refusal(exc.status, str(exc)), False
     try:
@@ -109,6 +135,22 @@ async def _invoke(
         return _refusal(422, f"the model could not run on these inputs: {exc}"), False
     except TimeoutError:
         return _refusal(504, f"no answer within {timeout_s:g} s"), False
+    return await run_in_threadpool(_answer, name, model, served, from_json), served.cold
+
+
+def _inputs(body: bytes, content_type: str, model: ServedModel, max_bytes: int) -> tuple[dict[str, np.ndarray], bool]:
+    """The model's inputs from a body (in a thread: decoding blocks); `BadTensor` with the status."""
+    try:
+        arrays, from_json = decode(body, content_type, max_bytes)
+        return model_inputs(arrays, from_json, model.signature, model.fixed_batch), from_json
+    except MemoryError:
+        raise BadTensor(413, "decoding the body ran out of memory: send a smaller batch") from None
+    except RecursionError:
+        raise BadTensor(400, "the body is nested too deep to decode") from None
+
+
+def _answer(name: str, model: ServedModel, served: Served, from_json: bool) -> Response:
+    """The answer to a served request: JSON to JSON, `.npz` to binary (in a thread: encoding blocks)."""
     outputs = list(wire.unpack(served.payload).values())
     specs = model.signature.outputs if model.signature and len(model.signature.outputs) == len(outputs) else []
     names = [s.name for s in specs] or [f"output_{i}" for i in range(len(outputs))]
@@ -122,10 +164,8 @@ async def _invoke(
         return JSONResponse(
             {"model": name, "outputs": {n: np.asarray(o).tolist() for n, o in zip(names, outputs, strict=True)}},
             headers=headers,
-        ), served.cold
-    return Response(
-        wire.pack(dict(zip(names, outputs, strict=True))), media_type="application/x-npz", headers=headers
-    ), served.cold
+        )
+    return Response(wire.pack(dict(zip(names, outputs, strict=True))), media_type="application/x-npz", headers=headers)
 
 
 class ServerThread:

@@ -1,5 +1,7 @@
 """The frames the endpoint and its worker processes exchange over a Unix socket: a 4-byte
-length, a 1-byte kind, the body. Tensors travel as `.npz` (read with `allow_pickle=False`)."""
+length, a 1-byte kind, the body. Tensors travel as uncompressed `.npz`: read back with their
+declared sizes bounded by the frame's (`workloads/array_files.py`), so a worker running a hostile
+model cannot answer with a compressed bomb, and a frame is at most `MAX_FRAME_BYTES`."""
 
 from __future__ import annotations
 
@@ -9,6 +11,9 @@ import struct
 
 import numpy as np
 
+from workloads.array_files import read_arrays
+
+MAX_FRAME_BYTES = 1 << 30
 READY, INFER, OUTPUT, ERROR = b"R", b"I", b"O", b"E"
 _HEADER = struct.Struct(">IB")
 
@@ -18,8 +23,11 @@ def send(sock: socket.socket, kind: bytes, body: bytes) -> None:
 
 
 def receive(sock: socket.socket) -> tuple[bytes, bytes]:
-    """One frame; `ConnectionError` if the other side closed the socket."""
+    """One frame; `ConnectionError` if the other side closed the socket or announced a frame
+    over `MAX_FRAME_BYTES`."""
     length, kind = _HEADER.unpack(_exactly(sock, _HEADER.size))
+    if length > MAX_FRAME_BYTES:
+        raise ConnectionError(f"a frame of {length} bytes, over the limit of {MAX_FRAME_BYTES}")
     return bytes([kind]), _exactly(sock, length)
 
 
@@ -41,5 +49,6 @@ def pack(arrays: dict[str, np.ndarray]) -> bytes:
 
 
 def unpack(data: bytes) -> dict[str, np.ndarray]:
-    with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-        return {name: archive[name] for name in archive.files}
+    """The arrays `pack` made; uncompressed, they hold no more than the frame (`ArrayFileError` if
+    they declare more, or are not plain arrays)."""
+    return read_arrays(data, max_bytes=len(data), max_arrays=1024)

@@ -8,12 +8,12 @@ lowest) and max abs diff; integers and booleans by exact match (the share of equ
 
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from workloads.agreement import Agreement, max_abs_diff
+from workloads.array_files import ArrayFileError, read_headers
 
 INPUT_NAMES: list[str] = []
 INPUT_ROLES: dict[str, str] = {}
@@ -29,29 +29,10 @@ class BadInputs(ValueError):
 def check_npz(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
     """Each array's shape and dtype, or `BadInputs`: not an npz, object arrays, no batch axis,
     batch axes that differ, too many or too large arrays."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            members = archive.infolist()
-            if len(members) > MAX_ARRAYS:
-                raise BadInputs(f"the .npz holds {len(members)} arrays; at most {MAX_ARRAYS}")
-            if sum(m.file_size for m in members) > MAX_BYTES:
-                raise BadInputs(f"the .npz's arrays are larger than {MAX_BYTES >> 20} MB uncompressed")
-            stray = [m.filename for m in members if not m.filename.endswith(".npy")]
-            if stray:
-                raise BadInputs(
-                    f"not a usable .npz of example inputs: {stray[0]!r} is not a .npy array (save the file with numpy.savez)"
-                )
-        with np.load(path, allow_pickle=False) as npz:
-            arrays = {name: npz[name] for name in npz.files}
-    except BadInputs:
-        raise
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
-        reason = (
-            "it holds object arrays (pickled Python objects are never loaded)"
-            if "allow_pickle" in str(exc) or "Object arrays" in str(exc)
-            else f"{type(exc).__name__}: {exc}"
-        )
-        raise BadInputs(f"not a usable .npz of example inputs: {reason}") from exc
+    try:  # the headers only, their sizes summed against the limit: no array is decoded here
+        arrays = read_headers(path, max_bytes=MAX_BYTES, max_arrays=MAX_ARRAYS, npz_only=True)
+    except ArrayFileError as exc:
+        raise BadInputs(f"not a usable .npz of example inputs: {exc}") from exc
     if not arrays:
         raise BadInputs("the .npz holds no arrays")
     batches = set()

@@ -19,6 +19,8 @@ from schemas.events import Envelope
 
 SQS_MAX_DELAY_S = 900
 EVENTBRIDGE_SOURCE = "ayci"
+# a conditional write that lost: the object changed (412), or a concurrent conditional write won (409)
+CONDITION_FAILED = ("PreconditionFailed", "412", "ConditionalRequestConflict", "409")
 _CLIENT_CONFIG = Config(retries={"max_attempts": 8, "mode": "adaptive"}, max_pool_connections=20)
 
 
@@ -30,7 +32,8 @@ def client(service: str):
 
 class S3Store:
     """The object store on S3, with the same keys as the local folder. Writes that must
-    happen once are S3 conditional writes (`If-None-Match: *`)."""
+    happen once are S3 conditional writes (`If-None-Match: *`); a compare-and-put is `If-Match`
+    on the object's ETag."""
 
     def __init__(self, bucket: str, s3=None) -> None:
         self.bucket = bucket
@@ -61,12 +64,26 @@ class S3Store:
                 self.s3.put_object(Bucket=self.bucket, Key=key, Body=data)
             return True
         except ClientError as exc:
-            if if_absent and exc.response["Error"]["Code"] in (
-                "PreconditionFailed",
-                "412",
-                "ConditionalRequestConflict",
-            ):
+            if if_absent and exc.response["Error"]["Code"] in CONDITION_FAILED:
                 return False
+            raise
+
+    def get_versioned(self, key: str) -> tuple[bytes, str]:
+        try:
+            answer = self.s3.get_object(Bucket=self.bucket, Key=key)
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] in ("404", "NoSuchKey", "NotFound"):
+                raise NotFound(key) from exc
+            raise
+        return answer["Body"].read(), answer["ETag"]
+
+    def compare_and_put(self, key: str, data: bytes, *, version: str | None) -> str | None:
+        condition = {"IfNoneMatch": "*"} if version is None else {"IfMatch": version}
+        try:
+            return self.s3.put_object(Bucket=self.bucket, Key=key, Body=data, **condition)["ETag"]
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] in (*CONDITION_FAILED, "NoSuchKey", "404"):  # 404: deleted meanwhile
+                return None
             raise
 
     def get_file(self, key: str, path: Path) -> None:

@@ -12,7 +12,8 @@ alias), made safe for concurrent runs:
   function's `$LATEST` changes what the alias invokes.
 - Update-then-publish is serialized per function by a lease in the bucket
   (`lambda-sizes/{function}/lock.json`, taken by a conditional write, `If-None-Match: *`;
-  an expired lease is taken over with `If-Match` on its ETag, so two takers cannot both win).
+  an expired lease is taken over with `If-Match` on its ETag, so two takers cannot both win:
+  `core/lease.py`, the converter's lease too).
 - The publish itself is conditional on the revision that carries our configuration
   (`PublishVersion(RevisionId=...)`), and the published version is read back: an alias is only
   ever pointed at a version whose memory size and ephemeral storage are the ones asked for.
@@ -39,12 +40,14 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import structlog
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from adapters.aws import client
+from adapters.aws import S3Store, client
+from core.lease import Lease
 from core.ports import MeasurementRefused
 from schemas import keys
 
@@ -126,6 +129,7 @@ class LambdaSizes:
         self.lam = lambda_client or client("lambda")
         self.invoker = invoke_client or lambda_client or _invoke_client()
         self.s3 = s3_client or client("s3")
+        self.leases = S3Store(bucket, self.s3)
         self.clock, self.sleep = clock, sleep
         self.lease_s, self.lock_wait_s, self.poll_s = lease_s, lock_wait_s, poll_s
         self.keep_idle_s = max(keep_idle_s, LAMBDA_MAX_TIMEOUT_S + 60)
@@ -298,12 +302,23 @@ class LambdaSizes:
 
     # ---------------------------------------------------------------- the lease and use stamps
 
+    def _lease_on(self, function: str) -> Lease:
+        """The function's lease, held by this process (`core/lease.py`: created with
+        `If-None-Match: *`, taken over when expired with `If-Match` on its ETag)."""
+        return Lease(
+            self.leases,
+            keys.lambda_sizes_lock(function),
+            self.holder,
+            self.lease_s,
+            now=lambda: datetime.fromtimestamp(self.clock(), UTC),
+        )
+
     @contextmanager
     def _lease(self, function: str) -> Iterator[None]:
         """Hold the function's lease: one reconfiguration at a time, across every process."""
-        key = keys.lambda_sizes_lock(function)
+        lease = self._lease_on(function)
         deadline = self.clock() + self.lock_wait_s
-        while not self._take_lease(key):
+        while not lease.take():
             if self.clock() > deadline:
                 raise LockBusy(f"the lease on {function} stayed taken for {self.lock_wait_s:.0f} s")
             self.sleep(self.poll_s)
@@ -311,37 +326,9 @@ class LambdaSizes:
             yield
         finally:
             try:
-                self.s3.delete_object(Bucket=self.bucket, Key=key)
+                lease.release()
             except ClientError as error:  # it expires on its own
                 log.warning("measuring_lease_not_released", function=function, reason=str(error))
-
-    def _take_lease(self, key: str) -> bool:
-        body = json.dumps({"holder": self.holder, "expires_at": self.clock() + self.lease_s}).encode()
-        try:
-            self.s3.put_object(Bucket=self.bucket, Key=key, Body=body, IfNoneMatch="*")
-            return True
-        except ClientError as error:
-            if not _precondition_failed(error):
-                raise
-        try:
-            current = self.s3.get_object(Bucket=self.bucket, Key=key)
-        except ClientError as error:
-            if _code(error) in ("NoSuchKey", "404"):
-                return False  # released meanwhile: try again at once
-            raise
-        try:
-            expired = float(json.loads(current["Body"].read())["expires_at"]) <= self.clock()
-        except (ValueError, KeyError, TypeError):
-            expired = True
-        if not expired:
-            return False
-        try:  # take over a lease whose holder died; If-Match: only one taker wins
-            self.s3.put_object(Bucket=self.bucket, Key=key, Body=body, IfMatch=current["ETag"])
-            return True
-        except ClientError as error:
-            if _precondition_failed(error) or _code(error) in ("NoSuchKey", "404"):
-                return False
-            raise
 
     def _stamp_use(self, function: str, alias: str) -> None:
         self.s3.put_object(
@@ -415,10 +402,6 @@ def _same_deployment(published: dict, latest: dict) -> bool:
     fields = ("CodeSha256", "Role", "Timeout", "Architectures")
     env = lambda config: (config.get("Environment") or {}).get("Variables") or {}
     return all(published.get(f) == latest.get(f) for f in fields) and env(published) == env(latest)
-
-
-def _precondition_failed(error: ClientError) -> bool:
-    return _code(error) in ("PreconditionFailed", "412", "ConditionalRequestConflict")
 
 
 def _invoke_client():

@@ -1,13 +1,20 @@
-"""The object store as a local folder (the embedded default). Same keys as S3."""
+"""The object store as a local folder (the embedded default). Same keys as S3.
+
+A write puts a whole new file in place (`os.replace`), so a reader never sees half of one. A
+compare-and-put holds an `flock` on the object's file while it compares and replaces it, and
+checks, once it holds the lock, that the file it locked is still the one in place: of two
+writers from the same version, across threads and processes, one wins.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
-from core.ports import NotFound
+from core.ports import NotFound, content_version
 
 
 class LocalFolderStore:
@@ -47,6 +54,38 @@ class LocalFolderStore:
             return True
         os.replace(tmp, path)
         return True
+
+    def get_versioned(self, key: str) -> tuple[bytes, str]:
+        data = self.get_bytes(key)
+        return data, content_version(data)
+
+    def compare_and_put(self, key: str, data: bytes, *, version: str | None) -> str | None:
+        if version is None:
+            return content_version(data) if self.put_bytes(key, data, if_absent=True) else None
+        path = self._path(key)
+        while True:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                return None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                try:
+                    replaced = os.stat(path).st_ino != os.fstat(fd).st_ino
+                except FileNotFoundError:
+                    return None
+                if replaced:  # another writer put a new file in place while this one waited: read that
+                    continue
+                with os.fdopen(os.dup(fd), "rb") as current:
+                    if content_version(current.read()) != version:
+                        return None
+                fd_tmp, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+                with os.fdopen(fd_tmp, "wb") as handle:
+                    handle.write(data)
+                os.replace(tmp, path)
+                return content_version(data)
+            finally:
+                os.close(fd)  # closing releases the lock
 
     def get_file(self, key: str, path: Path) -> None:
         source = self._path(key)

@@ -5,10 +5,11 @@ and a count of the calls made to it, as S3 would bill them (one per listing page
 from __future__ import annotations
 
 import math
+import threading
 from collections import Counter
 from pathlib import Path
 
-from core.ports import NotFound
+from core.ports import NotFound, content_version
 
 S3_LIST_PAGE = 1000
 
@@ -17,6 +18,7 @@ class MemoryStore:
     def __init__(self) -> None:
         self.objects: dict[str, bytes] = {}
         self.calls: Counter[str] = Counter()
+        self._writing = threading.Lock()  # conditional writes are atomic, as on S3
 
     @property
     def call_count(self) -> int:
@@ -35,10 +37,24 @@ class MemoryStore:
 
     def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> bool:
         self.calls["put"] += 1
-        if if_absent and key in self.objects:
-            return False
-        self.objects[key] = bytes(data)
+        with self._writing:
+            if if_absent and key in self.objects:
+                return False
+            self.objects[key] = bytes(data)
         return True
+
+    def get_versioned(self, key: str) -> tuple[bytes, str]:
+        data = self.get_bytes(key)
+        return data, content_version(data)
+
+    def compare_and_put(self, key: str, data: bytes, *, version: str | None) -> str | None:
+        self.calls["put"] += 1
+        with self._writing:
+            current = self.objects.get(key)
+            if (None if current is None else content_version(current)) != version:
+                return None
+            self.objects[key] = bytes(data)
+        return content_version(data)
 
     def get_file(self, key: str, path: Path) -> None:
         Path(path).write_bytes(self.get_bytes(key))

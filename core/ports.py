@@ -3,6 +3,7 @@ EventBridge + SQS, SES) implement them and are chosen in `ayci.bootstrap`."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -14,6 +15,12 @@ from schemas.events import Envelope
 
 class NotFound(KeyError):
     """No object under that key."""
+
+
+def content_version(data: bytes) -> str:
+    """The version of an object in a store that keeps none of its own (a folder, memory): the MD5
+    of its bytes, as S3's ETag of a single-part upload."""
+    return hashlib.md5(data, usedforsecurity=False).hexdigest()
 
 
 class ObjectStore(Protocol):
@@ -28,6 +35,16 @@ class ObjectStore(Protocol):
     def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> bool:
         """Store `data`. With `if_absent`, store only if nothing is there yet and say whether
         this call stored it (the at-most-once write)."""
+        ...
+
+    def get_versioned(self, key: str) -> tuple[bytes, str]:
+        """The object's bytes and its version (S3: its ETag), for `compare_and_put`; `NotFound` if absent."""
+        ...
+
+    def compare_and_put(self, key: str, data: bytes, *, version: str | None) -> str | None:
+        """Store `data` only if the object is still at `version` (S3: `If-Match`), or, with `version`
+        None, only if there is no object (`If-None-Match: *`). The new version; None if the condition
+        failed (another writer got there first), so of two writers from the same version one wins."""
         ...
 
     def get_file(self, key: str, path: Path) -> None: ...

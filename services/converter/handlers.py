@@ -7,7 +7,6 @@ An artifact is converted once: a stored manifest means it is reused.
 
 from __future__ import annotations
 
-import json
 import tarfile
 import tempfile
 from collections.abc import Callable
@@ -19,7 +18,8 @@ import structlog
 
 import engines
 from core import measurement_lock
-from core.ports import NotFound, ObjectStore
+from core.lease import Lease
+from core.ports import ObjectStore
 from core.runtime import Delayed
 from engines import ConversionError, ConversionJob
 from engines.model_files import NotAModelError
@@ -95,7 +95,8 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
             manifest = ArtifactManifest.read(deps.store.get_bytes(keys.manifest(pending.artifact_key)))
             bound.info("artifact_reused", artifact_key=pending.artifact_key)
             return [_converted(pending, manifest, reused=True)]
-        if not _take_lease(deps, pending.artifact_key, event.event_id):
+        lease = conversion_lease(deps, pending.artifact_key, event.event_id)
+        if not lease.take():
             # another worker converts this artifact (e.g. for another memory size): come back when it is done
             bound.info("conversion_waits_for_lease", artifact_key=pending.artifact_key, retry_s=deps.lease_retry_s)
             return [Delayed(pending, deps.now() + timedelta(seconds=deps.lease_retry_s))]
@@ -116,7 +117,7 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
             tuning_dir=tuning_dir,
             shared_tuning_dirs=shared_tuning,
             inputs_path=inputs_path,
-            progress=lambda message: _progress(deps, pending.artifact_key, event.event_id, bound, message),
+            progress=lambda message: _progress(lease, bound, message),
         )
         bound.info("conversion_started", optimizer=combo.optimizer.value, hardware=combo.hardware.value)
         try:
@@ -124,7 +125,7 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
                 conversion = deps.convert(combo.optimizer, job)
         except (ConversionError, NotAModelError) as exc:
             bound.warning("conversion_failed", reason=str(exc))
-            _release_lease(deps, pending.artifact_key)  # those waiting try (and fail) for themselves
+            lease.release()  # those waiting try (and fail) for themselves
             return [_failed(pending, whole(str(exc)))]
         if tuning_dir is not None:
             _store_tuning_records(deps.store, pending, tuning_dir)
@@ -195,43 +196,17 @@ def ensure_reference(
     return key
 
 
-def _take_lease(deps: ConverterDeps, artifact_key: str, holder: str) -> bool:
-    """One conversion per artifact: a conditional write of a lease with an expiry. True if
-    `holder` (the event being handled) holds it now: taken, already its own (a redelivery),
-    or taken over from a holder whose lease expired (it died)."""
-    key = keys.conversion_lease(artifact_key)
-    lease = json.dumps(
-        {"holder": holder, "expires_at": (deps.now() + timedelta(seconds=deps.lease_s)).isoformat()}
-    ).encode()
-    if deps.store.put_bytes(key, lease, if_absent=True):
-        return True
-    try:
-        current = json.loads(deps.store.get_bytes(key))
-        expired = datetime.fromisoformat(current["expires_at"]) <= deps.now()
-        mine = current["holder"] == holder
-    except (NotFound, ValueError, KeyError):
-        expired, mine = True, False
-    if mine or expired:
-        deps.store.put_bytes(key, lease)
-        return True
-    return False
+def conversion_lease(deps: ConverterDeps, artifact_key: str, holder: str) -> Lease:
+    """One conversion per artifact: `holder` (the event being handled) takes the artifact's lease
+    before converting, renews it at each progress step and releases it if the conversion fails.
+    A lease whose holder died expires; of the workers that then take it over one wins (`core/lease.py`)."""
+    return Lease(deps.store, keys.conversion_lease(artifact_key), holder, deps.lease_s, now=deps.now)
 
 
-def _release_lease(deps: ConverterDeps, artifact_key: str) -> None:
-    deps.store.put_bytes(
-        keys.conversion_lease(artifact_key), json.dumps({"holder": None, "expires_at": deps.now().isoformat()}).encode()
-    )
-
-
-def _progress(deps: ConverterDeps, artifact_key: str, holder: str, bound, message: str) -> None:
+def _progress(lease: Lease, bound, message: str) -> None:
     """Log the conversion's progress and keep its lease alive while it works (tuning is long)."""
     bound.info("conversion_progress", message=message)
-    deps.store.put_bytes(
-        keys.conversion_lease(artifact_key),
-        json.dumps(
-            {"holder": holder, "expires_at": (deps.now() + timedelta(seconds=deps.lease_s)).isoformat()}
-        ).encode(),
-    )
+    lease.renew()
 
 
 def _fetch_tuning_records(store: ObjectStore, pending: ComboPending, work: Path) -> tuple[Path, list[Path]]:

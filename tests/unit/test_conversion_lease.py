@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from adapters.memory_store import MemoryStore
-from services.converter.handlers import ConverterDeps, _release_lease, _take_lease
+from services.converter.handlers import ConverterDeps, conversion_lease
 
 
 class Clock:
@@ -16,23 +16,45 @@ class Clock:
         return self.at
 
 
+def take(deps: ConverterDeps, artifact_key: str, holder: str) -> bool:
+    return conversion_lease(deps, artifact_key, holder).take()
+
+
 def test_the_memory_sizes_of_one_artifact_wait_for_one_conversion():
     clock = Clock()
     deps = ConverterDeps(store=MemoryStore(), lease_s=900, now=clock)
-    assert _take_lease(deps, "artifact-1", "event-1769MB")
-    assert not _take_lease(deps, "artifact-1", "event-3538MB")  # waits
-    assert _take_lease(deps, "artifact-2", "event-3538MB")  # another artifact: its own lease
-    assert _take_lease(deps, "artifact-1", "event-1769MB")  # the holder's redelivery keeps it
+    assert take(deps, "artifact-1", "event-1769MB")
+    assert not take(deps, "artifact-1", "event-3538MB")  # waits
+    assert take(deps, "artifact-2", "event-3538MB")  # another artifact: its own lease
+    assert take(deps, "artifact-1", "event-1769MB")  # the holder's redelivery keeps it
 
 
 def test_a_dead_holder_s_lease_expires_and_a_failed_conversion_releases_it():
     clock = Clock()
     deps = ConverterDeps(store=MemoryStore(), lease_s=900, now=clock)
-    assert _take_lease(deps, "a", "first")
+    assert take(deps, "a", "first")
     clock.at += timedelta(seconds=901)  # the first worker died without finishing
-    assert _take_lease(deps, "a", "second")
-    _release_lease(deps, "a")
-    assert _take_lease(deps, "a", "third")
+    second = conversion_lease(deps, "a", "second")
+    assert second.take()
+    assert not take(deps, "a", "third")
+    second.release()
+    assert take(deps, "a", "third")
+
+
+def test_progress_keeps_the_lease_and_a_holder_that_lost_it_neither_renews_nor_releases_it():
+    clock = Clock()
+    deps = ConverterDeps(store=MemoryStore(), lease_s=900, now=clock)
+    slow = conversion_lease(deps, "a", "slow")
+    assert slow.take()
+    for _ in range(3):  # tuning longer than the lease, renewed at each step
+        clock.at += timedelta(seconds=600)
+        assert slow.renew()
+    assert not take(deps, "a", "other")
+    clock.at += timedelta(seconds=901)  # the slow worker stalled: its lease expired and was taken over
+    assert take(deps, "a", "other")
+    assert not slow.renew()
+    slow.release()  # no longer its own: the other keeps it
+    assert not take(deps, "a", "third")
 
 
 def test_tuning_records_are_stored_as_one_object_and_come_back_whole(tmp_path):

@@ -227,13 +227,15 @@ def test_a_held_lease_waits_and_an_expired_one_is_taken_over(aws):
     holder = sizes(clock, lease_s=300, lock_wait_s=120)
     other = sizes(clock, lease_s=300, lock_wait_s=120)
     lease = keys.lambda_sizes_lock(INTEL)
-    assert holder._take_lease(lease)
-    assert not other._take_lease(lease)
+    assert holder._lease_on(INTEL).take()
+    assert not other._lease_on(INTEL).take()
     with pytest.raises(LockBusy, match="stayed taken for 120 s"):
         other.alias_for(INTEL, FunctionSize(1024))
     clock.now += 301  # the holder died: its lease expired
     assert other.alias_for(INTEL, FunctionSize(1024)) == "mem-1024"
-    assert not boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix=lease).get("KeyCount")  # released
+    released = json.loads(boto3.client("s3").get_object(Bucket=BUCKET, Key=lease)["Body"].read())
+    assert released["holder"] is None  # released: the next taker need not wait
+    assert holder._lease_on(INTEL).take()
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ models/{sha256}                              the user's model (.pt2 or ONNX), st
 models/{sha256}.json                         what intake learned about it (format, size)
 models/{sha256}.owners/{owner}               empty: this owner uploaded these bytes (only they see the model)
 inputs/{sha256}.npz                          a user's own example inputs (one array per model input)
+inputs/{sha256}.owners/{owner}               empty: this owner uploaded these inputs (only they may name them)
 artifacts/{artifact key}/{file}              a converted artifact
 artifacts/{artifact key}/manifest.json       written last, once: the artifact is complete
 references/{reference key}.npz               the base model's outputs on the example inputs
@@ -61,6 +62,10 @@ def model_owner(sha256: str, owner: str) -> str:
 
 def inputs(sha256: str) -> str:
     return f"inputs/{sha256}.npz"
+
+
+def inputs_owner(sha256: str, owner: str) -> str:
+    return f"inputs/{sha256}.owners/{owner}"
 
 
 def artifact_file(artifact_key: str, file_name: str) -> str:

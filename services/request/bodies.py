@@ -66,7 +66,9 @@ class RunRequest(Strict):
         "Chrome trace and operator table, `GET /runs/{id}/profiles`)",
     )
     inputs_sha256: Annotated[str, Field(pattern=SHA256_PATTERN.pattern)] | None = Field(
-        default=None, description="your own example inputs, stored by `PUT /inputs` (required by the custom workload)"
+        default=None,
+        description="your own example inputs, stored by your `PUT /inputs` (required by the custom workload; "
+        "another owner's hash is answered as not stored)",
     )
 
     def matrix_of(self) -> Matrix:
@@ -198,7 +200,8 @@ class PlanAnswer(BaseModel):
 
 class UploadOfferBody(BaseModel):
     method: str = Field(
-        description="PUT: send the raw bytes to url with the API key; POST: a multipart form of fields, then the file as `file`"
+        description="PUT: send the raw bytes to url with the API key; "
+        "POST: a multipart form of fields, then the file as `file`"
     )
     url: str
     fields: dict[str, str]

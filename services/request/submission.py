@@ -69,15 +69,18 @@ def model_facts(path: Path, sha256: str, uploaded_bytes: int | None = None) -> M
     )
 
 
-def store_inputs(store: ObjectStore, path: Path) -> str:
-    """Check a user's example inputs (`BadInputs` if unusable: object arrays, no batch axis, ...)
-    and store them under `inputs/{sha256}.npz` (once); returns the SHA-256."""
+def store_inputs(store: ObjectStore, path: Path, owner: str | None = None) -> str:
+    """Check a user's example inputs (`BadInputs` if unusable: object arrays, no batch axis, ...;
+    their headers only) and store them under `inputs/{sha256}.npz` (once), granted to `owner`
+    (only they may name them in a run); returns the SHA-256."""
     from workloads.custom import check_npz
 
     check_npz(path)
     sha = sha256_of(path)
     if not store.exists(keys.inputs(sha)):
         store.put_file(keys.inputs(sha), path)
+    if owner is not None:
+        store.put_bytes(keys.inputs_owner(sha, owner), b"", if_absent=True)
     return sha
 
 

@@ -1,5 +1,11 @@
 """Your own example inputs: an `.npz` (one array per model input, batch first), stored by its
-content hash (`inputs/{sha256}.npz`) and named in a run's `inputs_sha256`."""
+content hash (`inputs/{sha256}.npz`), granted to the owner who uploaded it and named in that
+owner's runs' `inputs_sha256` (another owner naming the hash is answered as if nothing were stored).
+
+The file is checked off the event loop, its data read once: the arrays' headers are summed against
+the limit before anything is decompressed (`workloads/array_files.py`; 413 over it), then each
+array's data is streamed through in bounded chunks (a truncated or corrupt member is a 422).
+"""
 
 from __future__ import annotations
 
@@ -7,12 +13,15 @@ import tempfile
 from pathlib import Path
 
 from fastapi import APIRouter, HTTPException, Request
+from starlette.concurrency import run_in_threadpool
 
+from core.ports import ObjectStore
 from services.request.auth import Owner
 from services.request.bodies import ERRORS, StoredInputs
 from services.request.deps import Deps
 from services.request.submission import store_inputs
-from workloads.custom import BadInputs, check_npz
+from workloads.array_files import ArraysTooLarge, UnreadableArrays, read_headers
+from workloads.custom import MAX_ARRAYS, MAX_BYTES, BadInputs, check_npz
 
 MAX_INPUTS_BYTES = 16 << 20  # on the wire; an API Gateway payload is at most 10 MB anyway
 
@@ -32,9 +41,9 @@ router = APIRouter(tags=["inputs"])
     },
 )
 async def put_inputs(owner: Owner, request: Request, deps: Deps) -> StoredInputs:
-    """Store example inputs (the raw `.npz` bytes, at most 16 MB). Loaded with
-    `allow_pickle=False`: object arrays, arrays without a batch axis or batch axes that differ
-    are refused (422) and nothing is stored."""
+    """Store example inputs (the raw `.npz` bytes, at most 16 MB on the wire, 256 MB decoded).
+    Read without pickles: object arrays, arrays without a batch axis or batch axes that differ
+    are refused (422), arrays declaring more than the limit too (413), and nothing is stored."""
     with tempfile.TemporaryDirectory(prefix="ayci-inputs-") as tmp:
         path = Path(tmp) / "inputs.npz"
         size = 0
@@ -45,10 +54,25 @@ async def put_inputs(owner: Owner, request: Request, deps: Deps) -> StoredInputs
                     raise HTTPException(413, f"example inputs may have at most {MAX_INPUTS_BYTES} bytes")
                 out.write(chunk)
         try:
-            arrays = check_npz(path)
-            sha = store_inputs(deps.store, path)
-        except BadInputs as exc:
-            raise HTTPException(422, str(exc)) from None
+            sha, arrays = await run_in_threadpool(_check_and_store, deps.store, path, owner)
+        except ArraysTooLarge as exc:
+            raise HTTPException(413, f"the example inputs are too large: {exc}") from None
+        except MemoryError:
+            raise HTTPException(413, "reading the example inputs ran out of memory: send fewer samples") from None
+        except (BadInputs, UnreadableArrays) as exc:
+            raise HTTPException(422, _usable(exc)) from None
     return StoredInputs(
         sha256=sha, arrays={name: {"shape": list(shape), "dtype": dtype} for name, (shape, dtype) in arrays.items()}
     )
+
+
+def _check_and_store(store: ObjectStore, path: Path, owner: str) -> tuple[str, dict]:
+    """Blocking (a thread): the data streamed through once, bounded; then the headers' checks
+    (`check_npz`: batch axes, dtypes) and the store."""
+    read_headers(path, max_bytes=MAX_BYTES, max_arrays=MAX_ARRAYS, verify_data=True, npz_only=True)
+    arrays = check_npz(path)
+    return store_inputs(store, path, owner), arrays
+
+
+def _usable(exc: Exception) -> str:
+    return str(exc) if isinstance(exc, BadInputs) else f"not a usable .npz of example inputs: {exc}"

@@ -67,7 +67,7 @@ def checked_request(body: RunRequest, owner: str, deps: RequestDeps) -> tuple[Re
             ("body", "model", "size_bytes"),
             f"the stored model with this SHA-256 has {info['size_bytes']} bytes, not {body.model.size_bytes}",
         )
-    if body.inputs_sha256 and not deps.store.exists(keys.inputs(body.inputs_sha256)):
+    if body.inputs_sha256 and not deps.store.exists(keys.inputs_owner(body.inputs_sha256, owner)):
         raise HTTPException(409, f"inputs {body.inputs_sha256} are not stored: upload them first (PUT /inputs)")
     signature = ModelSignature.model_validate(info["signature"]) if info.get("signature") else None
     try:

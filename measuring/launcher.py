@@ -14,11 +14,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
-import subprocess
-import sys
-import tempfile
-import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,8 +21,8 @@ from pathlib import Path
 import structlog
 
 from core import measurement_lock
+from measuring import sandbox
 from measuring.confinement import (
-    ENTER_FAILED_EXIT,
     ConfinementUnavailable,
     Limits,
     MeasurementGroup,
@@ -39,7 +34,6 @@ from measuring.machine_load import LoadSample, host_cores, load_report
 from schemas.documents import MeasurementReport
 from schemas.reasons import from_traceback, whole
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULT_MARKER = "@@RESULT@@"
 
 log = structlog.get_logger()
@@ -89,18 +83,10 @@ class MeasureSpec:
         return max(1, min(host_cores(), math.floor(self.vcpus + 1e-9)))
 
 
-def engine_env(threads: int, env_extra: dict | None = None) -> dict:
-    """The environment of a process that runs an engine on `threads` threads (this repository
-    importable, every library's thread pool sized to the vCPUs)."""
-    return {
-        **os.environ,
-        "OMP_NUM_THREADS": str(threads),
-        "TVM_NUM_THREADS": str(threads),
-        "MKL_NUM_THREADS": str(threads),
-        "PYTHONPATH": str(REPO_ROOT),
-        "TVM_USE_RUNTIME_LIB": "1",
-        **(env_extra or {}),
-    }
+def engine_env_extra(env_extra: dict | None = None) -> dict:
+    """What a process that runs an engine's artifact adds to the sandbox's environment
+    (`sandbox.environment`: thread pools sized there): TVM's runtime library only."""
+    return {"TVM_USE_RUNTIME_LIB": "1", **(env_extra or {})}
 
 
 def measure(spec: MeasureSpec, python_command: list[str] | None = None, env_extra: dict | None = None) -> dict:
@@ -199,6 +185,12 @@ def _confinement_for(spec: MeasureSpec) -> tuple[MeasurementGroup | None, bool, 
     return None, False, reason
 
 
+def measuring_address_space_mb(memory_mb: int) -> int:
+    """A measuring process's address-space limit: its cgroup caps what it uses; this caps what
+    it may reserve (the libraries reserve far more than they touch), where there is no cgroup too."""
+    return max(8192, 4 * memory_mb)
+
+
 def _run_child(
     spec: MeasureSpec,
     group: MeasurementGroup | None,
@@ -206,15 +198,15 @@ def _run_child(
     env_extra: dict | None,
     mode: str = "measure",
 ) -> dict:
-    with tempfile.TemporaryDirectory(prefix="measure-") as tmp:
-        spec_path = Path(tmp) / "spec.json"
+    with sandbox.Workspace.create(prefix="measure-") as workspace:
+        spec_path = workspace.path / "spec.json"
         spec_path.write_text(
             json.dumps(
                 {
                     "optimizer": spec.optimizer,
                     "workload": spec.workload,
-                    "artifact_path": str(spec.artifact_path),
-                    "reference_path": str(spec.reference_path),
+                    "artifact_path": str(workspace.bring(spec.artifact_path)),
+                    "reference_path": str(workspace.bring(spec.reference_path, "reference.npz")),
                     "threads": spec.threads,
                     "time_cap_s": spec.time_cap_s,
                     "min_iterations": spec.min_iterations,
@@ -222,41 +214,43 @@ def _run_child(
                     "settings": spec.engine_settings,
                     "profile_runs": spec.profile_runs,
                     "trace_max_events": spec.trace_max_events,
-                    "trace_path": str(Path(tmp) / "trace.json"),
+                    "trace_path": str(workspace.path / "trace.json"),
                 }
             )
         )
-        env = engine_env(spec.threads, env_extra)
+        limits = sandbox.SandboxLimits(
+            wall_s=spec.timeout_s,
+            # under qemu the emulator's own reservation would already pass any limit
+            address_space_mb=None if python_command else measuring_address_space_mb(spec.memory_mb),
+            threads=spec.threads,
+        )
         before = LoadSample.now()
         spawned_at = time.time()
-        command = [*(python_command or [sys.executable]), "-m", "measuring.measure", str(spec_path), repr(spawned_at)]
-        if group is not None:
-            command = group.wrap(command)
-        with open(Path(tmp) / "stdout", "w+") as out, open(Path(tmp) / "stderr", "w+") as errors:
-            child = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=out, stderr=errors, start_new_session=True)
-            status, usage, timed_out = _wait(child, spec.timeout_s)
-            wall_s = time.time() - spawned_at
-            after = LoadSample.now()
-            out.seek(0)
-            errors.seek(0)
-            stdout, stderr = out.read(), errors.read()
-        trace_file = Path(tmp) / "trace.json"
-        trace = json.loads(trace_file.read_text()) if mode == "profile" and trace_file.exists() else None
-    own_cpu_s = usage.ru_utime + usage.ru_stime
-    returncode = os.waitstatus_to_exitcode(status)
-    outcome = group.outcome() if group is not None else None
-    if outcome is not None and outcome.oom_killed:
-        peak = outcome.peak_mb or spec.memory_mb
-        raise MeasurementFailed(f"out of memory at {spec.memory_mb} MB (peak {peak:.0f} MB)", peak)
-    if timed_out:
-        raise MeasurementFailed(f"measurement timed out after {spec.timeout_s:.0f} s")
-    if group is not None and returncode == ENTER_FAILED_EXIT and RESULT_MARKER not in stdout:
-        raise MeasurementFailed("the measuring process could not enter its cgroup")
-    if returncode != 0 or RESULT_MARKER not in stdout:
-        tail = from_traceback(stderr)
-        if group is not None and ("MemoryError" in tail or "bad_alloc" in tail):
-            raise MeasurementFailed(f"out of memory at {spec.memory_mb} MB ({tail})")
-        raise MeasurementFailed(f"measuring process exited with {returncode}: {tail}")
+        try:
+            finished = sandbox.run(
+                "measuring.measure",
+                [str(spec_path), repr(spawned_at)],
+                limits,
+                workspace,
+                python=python_command,
+                group=group,
+                env_extra=engine_env_extra(env_extra),
+                what="measuring process",
+            )
+        except sandbox.SandboxFailed as exc:
+            raise _measurement_failure(spec, exc) from None
+        wall_s = time.time() - spawned_at
+        after = LoadSample.now()
+        stdout = finished.stdout
+        trace = None
+        if mode == "profile":
+            try:
+                trace = json.loads(workspace.take("trace.json").read_text())
+            except (sandbox.SandboxFailed, ValueError):
+                trace = None
+    outcome = finished.outcome
+    if RESULT_MARKER not in stdout:
+        raise MeasurementFailed(f"measuring process exited with 0: {from_traceback(finished.stderr)}")
     if mode == "tune":
         return json.loads(stdout.rsplit(RESULT_MARKER, 1)[1])
     if mode == "profile":
@@ -275,7 +269,7 @@ def _run_child(
         )
     report["measurement_s"] = wall_s
     report["load"] = load_report(
-        before, after, own_cpu_s, needed_cores=spec.vcpus if group is not None else spec.threads
+        before, after, finished.cpu_s, needed_cores=spec.vcpus if group is not None else spec.threads
     )
     if outcome is not None:
         report["cgroup_peak_mb"] = outcome.peak_mb
@@ -284,29 +278,15 @@ def _run_child(
     return report
 
 
-def _wait(child: subprocess.Popen, timeout_s: float):
-    """Wait for `child` (killing its process group at `timeout_s`); its wait status, its
-    resource usage (CPU time, for the machine's load) and whether it timed out."""
-    timed_out = threading.Event()
-
-    def kill() -> None:
-        timed_out.set()
-        try:
-            os.killpg(child.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-    timer = threading.Timer(timeout_s, kill)
-    timer.daemon = True
-    timer.start()
-    try:
-        while True:
-            try:
-                _, status, usage = os.wait4(child.pid, 0)
-                break
-            except InterruptedError:
-                continue
-    finally:
-        timer.cancel()
-    child.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
-    return status, usage, timed_out.is_set()
+def _measurement_failure(spec: MeasureSpec, exc: sandbox.SandboxFailed) -> MeasurementFailed:
+    """The sandbox's reason in a measurement's words."""
+    if exc.kind == "memory":
+        if exc.peak_mb:
+            return MeasurementFailed(f"out of memory at {spec.memory_mb} MB (peak {exc.peak_mb:.0f} MB)", exc.peak_mb)
+        tail = from_traceback(exc.stderr) if exc.stderr.strip() else ""
+        return MeasurementFailed(f"out of memory at {spec.memory_mb} MB" + (f" ({tail})" if tail else ""))
+    if exc.kind == "time":
+        return MeasurementFailed(f"measurement timed out after {spec.timeout_s:.0f} s")
+    if exc.kind == "start" and "cgroup" in exc.reason:
+        return MeasurementFailed("the measuring process could not enter its cgroup")
+    return MeasurementFailed(exc.reason)

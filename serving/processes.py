@@ -1,25 +1,25 @@
-"""The endpoint's side of a worker process (`worker.py`): started inside a cgroup with its
-combination's memory size's CPU share and memory cap (`measuring/confinement.py`,
-as a measurement is; where cgroups are unavailable it runs unconfined and says so:
-`confined: false` with the reason), fed one request at a time over a Unix socket, stopped by
-killing its process group and removing its cgroup."""
+"""The endpoint's side of a worker process (`worker.py`): started in the sandbox
+(`measuring/sandbox.py`: its own workspace holding its artifact, an environment without
+secrets, no network, an unprivileged user, an address-space limit) inside a cgroup with its
+combination's memory size's CPU share and memory cap (`measuring/confinement.py`, as a
+measurement is; where cgroups are unavailable it runs unconfined and says so: `confined: false`
+with the reason), fed one request at a time over a Unix socket, stopped by killing its process
+group and removing its cgroup and workspace."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
-import os
-import signal
 import socket
 import subprocess
-import sys
-import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from measuring import sandbox
 from measuring.confinement import ConfinementUnavailable, Limits, MeasurementGroup, unavailable_reason
-from measuring.launcher import REPO_ROOT, engine_env
+from measuring.launcher import engine_env_extra, measuring_address_space_mb
 from schemas.reasons import from_traceback
 from serving import wire
 from serving.pool import InferenceFailed, WorkerLost
@@ -59,7 +59,7 @@ class ProcessWorker:
         sock: socket.socket,
         group: MeasurementGroup | None,
         confinement_reason: str | None,
-        work: Path,
+        workspace: sandbox.Workspace,
         load_ms: float,
         request_timeout_s: float,
     ) -> None:
@@ -69,7 +69,8 @@ class ProcessWorker:
         self.confined = group is not None
         self.confinement_reason = confinement_reason
         self.request_timeout_s = request_timeout_s
-        self._child, self._sock, self._group, self._work = child, sock, group, work
+        self._child, self._sock, self._group, self._workspace = child, sock, group, workspace
+        self._work = workspace.path
         self._stopped = False
 
     @classmethod
@@ -77,28 +78,44 @@ class ProcessWorker:
         cls, spec: WorkerSpec, work_dir: Path, load_timeout_s: float = 300.0, request_timeout_s: float = 60.0
     ) -> ProcessWorker:
         """Start a worker and wait until it has loaded its model; `RuntimeError` with the
-        reason (out of memory at its cap, a crash with its error, a timeout) if it does not."""
-        work = Path(tempfile.mkdtemp(prefix=f"w{next(_numbers)}-", dir=work_dir))
+        reason (out of memory at its cap, a crash with its error, a timeout) if it does not.
+        Its files live in a sandbox workspace of its own (`work_dir` is not used for them: a
+        folder of the endpoint's is not one its unprivileged user may enter)."""
+        workspace = sandbox.Workspace.make(prefix=f"w{next(_numbers)}-", parent=None)
+        work = workspace.path
+        spec = replace(
+            spec,
+            artifact_path=str(workspace.bring(Path(spec.artifact_path))),
+            reference_path=str(workspace.bring(Path(spec.reference_path), "reference.npz"))
+            if spec.reference_path
+            else None,
+        )
         (work / "spec.json").write_text(json.dumps(asdict(spec)))
         address = str(work / "s")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(address)
+        workspace.own(Path(address))  # the worker's user connects to it
         listener.listen(1)
         listener.settimeout(0.2)
         group, reason = confinement(spec.memory_mb, spec.confine)
-        command = [sys.executable, "-m", "serving.worker", address, str(work / "spec.json")]
-        stderr = open(work / "stderr", "w+")
-        child = subprocess.Popen(
-            group.wrap(command) if group else command,
-            cwd=REPO_ROOT,
-            env=engine_env(spec.threads),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
+        stderr = open(work / "stderr", "w+")  # noqa: SIM115  (closed once the worker is ready)
+        limits = sandbox.SandboxLimits(
+            wall_s=load_timeout_s,  # the CPU-time backstop only: a worker lives as long as the endpoint keeps it
+            cpu_s=10**7,
+            address_space_mb=measuring_address_space_mb(spec.memory_mb),
+            threads=spec.threads,
+        )
+        child = sandbox.start(
+            "serving.worker",
+            [address, str(work / "spec.json")],
+            limits,
+            workspace,
+            group=group,
+            env_extra=engine_env_extra(),
             stderr=stderr,
-            start_new_session=True,
         )
         started = time.monotonic()
-        worker = cls(spec, child, listener, group, reason, work, 0.0, request_timeout_s)
+        worker = cls(spec, child, listener, group, reason, workspace, 0.0, request_timeout_s)
         try:
             sock = worker._accept(listener, started + load_timeout_s)
             worker._sock = sock
@@ -130,10 +147,8 @@ class ProcessWorker:
 
     def _death(self, exc: BaseException) -> str:
         """Why the worker is gone: out of memory at its cap, its exit and last error, or `exc`."""
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self._child.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            pass
         if self._group is not None and self._group.outcome().oom_killed:
             return f"out of memory at {self.spec.memory_mb} MB"
         code = self._child.poll()
@@ -160,23 +175,9 @@ class ProcessWorker:
         if self._stopped:
             return
         self._stopped = True
-        try:
+        with contextlib.suppress(OSError):
             self._sock.close()
-        except OSError:
-            pass
-        try:
-            os.killpg(self._child.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self._child.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
+        sandbox.stop(self._child)
         if self._group is not None:
             self._group.remove()
-        for path in sorted(self._work.glob("*"), reverse=True):
-            path.unlink(missing_ok=True)
-        try:
-            self._work.rmdir()
-        except OSError:
-            pass
+        self._workspace.remove()

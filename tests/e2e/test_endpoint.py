@@ -161,7 +161,7 @@ def test_a_small_budget_evicts_the_least_recently_used_model(runs, tmp_path):
         assert httpx.get(f"{base}/models").json()["reserved_mb"] == 1024
         assert httpx.post(f"{base}/invocations/{small}", content=npy(image(SIZES[0])), timeout=120).status_code == 200
         assert model_state(base, small)["loads"] == {"first": 2} and model_state(base, large)["evictions"] == 1
-        assert 'ayci_model_evictions_total{model="%s"} 1.0' % small in httpx.get(f"{base}/metrics").text
+        assert f'ayci_model_evictions_total{{model="{small}"}} 1.0' in httpx.get(f"{base}/metrics").text
 
 
 def test_a_worker_killed_mid_request_is_replaced_and_the_request_answered_or_refused_cleanly(runs, tmp_path):

@@ -5,64 +5,21 @@ put would let both win)."""
 
 from __future__ import annotations
 
-import threading
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
 from adapters.local_store import LocalFolderStore
 from adapters.memory_store import MemoryStore
 from core.lease import Lease
+from tests.lease_race import BothReadFirst, Clock, race
 
 KEY = "leases/artifact.json"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.at = datetime(2026, 1, 1, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.at
 
 
 @pytest.fixture(params=["memory", "folder"])
 def store(request, tmp_path):
     return MemoryStore() if request.param == "memory" else LocalFolderStore(tmp_path / "store")
-
-
-class BothReadFirst:
-    """The store, but each racer's first read of the lease waits until every racer has read it:
-    each then writes from the same version, the race the conditional write must settle."""
-
-    def __init__(self, store, racers: int) -> None:
-        self.store = store
-        self.barrier = threading.Barrier(racers, timeout=10)
-        self.seen = threading.local()
-
-    def get_versioned(self, key: str) -> tuple[bytes, str]:
-        found = self.store.get_versioned(key)
-        if not getattr(self.seen, "read", False):
-            self.seen.read = True
-            self.barrier.wait()
-        return found
-
-    def compare_and_put(self, key: str, data: bytes, *, version: str | None) -> str | None:
-        return self.store.compare_and_put(key, data, version=version)
-
-
-def race(leases: list[Lease]) -> list[bool]:
-    won: list[bool | None] = [None] * len(leases)
-
-    def run(index: int) -> None:
-        won[index] = leases[index].take()
-
-    threads = [threading.Thread(target=run, args=(index,)) for index in range(len(leases))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
-    assert None not in won, "a taker never finished"
-    return won
 
 
 def test_a_lease_is_held_waited_for_expires_and_is_released(store):

@@ -46,6 +46,8 @@ def build_service(
             store=store,
             reference_timeout_s=settings.reference_timeout_s,
             reference_memory_mb=settings.reference_memory_mb,
+            conversion_timeout_s=settings.conversion_timeout_s,
+            conversion_memory_mb=settings.conversion_memory_mb,
         )
     elif name == "inference":
         deps = inference.InferenceDeps(

@@ -21,6 +21,8 @@ class Settings(BaseSettings):
     measure_min_iterations: int = 10
     reference_timeout_s: float = 300.0  # the base model on the example inputs, in a child process
     reference_memory_mb: int = 10240  # its address-space cap
+    conversion_timeout_s: float = 600.0  # a conversion in the sandbox (TVM: plus its tuning's time limit)
+    conversion_memory_mb: int = 10240  # its memory cap (cgroup; twice it as address space)
     log_format: str = "console"  # console | json
 
     # the real path

@@ -107,7 +107,7 @@ class SandboxLimits:
     cpu_s: float | None = None
     vcpus: float | None = None
     file_mb: int | None = 16384
-    threads: int = 1
+    threads: int | None = 1  # every library's thread pool (None: their own defaults, e.g. for TVM tuning)
     network: bool = False  # True: keep the host's network (nothing in AYCI needs it)
 
     @property
@@ -155,10 +155,10 @@ def _reach() -> list[list[str]]:
     return pairs
 
 
-def environment(threads: int = 1, home: Path | None = None, extra: dict | None = None) -> dict[str, str]:
+def environment(threads: int | None = 1, home: Path | None = None, extra: dict | None = None) -> dict[str, str]:
     """A child's whole environment: built from an allow-list, never copied from this process's
     (which may hold AWS credentials, API keys, AYCI settings). `threads` sizes every library's
-    thread pool; `home` is the child's working folder (HOME, TMPDIR and the caches there)."""
+    thread pool (None: the libraries' own defaults); `home` is the child's working folder (HOME, TMPDIR and the caches there)."""
     env = {name: os.environ[name] for name in PASSED_VARIABLES if name in os.environ}
     env.setdefault("LANG", "C.UTF-8")
     home_dir = str(home) if home is not None else tempfile.gettempdir()
@@ -171,11 +171,10 @@ def environment(threads: int = 1, home: Path | None = None, extra: dict | None =
         PYTHONPATH=str(REPO_ROOT),
         PYTHONNOUSERSITE="1",
         PYTHONDONTWRITEBYTECODE="1",
-        OMP_NUM_THREADS=str(threads),
-        MKL_NUM_THREADS=str(threads),
-        OPENBLAS_NUM_THREADS=str(threads),
-        TVM_NUM_THREADS=str(threads),
     )
+    if threads is not None:
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TVM_NUM_THREADS"):
+            env[name] = str(threads)
     env.update(extra or {})
     return env
 

@@ -7,6 +7,7 @@ An artifact is converted once: a stored manifest means it is reused.
 
 from __future__ import annotations
 
+import functools
 import tarfile
 import tempfile
 from collections.abc import Callable
@@ -16,7 +17,6 @@ from pathlib import Path
 
 import structlog
 
-import engines
 from core import measurement_lock
 from core.lease import Lease
 from core.ports import ObjectStore
@@ -37,6 +37,7 @@ from schemas.events import (
 )
 from schemas.reasons import whole
 from services.converter.reference import ReferenceFailed, compute_reference
+from services.converter.sandboxed import convert_in_sandbox
 
 log = structlog.get_logger()
 SHARED_TUNING_RECORDS = 8  # other models' records read per TVM conversion (each ~1 MB per 600 trials)
@@ -51,12 +52,17 @@ class ConverterDeps:
     lease_s: float = 900.0  # a conversion's lease on its artifact, renewed at each progress step
     lease_retry_s: float = 30.0  # a combination whose artifact another worker converts comes back after this
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
-    # computes the base model's outputs (in a child process: `reference.py`)
+    conversion_timeout_s: float = 600.0  # a conversion's wall-clock limit in the sandbox (TVM: plus its tuning's)
+    conversion_memory_mb: int = 10240  # its memory cap (a cgroup where there is one; twice it as address space)
+    # computes the base model's outputs (in the sandbox: `reference.py`)
     compute_reference: Callable[..., None] = compute_reference
-    # runs a conversion; the embedded default calls the engine in-process
-    convert: Callable[[Optimizer, ConversionJob], object] = lambda optimizer, job: engines.module(optimizer).convert(
-        job
-    )
+    # runs a conversion; None: the engine in the sandbox (`sandboxed.py`) within the limits above
+    convert: Callable[[Optimizer, ConversionJob], object] | None = None
+
+    def converter(self) -> Callable[[Optimizer, ConversionJob], object]:
+        return self.convert or functools.partial(
+            convert_in_sandbox, timeout_s=self.conversion_timeout_s, memory_mb=self.conversion_memory_mb
+        )
 
 
 def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
@@ -88,7 +94,8 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
             return [
                 _failed(
                     pending,
-                    f"the base model does not run on the {'example' if inputs_path else 'workload' + chr(39) + 's'} inputs: {exc}",
+                    f"the base model does not run on the {'example' if inputs_path else 'workload' + chr(39) + 's'}"
+                    f" inputs: {exc}",
                 )
             ]
         if deps.store.exists(keys.manifest(pending.artifact_key)):
@@ -122,7 +129,7 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
         bound.info("conversion_started", optimizer=combo.optimizer.value, hardware=combo.hardware.value)
         try:
             with measurement_lock.shared():  # never beside a measurement: it would disturb it
-                conversion = deps.convert(combo.optimizer, job)
+                conversion = deps.converter()(combo.optimizer, job)
         except (ConversionError, NotAModelError) as exc:
             bound.warning("conversion_failed", reason=str(exc))
             lease.release()  # those waiting try (and fail) for themselves
@@ -242,7 +249,7 @@ def _unpack(store: ObjectStore, key: str, folder: Path) -> None:
 def _store_tuning_records(store: ObjectStore, pending: ComboPending, tuning_dir: Path) -> None:
     archive = tuning_dir.parent / "tuning-out.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
-        for path in sorted(p for p in tuning_dir.iterdir() if p.is_file()):
+        for path in sorted(p for p in tuning_dir.iterdir() if p.is_file() and not p.is_symlink()):
             tar.add(path, arcname=path.name)
     store.put_file(
         keys.tuning_records(

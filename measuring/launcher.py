@@ -12,7 +12,6 @@ a crash, a timeout. Isolation lives here; the measuring code does not know about
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from dataclasses import dataclass, field, replace
@@ -26,12 +25,12 @@ from measuring.confinement import (
     ConfinementUnavailable,
     Limits,
     MeasurementGroup,
-    lambda_vcpus,
     unavailable_reason,
 )
 from measuring.environment import host_environment
 from measuring.machine_load import LoadSample, host_cores, load_report
 from schemas.documents import MeasurementReport
+from schemas.lambda_limits import lambda_threads, lambda_vcpus
 from schemas.reasons import from_traceback, whole
 
 RESULT_MARKER = "@@RESULT@@"
@@ -80,7 +79,7 @@ class MeasureSpec:
         ResNet-18 a p99 of 180 ms against 85 ms with one."""
         if self.threads_override:
             return self.threads_override
-        return max(1, min(host_cores(), math.floor(self.vcpus + 1e-9)))
+        return min(host_cores(), lambda_threads(self.memory_mb))
 
 
 def engine_env_extra(env_extra: dict | None = None) -> dict:

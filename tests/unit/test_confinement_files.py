@@ -10,8 +10,9 @@ import time
 import pytest
 
 from core import measurement_lock
-from measuring.confinement import ConfinementUnavailable, Limits, MeasurementGroup, find_hierarchy, lambda_vcpus
+from measuring.confinement import ConfinementUnavailable, Limits, MeasurementGroup, find_hierarchy
 from measuring.launcher import MeasureSpec
+from schemas.lambda_limits import lambda_vcpus
 
 
 def test_lambda_cpu_share_follows_memory():

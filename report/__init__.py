@@ -1,10 +1,12 @@
 """The run report, outside every service: its columns, cell formats and recommendation kinds
-(`table`), the recommendation itself (`recommendation`), and its renderings (`render`): text
-and HTML email, JSON and CSV for the API, the rich table of the CLI."""
+(`table`), the recommendation itself (`recommendation`), and its renderings: text and HTML
+email, JSON and CSV for the API (`render`), what the CLI prints (`terminal`: the results table,
+a plan, a signature; `studies`: traffic, cold-start levers, load tests; `profiles`)."""
 
 from report.recommendation import recommend
-from report.render import email_message, print_report, results_csv, results_document
+from report.render import email_message, results_csv, results_document
 from report.table import COLUMNS, RECOMMENDATION_KINDS, format_cell, summary_rows
+from report.terminal import print_report
 
 __all__ = [
     "COLUMNS",

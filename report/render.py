@@ -1,5 +1,5 @@
-"""The run report rendered: the email (text and HTML), the API's JSON document and CSV, and the
-CLI's rich table. Every one shows the same rows (`report.table`)."""
+"""The run report rendered: the email (text and HTML), the API's JSON document and CSV (the
+CLI's rich table is `report.terminal`). Every one shows the same rows (`report.table`)."""
 
 from __future__ import annotations
 
@@ -10,29 +10,6 @@ import io
 from report.recommendation import label as combination_label
 from report.table import COLUMNS, RECOMMENDATION_KINDS, format_cell, summary_rows
 from schemas.reasons import decisive
-
-
-def print_report(summary: dict, console) -> None:
-    """The table and the recommendation on a `rich` console (the CLI)."""
-    from rich.table import Table
-
-    table = Table(title=f"run {summary['run_id']}: {summary['status']}")
-    for _, header in COLUMNS:
-        table.add_column(header, overflow="fold")
-    for row in summary_rows(summary):
-        table.add_row(*(format_cell(key, row.get(key)) for key, _ in COLUMNS))
-    console.print(table)
-    rec = summary.get("recommendation") or {}
-    for kind in RECOMMENDATION_KINDS:
-        if kind in rec:
-            console.print(f"{kind}: {rec[kind] or 'none qualifies'}")
-    if rec.get("pareto"):
-        console.print(f"pareto front (p99 against cost): {', '.join(rec['pareto'])}")
-    for line in check_lines(rec):
-        console.print(line)
-    for label, why in (rec.get("excluded") or {}).items():
-        console.print(f"  not recommended {label}: {why}")
-
 
 TRAFFIC_ROWS = 5  # the email prices the Pareto front (at most this many) under the request's traffic
 

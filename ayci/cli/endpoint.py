@@ -1,0 +1,79 @@
+"""`ayci endpoint RUNS`: serve runs' picks behind one HTTP endpoint (`serving/`: many models,
+LRU, scaling workers) until interrupted."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from ayci.cli.common import settings_of, warn_if_unconfined
+from ayci.cli.console import UsageError, err
+
+
+def register(sub, serving: argparse.ArgumentParser) -> None:
+    endpoint = sub.add_parser(
+        "endpoint",
+        parents=[serving],
+        help="serve runs' picks behind one HTTP endpoint (many models, LRU, scaling workers)",
+    )
+    endpoint.add_argument("--host", default="127.0.0.1")
+    endpoint.add_argument("--port", type=int, default=8080)
+    endpoint.set_defaults(func=cmd_endpoint)
+
+
+def build_endpoint(args: argparse.Namespace, work_dir: Path):
+    """The endpoint of `ayci endpoint` / `ayci loadtest`: each run's pick (or chosen
+    combination), refused with the reason when a run cannot be served."""
+    import psutil
+
+    from adapters.local_store import LocalFolderStore
+    from serving.endpoint import Endpoint
+    from serving.models import NotServable, served_models
+    from serving.scaling import ScalingPolicy
+
+    settings = settings_of(args)
+    specs = [s.strip() for s in args.runs.split(",") if s.strip()]
+    if not specs:
+        raise UsageError("name at least one run: RUN_ID[:COMBINATION][,RUN_ID...]")
+    try:
+        models = served_models(LocalFolderStore(settings.data_dir), specs, work_dir)
+        budget = args.memory_budget or int(psutil.virtual_memory().available / 2**20 * 0.8)
+        return Endpoint(
+            models,
+            budget_mb=budget,
+            policy=ScalingPolicy(max_workers=args.max_workers, idle_s=args.idle_time),
+            max_queue=args.max_queue,
+            work_dir=work_dir,
+        )
+    except (NotServable, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def cmd_endpoint(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from serving.app import create_app
+
+    with tempfile.TemporaryDirectory(prefix="ayci-endpoint-") as tmp:
+        endpoint = build_endpoint(args, Path(tmp))
+        warn_if_unconfined()
+        for model in endpoint.models.values():
+            err.print(
+                f"{model.name}: run {model.run_id}, {model.label} ({model.chosen_by}) at POST /invocations/{model.name}"
+            )
+        err.print(
+            f"serving http://{args.host}:{args.port} (budget {endpoint.budget.budget_mb} MB, "
+            f"up to {args.max_workers} workers a model; GET /models, GET /metrics)"
+        )
+        endpoint.start()
+        try:
+            uvicorn.run(
+                create_app(endpoint, max_body_bytes=int(args.max_body_mb * 2**20)),
+                host=args.host,
+                port=args.port,
+                log_level="warning",
+            )
+        finally:
+            endpoint.close()
+    return 0

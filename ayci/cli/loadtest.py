@@ -1,0 +1,70 @@
+"""`ayci loadtest RUNS --rps N`: start the endpoint, drive it with Locust (`serving/loadtest.py`)
+and print what it did beside the traffic simulation's prediction for the same arrivals."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ayci.cli.common import warn_if_unconfined
+from ayci.cli.console import UsageError, err, terminal
+from ayci.cli.endpoint import build_endpoint
+
+
+def register(sub, serving: argparse.ArgumentParser) -> None:
+    loadtest = sub.add_parser(
+        "loadtest",
+        parents=[serving],
+        help="start the endpoint, drive it with Locust, compare with the traffic simulation",
+    )
+    loadtest.add_argument(
+        "--rps", type=float, required=True, help="requests per second (the base rate for spiky), over all the models"
+    )
+    loadtest.add_argument("--duration", default="60s", help="how long to drive it, e.g. 90s, 5m")
+    loadtest.add_argument(
+        "--pattern", default="steady", choices=["steady", "spiky"], help="spiky: 10x bursts in the middle of each half"
+    )
+    loadtest.add_argument("--out", help="where the plot, the requests and the report go (default .ayci/loadtest/TIME)")
+    loadtest.add_argument("--json", action="store_true")
+    loadtest.set_defaults(func=cmd_loadtest)
+
+
+def cmd_loadtest(args: argparse.Namespace) -> int:
+    from core.lambda_model.traffic import TrafficError, parse_duration
+    from report.studies import loadtest_view
+    from serving.app import create_app
+    from serving.loadtest import TOLERANCE, LoadPlan, run_loadtest
+
+    try:
+        plan = LoadPlan(rps=args.rps, duration_s=parse_duration(args.duration, "duration"), pattern=args.pattern)
+    except (TrafficError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    out = Path(args.out) if args.out else Path(".ayci") / "loadtest" / datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    with tempfile.TemporaryDirectory(prefix="ayci-endpoint-") as tmp:
+        endpoint = build_endpoint(args, Path(tmp))
+        warn_if_unconfined()
+        err.print(
+            f"load test: {plan.pattern}, {plan.rps:g} req/s for {plan.duration_s:g} s "
+            f"against {', '.join(endpoint.models)} ..."
+        )
+        endpoint.start()
+        try:
+            app = create_app(endpoint, max_body_bytes=int(args.max_body_mb * 2**20))
+            report = run_loadtest(endpoint, plan, out, app)
+        finally:
+            endpoint.close()
+    if args.json:
+        terminal.print_json(report)
+        return 0
+    samples = json.loads((out / "samples.json").read_text())
+    files = f"plot: {report['plot']}  requests: {out / 'requests.csv'}  report: {out / 'report.json'}"
+    console = terminal.out(150)
+    for part in loadtest_view(report, samples, args.max_workers, TOLERANCE, files):
+        console.print(part)
+    if report["locust"]["exit_code"] not in (0, 1):  # 1: some requests failed, which the table shows
+        err.print(f"locust exited with {report['locust']['exit_code']}: {report['locust']['tail'][-500:]}")
+        return 1
+    return 0

@@ -1,0 +1,123 @@
+"""What the CLI prints about a run, as `rich` renderables: the results table and the
+recommendation, a run's plan, a model's signature. The CLI prints them; nothing here prints
+but `print_report`.
+
+Combination labels never break (their column does not wrap and is as wide as the longest
+label); a column with nothing to show in any row (the prediction interval when nothing is
+predicted, costs when nothing is costed) is left out."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from report.render import check_lines
+from report.table import COLUMNS, RECOMMENDATION_KINDS, format_cell, summary_rows
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+
+    from core.planning import Plan
+    from schemas.signature import ModelSignature
+
+ALWAYS_SHOWN = ("combination", "status")
+STATUS_WORDS = ("measured", "predicted", "failed")
+
+
+def shown_columns(rows: list[dict]) -> list[tuple[str, str]]:
+    """The table's columns that have something to show in at least one row."""
+    return [
+        (key, title)
+        for key, title in COLUMNS
+        if key in ALWAYS_SHOWN or any(row.get(key) not in (None, "") for row in rows)
+    ]
+
+
+def label_column(table: Table, title: str, labels: list[str]) -> None:
+    """A column of labels (combinations, status words): never wrapped, folded or shortened."""
+    table.add_column(title, no_wrap=True, overflow="ignore", min_width=max([len(title), *map(len, labels)]))
+
+
+def results_table(summary: dict) -> Table:
+    """The run's table: one row per combination (`report.table.summary_rows`), the columns
+    with something to show."""
+    rows = summary_rows(summary)
+    columns = shown_columns(rows)
+    table = Table(title=f"run {summary['run_id']}: {summary['status']}")
+    for key, title in columns:
+        if key == "combination":
+            label_column(table, title, [row["combination"] for row in rows])
+        elif key == "status":
+            label_column(table, title, list(STATUS_WORDS))
+        else:
+            table.add_column(title, overflow="fold")
+    for row in rows:
+        table.add_row(*(format_cell(key, row.get(key)) for key, _ in columns))
+    return table
+
+
+def recommendation_lines(summary: dict) -> list[Text]:
+    """The recommendation under the table: each pick, the Pareto front, what checking the
+    predicted picks found, what was not recommended and why."""
+    rec = summary.get("recommendation") or {}
+    lines = [f"{kind}: {rec[kind] or 'none qualifies'}" for kind in RECOMMENDATION_KINDS if kind in rec]
+    if rec.get("pareto"):
+        lines.append(f"pareto front (p99 against cost): {', '.join(rec['pareto'])}")
+    lines += check_lines(rec)
+    lines += [f"  not recommended {label}: {why}" for label, why in (rec.get("excluded") or {}).items()]
+    return [Text(line) for line in lines]
+
+
+def print_report(summary: dict, console: Console) -> None:
+    """The table and the recommendation on a `rich` console (the CLI)."""
+    console.print(results_table(summary))
+    for line in recommendation_lines(summary):
+        console.print(line)
+
+
+def plan_view(plan: Plan, title: str) -> list[RenderableType]:
+    """`ayci plan`: each combination's state (reused, to measure with its estimates, impossible
+    with the reason), then the totals and what the run would cost."""
+    table = Table(title=title)
+    label_column(table, "combination", [c.combo.label for c in plan.combos])
+    for column in ("state", "conversion s", "measuring s", "reason"):
+        table.add_column(column, overflow="fold")
+    for c in plan.combos:
+        table.add_row(
+            c.combo.label,
+            c.state,
+            f"{c.conversion_s:.0f}" if c.state == "measure" else "",
+            f"{c.measurement_s:.0f}" if c.state == "measure" else "",
+            escape(c.reason or ""),
+        )
+    totals = plan.as_dict()["totals"]
+    predicted = f", predicted {totals['predicted']} (a predicted pick is measured too)" if totals["predicted"] else ""
+    return [
+        table,
+        Text(
+            f"to measure {totals['to_measure']}, reused {totals['reused']}, impossible {totals['impossible']}"
+            f"{predicted}; estimated wall time {totals['estimated_wall_s'] / 60:.1f} min; "
+            f"measuring as Lambda invocations ≈ ${totals['estimated_benchmark_cost_usd']:.4f}"
+        ),
+        Text(
+            f"on the AWS deployment (python -m infra deploy), this run ≈ ${plan.aws_run_cost_usd:.4f} "
+            "(measuring functions, the inference functions waiting for them, conversions)"
+        ),
+    ]
+
+
+def signature_view(signature: ModelSignature, name: str) -> list[RenderableType]:
+    """`ayci inspect`: a model's inputs and outputs, its dynamic dims and its problems."""
+    table = Table(title=f"{name}: {signature.format}{', external data' if signature.external_data else ''}")
+    for column in ("", "name", "dtype", "dims", "passed"):
+        table.add_column(column)
+    for side, specs in (("input", signature.inputs), ("output", signature.outputs)):
+        for spec in specs:
+            table.add_row(side, escape(spec.name), spec.dtype, escape(spec.shape_text()), spec.kind or "")
+    lines: list[RenderableType] = [table]
+    lines += [Text(f"dynamic dim {dim}: {allowed.text()}") for dim, allowed in signature.dim_ranges.items()]
+    lines += [Text(problem, style="yellow") for problem in signature.problems]
+    return lines

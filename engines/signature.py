@@ -215,3 +215,9 @@ def call_arguments(signature: ModelSignature, inputs: dict) -> tuple[tuple, dict
     args = tuple(inputs[s.name] for s in signature.inputs if s.kind == "positional")
     kwargs = {s.name: inputs[s.name] for s in signature.inputs if s.kind != "positional"}
     return args, kwargs
+
+
+def signature_document(path: str, model_format: str | None = None) -> dict:
+    """`read_signature` as JSON: what a sandboxed child returns to the process that asked
+    (`measuring/sandbox.py call`), which never parses a user's model itself."""
+    return read_signature(Path(path), ModelFormat(model_format) if model_format else None).model_dump(mode="json")

@@ -16,13 +16,13 @@ from core.planning import Plan, plan_run, refuse_unbindable, request_shapes
 from core.ports import NotFound, ObjectStore
 from core.run_plan import measured_combos
 from engines.model_files import single_file_onnx, sniff_format
-from engines.signature import read_signature
 from schemas import keys
 from schemas.combos import ModelFormat, ModelRef, Workload
 from schemas.documents import ModelInfo
 from schemas.events import Envelope, RequestSubmitted
 from schemas.reasons import whole
 from schemas.signature import ModelSignature
+from services.request.model_signature import read_signature_in_sandbox
 from services.request.runs import count_run, record_run, withdraw_run
 
 log = structlog.get_logger()
@@ -65,7 +65,7 @@ def model_facts(path: Path, sha256: str, uploaded_bytes: int | None = None) -> M
         sha256=sha256,
         size_bytes=uploaded_bytes or path.stat().st_size,
         format=model_format.value,
-        signature=read_signature(path, model_format),
+        signature=read_signature_in_sandbox(path, model_format),  # never parsed in this process
     )
 
 

@@ -1,43 +1,89 @@
-"""Reading user model files without running code from them.
+"""Reading user model files without running code from them: intake's byte-level checks.
 
-Accepted: a torch.export archive (`.pt2`, a zip of a JSON graph and raw tensor bytes) and
-ONNX (protobuf). Never a pickle: a `.pt2` whose archive asks for pickled weights is refused,
-and every tensor load inside `torch.export.load` is forced to `weights_only=True`.
+Accepted: a torch.export archive (`.pt2`, a zip of a JSON program and raw tensor bytes; checked
+member by member by `engines.pt2_archive` before torch reads it) and ONNX (protobuf), alone or
+as a bundle (a zip or tar of one `.onnx` and its external data files, unpacked by
+`engines.archives` with its counts and sizes bounded). Never a pickle, never compiled code,
+never an ONNX tensor whose data lies outside what was uploaded.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import tarfile
+import tempfile
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
+
+from engines.archives import BUNDLE_MAX_ENTRIES, NotAModelError, bundle_files, unpack_bundle, zip_entry_count
+from engines.pt2_archive import PT2_MAX_MEMBERS, check_pt2_archive
 
 if TYPE_CHECKING:
     from schemas.combos import ModelFormat
 
+__all__ = ["BUNDLE_MAX_ENTRIES", "MODEL_MAX_BYTES", "AcceptedModel", "NotAModelError", "accept_model"]
 
-class NotAModelError(ValueError):
-    """The file is neither a torch.export archive nor an ONNX model."""
+MODEL_MAX_BYTES = 1 << 30  # what a model may unpack to unless the caller says (the service: Settings.max_model_bytes)
+_LOAD_MAX_BYTES = 1 << 40  # loading a stored model: intake bounded its size, only the code checks matter here
 
 
-BUNDLE_MAX_FILES = 256
-BUNDLE_MAX_BYTES = 2 << 30  # unpacked; ONNX's protobuf cannot hold more in one file either
+@dataclass(frozen=True)
+class AcceptedModel:
+    """A model file intake accepted: `path` is one self-contained file (the upload itself, or
+    an ONNX bundle made one file), `size_bytes` what the model occupies unpacked (what the
+    planner's memory check reads), never the compressed size of what was uploaded."""
+
+    path: Path
+    format: ModelFormat
+    size_bytes: int
+
+
+def accept_model(path: Path, out_dir: Path, max_bytes: int = MODEL_MAX_BYTES) -> AcceptedModel:
+    """Intake's checks of an uploaded model file, from its bytes alone (nothing of it is run or
+    unpickled): its format, a `.pt2` archive's members (`check_pt2_archive`), an ONNX model's
+    external data (`single_file_onnx`); a model unpacking to more than `max_bytes` is refused.
+    `NotAModelError` with the reason otherwise; `out_dir` receives an unpacked bundle."""
+    from schemas.combos import ModelFormat
+
+    model_format = sniff_format(path)
+    if model_format == ModelFormat.pt2:
+        size = check_pt2_archive(path, max_bytes)
+        return AcceptedModel(path=path, format=model_format, size_bytes=max(size, path.stat().st_size))
+    single = single_file_onnx(path, out_dir, max_bytes)
+    size = single.stat().st_size
+    if size > max_bytes:
+        raise NotAModelError(f"the model has {size} bytes; a model may have at most {max_bytes}")
+    return AcceptedModel(path=single, format=model_format, size_bytes=size)
+
+
+def _zip_names(path: Path) -> list[str]:
+    entries = zip_entry_count(path)
+    if entries is not None and entries > PT2_MAX_MEMBERS:
+        raise NotAModelError(f"the zip archive holds {entries} entries; at most {PT2_MAX_MEMBERS}")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.namelist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError) as exc:
+        raise NotAModelError(f"the zip archive cannot be read ({type(exc).__name__}: {exc})") from exc
+
+
+def _is_tar(path: Path) -> bool:
+    try:
+        return tarfile.is_tarfile(path)
+    except (tarfile.TarError, OSError, EOFError):
+        return False
 
 
 def is_onnx_bundle(path: Path) -> bool:
-    """A zip or tar holding an `.onnx` file (and its external data files), not a `.pt2`."""
+    """A zip or tar holding an `.onnx` file (and its external data files), not a `.pt2`. A tar's
+    members are read one at a time up to the first `.onnx` (`NotAModelError` past the cap)."""
     if zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as archive:
-            names = archive.namelist()
+        names = _zip_names(path)
         return not _is_pt2(names) and any(n.lower().endswith(".onnx") for n in names)
-    if tarfile.is_tarfile(path):
-        try:
-            with tarfile.open(path) as archive:
-                return any(m.name.lower().endswith(".onnx") for m in archive.getmembers())
-        except tarfile.TarError:
-            return False
+    if _is_tar(path):
+        return any(name.lower().endswith(".onnx") for name, _ in bundle_files(path))
     return False
 
 
@@ -51,152 +97,154 @@ def sniff_format(path: Path) -> ModelFormat:
     from schemas.combos import ModelFormat
 
     if zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as archive:
-            names = archive.namelist()
+        names = _zip_names(path)
         if _is_pt2(names):
             return ModelFormat.pt2
         if any(n.lower().endswith(".onnx") for n in names):
             return ModelFormat.onnx
+        if any(n.endswith("data.pkl") for n in names):
+            raise NotAModelError(
+                "a torch.save file (a pickle, data.pkl): pickles are not accepted; "
+                "export the model with torch.export.save (.pt2) or to ONNX"
+            )
         raise NotAModelError(
             "a zip archive but neither a torch.export (.pt2) archive nor an ONNX bundle (an .onnx and its data files)"
         )
     if is_onnx_bundle(path):
         return ModelFormat.onnx
-    import onnx
-
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as exc:  # protobuf raises several types for garbage
-        raise NotAModelError(f"not a torch.export archive and not an ONNX model ({type(exc).__name__})") from exc
+    with open(path, "rb") as handle:
+        head = handle.read(2)
+    if len(head) == 2 and head[0] == 0x80 and head[1] <= 5:
+        raise NotAModelError(
+            "a Python pickle (torch.save's legacy format): pickles are not accepted; "
+            "export the model with torch.export.save (.pt2) or to ONNX"
+        )
+    model = _load_onnx(path, "not a torch.export archive and not an ONNX model")
     if not model.graph.node:
         raise NotAModelError("not a torch.export archive and not an ONNX model (no graph nodes)")
     return ModelFormat.onnx
 
 
-def _bundle_members(path: Path) -> list[tuple[str, int]]:
-    """(name, size) of each regular file in the bundle; `NotAModelError` for anything unsafe:
-    absolute paths, `..`, links or devices, too many files, too many bytes."""
-    if zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as archive:
-            infos = [i for i in archive.infolist() if not i.is_dir()]
-            members = []
-            for info in infos:
-                if (info.external_attr >> 16) & 0o170000 == 0o120000:
-                    raise NotAModelError(f"the bundle holds a link ({info.filename}): only regular files are accepted")
-                members.append((info.filename, info.file_size))
-    else:
-        with tarfile.open(path) as archive:
-            members = []
-            for member in archive.getmembers():
-                if member.isdir():
-                    continue
-                if not member.isfile():
-                    raise NotAModelError(
-                        f"the bundle holds a link or device ({member.name}): only regular files are accepted"
-                    )
-                members.append((member.name, member.size))
-    if len(members) > BUNDLE_MAX_FILES:
-        raise NotAModelError(f"the bundle holds {len(members)} files; at most {BUNDLE_MAX_FILES}")
-    for name, _ in members:
-        parts = PurePosixPath(name).parts
-        if name.startswith(("/", "\\")) or ".." in parts or ":" in name.split("/")[0]:
-            raise NotAModelError(f"the bundle holds a path outside itself ({name})")
-    if sum(size for _, size in members) > BUNDLE_MAX_BYTES:
-        raise NotAModelError(f"the bundle unpacks to more than {BUNDLE_MAX_BYTES >> 30} GB")
-    return members
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc)[:300]}"
 
 
-def _extract(path: Path, name: str, out: Path, budget: list[int]) -> None:
-    """Copy one member, counting the bytes actually written (a zip may lie about its sizes)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if zipfile.is_zipfile(path):
-        archive = zipfile.ZipFile(path)
-        source = archive.open(name)
-    else:
-        archive = tarfile.open(path)
-        source = archive.extractfile(name)
-    with archive, source, open(out, "wb") as target:
-        while block := source.read(1 << 20):
-            budget[0] -= len(block)
-            if budget[0] < 0:
-                raise NotAModelError(f"the bundle unpacks to more than {BUNDLE_MAX_BYTES >> 30} GB")
-            target.write(block)
+def _load_onnx(path: Path, what: str):
+    """The ONNX model in `path` without its external data; whatever the library raises on
+    hostile bytes (protobuf decode errors, checker errors, ...) becomes `NotAModelError`."""
+    import onnx
+
+    try:
+        return onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # protobuf raises several types for garbage
+        raise NotAModelError(f"{what} ({_reason(exc)})") from exc
 
 
-def single_file_onnx(path: Path, out_dir: Path) -> Path:
+def single_file_onnx(path: Path, out_dir: Path, max_bytes: int = MODEL_MAX_BYTES) -> Path:
     """The ONNX model in `path` as one self-contained file: `path` itself for a plain ONNX file
     whose weights are inside it; for a bundle (zip or tar of one `.onnx` and its external data
     files), the model with its data read in and saved as one file in `out_dir`. Refused with
-    the reason (`NotAModelError`): an ONNX file whose data files were not uploaded, an external
-    data location outside the bundle, an unsafe archive."""
+    the reason (`NotAModelError`): an ONNX file any of whose tensors (in any graph, subgraph,
+    function, `tensors` attribute or sparse initializer) keeps its data in a file that was not
+    uploaded, an external data location outside the bundle, an unsafe archive, a bundle
+    unpacking to more than `max_bytes`, anything the ONNX library refuses."""
     import onnx
 
     if not is_onnx_bundle(path):
-        model = onnx.load(str(path), load_external_data=False)
-        missing = _external_locations(model)
-        if missing:
+        model = _load_onnx(path, "not an ONNX model")
+        external = sorted({location for _, location in _external_tensors(model)})
+        if external:
             raise NotAModelError(
-                f"the ONNX model keeps its weights in external files ({', '.join(sorted(missing)[:3])}) that were not uploaded: "
+                f"the ONNX model keeps its weights in external files ({', '.join(external[:3])}) "
+                "that were not uploaded: "
                 "upload a .zip or .tar of the .onnx and its data files, or save one file with "
                 "onnx.save_model(model, 'model.onnx', save_as_external_data=False)"
             )
         return path
-    members = _bundle_members(path)
-    onnx_files = [name for name, _ in members if name.lower().endswith(".onnx")]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    unpacked = Path(tempfile.mkdtemp(prefix="bundle-", dir=out_dir))
+    names = unpack_bundle(path, unpacked, max_bytes)
+    onnx_files = [name for name in names if name.lower().endswith(".onnx")]
     if len(onnx_files) != 1:
         raise NotAModelError(f"an ONNX bundle must hold exactly one .onnx file; this one holds {len(onnx_files)}")
-    unpacked = out_dir / "bundle"
-    budget = [BUNDLE_MAX_BYTES]
-    for name, _ in members:
-        _extract(path, name, unpacked / name, budget)
     model_path = unpacked / onnx_files[0]
-    try:
-        model = onnx.load(str(model_path), load_external_data=False)
-    except Exception as exc:
-        raise NotAModelError(f"the bundle's {onnx_files[0]} is not an ONNX model ({type(exc).__name__})") from exc
+    model = _load_onnx(model_path, f"the bundle's {onnx_files[0]} is not an ONNX model")
     base = model_path.parent.resolve()
-    for location in _external_locations(model):
+    for where, location in _external_tensors(model):
         target = (base / location).resolve()
         if (
-            PurePosixPath(location).is_absolute()
+            not location
+            or "\\" in location
+            or PurePosixPath(location).is_absolute()
             or ".." in PurePosixPath(location).parts
             or not target.is_relative_to(unpacked.resolve())
         ):
-            raise NotAModelError(f"an external data location points outside the bundle ({location})")
+            raise NotAModelError(f"an external data location points outside the bundle ({location!r}, {where})")
         if not target.is_file():
-            raise NotAModelError(f"the bundle lacks the external data file {location} the model names")
+            raise NotAModelError(f"the bundle lacks the external data file {location} the model names ({where})")
     try:
         onnx.load_external_data_for_model(model, str(base))
-        single = out_dir / "model.onnx"
+    except Exception as exc:  # onnx.checker.ValidationError for a location it refuses, ValueError, OSError
+        raise NotAModelError(f"the bundle's external data cannot be read ({_reason(exc)})") from exc
+    left = [where for where, _ in _external_tensors(model)]
+    if left:
+        raise NotAModelError(f"the bundle's model keeps external data where ONNX does not read it in ({left[0]})")
+    single = out_dir / "model.onnx"
+    try:
         onnx.save_model(model, str(single))
-    except (ValueError, OSError) as exc:
-        raise NotAModelError(f"the bundle's model cannot be saved as one file: {exc}") from exc
+    except Exception as exc:  # ValueError past protobuf's 2 GB
+        raise NotAModelError(f"the bundle's model cannot be saved as one file ({_reason(exc)})") from exc
     return single
 
 
-def _external_locations(model) -> set[str]:
+def _onnx_tensors(model):
+    """(where, TensorProto) for every tensor of the model: initializers and sparse initializers
+    (values and indices) of every graph, node attributes (`t`, `tensors`, sparse ones) and
+    subgraphs (`If`, `Loop`, `Scan`: `g`, `graphs`) at any depth, functions, training graphs."""
+    graphs = [("the graph", model.graph)]
+    graphs += [
+        (f"training graph {i}", g)
+        for i, info in enumerate(model.training_info)
+        for g in (info.initialization, info.algorithm)
+    ]
+    nodes = [(f"function {f.name!r}", node) for f in model.functions for node in f.node]
+    while graphs or nodes:
+        if graphs:
+            where, graph = graphs.pop()
+            for tensor in graph.initializer:
+                yield f"initializer {tensor.name!r} of {where}", tensor
+            for sparse in graph.sparse_initializer:
+                yield f"sparse initializer {sparse.values.name!r} of {where}", sparse.values
+                yield f"sparse initializer {sparse.values.name!r} of {where}", sparse.indices
+            nodes += [(where, node) for node in graph.node]
+            continue
+        where, node = nodes.pop()
+        for attribute in node.attribute:
+            at = f"attribute {attribute.name!r} of node {node.name or node.op_type!r} in {where}"
+            if attribute.HasField("t"):
+                yield at, attribute.t
+            yield from ((at, t) for t in attribute.tensors)
+            sparse = list(attribute.sparse_tensors) + (
+                [attribute.sparse_tensor] if attribute.HasField("sparse_tensor") else []
+            )
+            for item in sparse:
+                yield at, item.values
+                yield at, item.indices
+            if attribute.HasField("g"):
+                graphs.append((at, attribute.g))
+            graphs += [(at, g) for g in attribute.graphs]
+
+
+def _external_tensors(model) -> list[tuple[str, str]]:
+    """(where, location) of every tensor whose data lies in an external file."""
     import onnx
 
-    tensors = list(model.graph.initializer) + [a.t for n in model.graph.node for a in n.attribute if a.HasField("t")]
-    return {
-        entry.value
-        for t in tensors
-        if t.data_location == onnx.TensorProto.EXTERNAL
-        for entry in t.external_data
-        if entry.key == "location"
-    }
-
-
-def _refuse_pickled_payloads(path: Path) -> None:
-    with zipfile.ZipFile(path) as archive:
-        for name in archive.namelist():
-            if name.endswith(".json") and ("weights" in name or "constants" in name):
-                text = archive.read(name).decode(errors="replace")
-                with contextlib.suppress(ValueError):
-                    if '"use_pickle": true' in json.dumps(json.loads(text)):
-                        raise NotAModelError(
-                            f"the archive stores pickled tensors ({name}); only plain tensors are accepted"
-                        )
+    found = []
+    for where, tensor in _onnx_tensors(model):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            locations = [entry.value for entry in tensor.external_data if entry.key == "location"]
+            found.append((where, locations[0] if locations else ""))
+    return found
 
 
 def _plain_spec(node: dict, known: set[str]) -> bool:
@@ -247,15 +295,14 @@ def _portable_archive(path: Path, out_dir: Path) -> Path:
 
 def load_exported_program(path: Path, *, checked: bool = False):
     """The `torch.export.ExportedProgram` in a `.pt2` file, loaded without unpickling code and
-    without the code of the library it was exported from (`_portable_archive`). `checked`: the
-    file is an artifact known to be a `.pt2` (a measuring process skips the format sniffing)."""
-    import tempfile
-
+    without the code of the library it was exported from (`_portable_archive`). The archive's
+    members are checked first whatever the caller knows of it (`check_pt2_archive`: nothing torch
+    would unpickle or run, example inputs a pickle of tensors only), and every `torch.load` inside
+    `torch.export.load` is forced to `weights_only=True`. `checked`: kept for callers that know
+    the file is an artifact; the checks run all the same."""
     import torch
 
-    if not checked and not (zipfile.is_zipfile(path) and _is_pt2(zipfile.ZipFile(path).namelist())):
-        raise NotAModelError("not a torch.export archive")
-    _refuse_pickled_payloads(path)
+    check_pt2_archive(path, _LOAD_MAX_BYTES)
     real_load = torch.load
 
     def tensors_only(*args, **kwargs):

@@ -347,12 +347,5 @@ def test_an_onnx_bundle_is_taken_as_one_file_and_unsafe_ones_are_refused(tmp_pat
     with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         archive.write(model, "m.onnx")
         archive.writestr("m.onnx.data", b"\0" * (3 << 20))
-    import engines.model_files as model_files
-
-    cap = model_files.BUNDLE_MAX_BYTES
-    model_files.BUNDLE_MAX_BYTES = 1 << 20
-    try:
-        with pytest.raises(NotAModelError, match="unpacks to more than"):
-            single_file_onnx(bomb, out)
-    finally:
-        model_files.BUNDLE_MAX_BYTES = cap
+    with pytest.raises(NotAModelError, match="unpacks to more than"):
+        single_file_onnx(bomb, out, max_bytes=1 << 20)

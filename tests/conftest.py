@@ -1,8 +1,13 @@
-"""Fixtures shared by all tests: a tiny example model (so tests stay fast on 2 cores)."""
+"""Fixtures shared by all tests: a tiny example model (so tests stay fast on 2 cores), and
+`skip_unless_required`, the one way a test skips for a missing piece of the machine."""
 
 from __future__ import annotations
 
+import importlib
+import os
 from pathlib import Path
+from types import ModuleType
+from typing import NoReturn
 
 import pytest
 
@@ -12,6 +17,41 @@ from schemas.combos import MEASUREMENT_VERSION
 configure_logging("console")
 
 TINY_IMAGE_SIZE = [32, 32]
+
+# What a test may need of the machine, each with the variable that makes its absence a failure.
+# scripts/test.sh (what CI runs) sets them all: there a missing piece fails instead of skipping.
+REQUIRE = {
+    "AYCI_REQUIRE_LOCALSTACK": "LocalStack answering (scripts/localstack.sh start)",
+    "AYCI_REQUIRE_ARM": "the aarch64 root and qemu (scripts/arm-sysroot.sh)",
+    "AYCI_REQUIRE_CGROUPS": "cgroups v2 that confine measurements (root)",
+    "AYCI_REQUIRE_CHROMIUM": "Debian's chromium (scripts/system-packages.sh)",
+    "AYCI_REQUIRE_TRANSFORMERS": "the transformers library (requirements-dev.txt)",
+    "AYCI_REQUIRE_TVM": "Apache TVM (requirements.txt)",
+}
+
+
+def required(variable: str) -> bool:
+    return os.environ.get(variable, "") not in ("", "0")
+
+
+def skip_unless_required(variable: str, reason: str) -> NoReturn:
+    """Skip the calling test because `reason`, or fail it when `variable` (a key of `REQUIRE`) is set."""
+    if variable not in REQUIRE:
+        raise ValueError(f"unknown requirement {variable}; one of {', '.join(REQUIRE)}")
+    if required(variable):
+        pytest.fail(f"{reason} ({variable} is set)", pytrace=False)
+    pytest.skip(reason)
+
+
+def import_or_skip_unless_required(module: str, variable: str) -> ModuleType:
+    """`module` (a third-party library, never AYCI's own: a broken import of AYCI must fail),
+    imported; a skip, or a failure when `variable` is set, if it is not installed."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name != module.split(".")[0]:
+            raise  # the library is there but something it imports is not: a real failure
+        skip_unless_required(variable, f"{module} is not installed")
 
 
 @pytest.fixture(autouse=True)

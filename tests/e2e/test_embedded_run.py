@@ -12,7 +12,7 @@ from schemas import keys
 from schemas.combos import Matrix
 from schemas.events import RequestSubmitted
 from services.request.submission import new_run, store_model
-from tests.conftest import SMALL_IMAGE_SIZE, TINY_IMAGE_SIZE
+from tests.conftest import SMALL_IMAGE_SIZE, TINY_IMAGE_SIZE, skip_unless_required
 
 
 def run(app, request):
@@ -157,15 +157,11 @@ def test_replay_from_model_converted_is_a_new_linked_run(app, tiny_image_model):
 def test_arm_combinations_run_as_aarch64_code_under_emulation(app, tiny_image_model):
     """On this x86 machine an arm combination is measured in the aarch64 Python under qemu:
     its agreement is checked for real; its timings are marked emulated, never costed."""
-    import os
-
     from engines.arm_emulation import arm_available
 
     available, reason = arm_available()
     if not available:
-        if os.environ.get("AYCI_REQUIRE_ARM") == "1":
-            pytest.fail(f"AYCI_REQUIRE_ARM=1 but arm emulation is unavailable: {reason}")
-        pytest.skip(f"arm emulation unavailable: {reason}")
+        skip_unless_required("AYCI_REQUIRE_ARM", f"arm emulation unavailable: {reason}")
     model = store_model(app.store, tiny_image_model, "image_classification", TINY_IMAGE_SIZE)
     matrix = Matrix(optimizers={"arm": ["onnx"], "intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1769])
     summary, _ = run(app, RequestSubmitted(model=model, matrix=matrix))
@@ -292,7 +288,9 @@ def test_onnx_runtime_sessions_are_tuned_per_combination(tmp_path, tiny_image_mo
     from measuring.confinement import unavailable_reason
 
     if unavailable_reason() is not None:
-        pytest.skip(f"tuning runs only where measurements are confined: {unavailable_reason()}")
+        skip_unless_required(
+            "AYCI_REQUIRE_CGROUPS", f"tuning runs only where measurements are confined: {unavailable_reason()}"
+        )
     app = embedded(Settings(data_dir=tmp_path / "data", measure_time_cap_s=4.0, measure_min_iterations=5))
     summary, _ = run(app, request_for(app, tiny_image_model, ["onnx"], memory=(3538,)))
     (result,) = summary["results"]

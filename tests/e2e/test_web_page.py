@@ -2,7 +2,8 @@
 `python -m ayci serve` (every service in one process, real engines, a tiny model).
 
 Playwright's own browser download cannot work on this offline machine, so it launches
-/usr/bin/chromium (`scripts/system-packages.sh` installs it). The screenshot is kept under
+/usr/bin/chromium (`scripts/system-packages.sh` installs it; without it the tests skip, or fail
+when AYCI_REQUIRE_CHROMIUM is set, as in CI). The screenshot is kept under
 tests/artifacts/ (not committed)."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SMALL_IMAGE_SIZE, TINY_IMAGE_SIZE, wait_until_serving
+from tests.conftest import SMALL_IMAGE_SIZE, TINY_IMAGE_SIZE, skip_unless_required, wait_until_serving
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -34,9 +35,12 @@ ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 REPO = Path(__file__).resolve().parents[2]
 API_KEY = "web-test-key-0001"
 
-pytestmark = pytest.mark.skipif(
-    not CHROMIUM.exists(), reason="Debian's chromium is not installed (scripts/system-packages.sh)"
-)
+
+@pytest.fixture(scope="module", autouse=True)
+def chromium() -> None:
+    """Skipped without Chromium, failed instead when AYCI_REQUIRE_CHROMIUM is set (CI sets it)."""
+    if not CHROMIUM.exists():
+        skip_unless_required("AYCI_REQUIRE_CHROMIUM", f"Debian's chromium is not installed at {CHROMIUM}")
 
 
 def free_port() -> int:
@@ -57,27 +61,26 @@ def server(tmp_path_factory):
         "AYCI_MEASURE_MIN_ITERATIONS": "5",
         "PYTHONPATH": str(REPO),
     }
-    log = open(root / "serve.log", "wb")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "ayci", "serve", "--port", str(port), "--data-dir", str(root / "data")],
-        cwd=REPO,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    wait_until_serving(
-        f"{url}/openapi.json",
-        lambda: f"ayci serve did not start:\n{(root / 'serve.log').read_text()[-3000:]}",
-        alive=lambda: process.poll() is None,
-    )
-    yield url
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-    log.close()
+    with open(root / "serve.log", "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "ayci", "serve", "--port", str(port), "--data-dir", str(root / "data")],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{port}"
+        wait_until_serving(
+            f"{url}/openapi.json",
+            lambda: f"ayci serve did not start:\n{(root / 'serve.log').read_text()[-3000:]}",
+            alive=lambda: process.poll() is None,
+        )
+        yield url
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
 
 
 @pytest.fixture(scope="module")

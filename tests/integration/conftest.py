@@ -15,6 +15,7 @@ from functools import cache
 import pytest
 
 from infra.localstack import LOCALSTACK_ENV
+from tests.conftest import skip_unless_required
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -49,6 +50,4 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     problem = _localstack_problem(os.environ.get("AWS_ENDPOINT_URL") or LOCALSTACK_ENV["AWS_ENDPOINT_URL"])
     if problem is None:
         return
-    if os.environ.get("AYCI_REQUIRE_LOCALSTACK", "") not in ("", "0"):
-        pytest.fail(f"{problem} (AYCI_REQUIRE_LOCALSTACK is set)", pytrace=False)
-    pytest.skip(problem)
+    skip_unless_required("AYCI_REQUIRE_LOCALSTACK", problem)

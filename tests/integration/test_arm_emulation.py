@@ -7,12 +7,12 @@ AYCI_REQUIRE_ARM=1, where a missing root is a failure (CI sets it after building
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 
 import pytest
 
 from engines.arm_emulation import arm_available
+from tests.conftest import skip_unless_required
 
 pytestmark = pytest.mark.arm
 
@@ -29,9 +29,7 @@ def _check_arm_module():
 def _require_emulation() -> None:
     ok, reason = arm_available()
     if not ok:
-        if os.environ.get("AYCI_REQUIRE_ARM") == "1":
-            pytest.fail(f"AYCI_REQUIRE_ARM=1 but arm emulation is unavailable: {reason}")
-        pytest.skip(f"arm emulation unavailable: {reason}")
+        skip_unless_required("AYCI_REQUIRE_ARM", f"arm emulation unavailable: {reason}")
 
 
 def test_arm_artifacts_agree_with_x86_base_under_emulation(tmp_path):

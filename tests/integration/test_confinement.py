@@ -7,7 +7,6 @@ controller, not root); `AYCI_REQUIRE_CGROUPS=1` turns that skip into a failure.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -31,7 +30,7 @@ from schemas.combos import Hardware, Matrix
 from schemas.events import RequestSubmitted
 from services.converter.handlers import ensure_reference
 from services.request.submission import new_run, store_model
-from tests.conftest import TINY_IMAGE_SIZE
+from tests.conftest import TINY_IMAGE_SIZE, skip_unless_required
 from workloads import workload_module
 
 BIG_BATCH = 4096  # 4,096 images of 32x32: ResNet-18's activations alone pass 512 MB
@@ -42,9 +41,7 @@ def cgroups() -> None:
     reason = unavailable_reason()
     if reason is None:
         return
-    if os.environ.get("AYCI_REQUIRE_CGROUPS", "") not in ("", "0"):
-        pytest.fail(f"cgroups cannot confine measurements here: {reason} (AYCI_REQUIRE_CGROUPS is set)", pytrace=False)
-    pytest.skip(f"cgroups cannot confine measurements here: {reason}")
+    skip_unless_required("AYCI_REQUIRE_CGROUPS", f"cgroups cannot confine measurements here: {reason}")
 
 
 @pytest.fixture(scope="module")

@@ -6,13 +6,16 @@ confined cold start (the combination's memory size and vCPUs), side by side.
   memory arena off (peak memory as well as time);
 - `base` on a `.pt2`: `torch.export.load` (the default) against an AOTInductor package
   compiled ahead of time for this CPU with the system compiler.
-The imports are already trimmed to the engine's runtime in every measurement (see
-`cold_start_ms.loaded_at_model_load`). Each variant is measured `repeat` times; the medians
-are reported with the difference from the default.
+Making a variant optimizes or compiles the user's model: it is done in the sandbox
+(`measuring/sandbox.py`), like the measurements. The imports are already trimmed to the
+engine's runtime in every measurement (see `cold_start_ms.loaded_at_model_load`). Each
+variant is measured `repeat` times; the medians are reported with the difference from the
+default.
 """
 
 from __future__ import annotations
 
+import shutil
 import statistics
 import time
 from dataclasses import dataclass
@@ -20,6 +23,7 @@ from pathlib import Path
 
 import structlog
 
+from measuring import sandbox
 from measuring.launcher import MeasurementFailed, MeasureSpec, measure
 
 log = structlog.get_logger()
@@ -34,9 +38,33 @@ class Variant:
     prepare_s: float = 0.0  # what making it cost (at conversion)
 
 
-def onnx_variants(artifact: Path, threads: int, work: Path) -> list[Variant]:
-    import onnxruntime as ort
+LEVER_LIMITS = sandbox.SandboxLimits(wall_s=1800.0, memory_mb=10240, address_space_mb=20480, threads=None)
 
+
+def _prepared(target: str, artifact: Path, out: Path, **kwargs) -> float:
+    """A variant of `artifact` made in the sandbox (making one optimizes or compiles the user's
+    model) and written to `out` (with what it writes beside it); the seconds it took there.
+    `MeasurementFailed` if it failed."""
+    with sandbox.Workspace.create(prefix="lever-") as workspace:
+        made = workspace.folder("out") / out.name
+        try:
+            seconds = sandbox.call(
+                target,
+                {"artifact": str(workspace.bring(artifact)), "out": str(made), **kwargs},
+                LEVER_LIMITS,
+                workspace,
+                what=f"making {out.name}",
+            )
+        except sandbox.SandboxFailed as exc:
+            raise MeasurementFailed(exc.reason) from None
+        workspace.take(made)
+        for file in sorted(made.parent.iterdir()):  # e.g. the AOTInductor package's call convention
+            if file.is_file() and not file.is_symlink():
+                shutil.copyfile(workspace.take(file), out.parent / file.name)
+    return seconds
+
+
+def onnx_variants(artifact: Path, threads: int, work: Path) -> list[Variant]:
     from engines.onnx_engine import default_settings
 
     default = default_settings(threads)
@@ -45,30 +73,43 @@ def onnx_variants(artifact: Path, threads: int, work: Path) -> list[Variant]:
         ("pre-optimized for this CPU", "optimized.onnx"),
         ("ORT format, pre-optimized", "optimized.ort"),
     ):
-        started = time.perf_counter()
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.optimized_model_filepath = str(work / file)
-        if file.endswith(".ort"):
-            options.add_session_config_entry("session.save_model_format", "ORT")
-        ort.InferenceSession(str(artifact), options, providers=["CPUExecutionProvider"])
-        variants.append(
-            Variant(
-                name, "onnx", work / file, {**default, "graph_optimization": "disabled"}, time.perf_counter() - started
-            )
-        )
+        seconds = _prepared("measuring.levers:optimize_onnx", artifact, work / file, ort_format=file.endswith(".ort"))
+        variants.append(Variant(name, "onnx", work / file, {**default, "graph_optimization": "disabled"}, seconds))
     variants.append(Variant("memory arena off", "onnx", artifact, {**default, "memory_arena": False}))
     return variants
 
 
+def optimize_onnx(artifact: str, out: str, ort_format: bool) -> float:
+    """In the sandbox: `artifact` optimized by ONNX Runtime for this CPU, saved to `out`."""
+    import onnxruntime as ort
+
+    started = time.perf_counter()
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.optimized_model_filepath = out
+    if ort_format:
+        options.add_session_config_entry("session.save_model_format", "ORT")
+    ort.InferenceSession(artifact, options, providers=["CPUExecutionProvider"])
+    return time.perf_counter() - started
+
+
 def base_variants(artifact: Path, work: Path) -> list[Variant]:
-    from engines.base_engine import AOTI_SUFFIX, compile_aoti
+    from engines.base_engine import AOTI_SUFFIX
 
     variants = [Variant("default: torch.export.load", "base", artifact)]
-    started = time.perf_counter()
-    package = compile_aoti(artifact, work / f"model{AOTI_SUFFIX}")
-    variants.append(Variant("AOTInductor package", "base", package, prepare_s=time.perf_counter() - started))
+    package = work / f"model{AOTI_SUFFIX}"
+    seconds = _prepared("measuring.levers:compile_package", artifact, package)
+    variants.append(Variant("AOTInductor package", "base", package, prepare_s=seconds))
     return variants
+
+
+def compile_package(artifact: str, out: str) -> float:
+    """In the sandbox: `artifact` compiled ahead of time with AOTInductor, saved to `out`."""
+    from engines.base_engine import compile_aoti
+
+    started = time.perf_counter()
+    compile_aoti(Path(artifact), Path(out))
+    return time.perf_counter() - started
 
 
 def measure_levers(

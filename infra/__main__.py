@@ -31,7 +31,9 @@ def main(argv: list[str]) -> None:
     )
     deploy.add_argument("--email-allowed", help='where run emails may go: addresses, "@domain", or "*" (default: none)')
     deploy.add_argument(
-        "--api-keys", help="KEY:OWNER,... of the HTTP API (kept as they are on an update when not given)"
+        "--api-keys",
+        help="KEY:OWNER,... of the HTTP API, kept in a Secrets Manager secret "
+        "(needed on the first deploy; kept as they are on an update when not given)",
     )
     deploy.add_argument(
         "--image-x86-64",

@@ -235,6 +235,26 @@ def plan_images(acct: Account, options: DeployOptions, docker: Callable[[list[st
     )
 
 
+def check_api_keys(api_keys: str | None, stack: dict | None) -> None:
+    """The request service's keys go into a Secrets Manager secret (never a function's
+    environment): well formed when given, and given when the stack is made (an update keeps
+    the stored ones)."""
+    from services.request.auth import parse_api_keys
+
+    if api_keys is not None:
+        try:
+            parsed = parse_api_keys(api_keys)
+        except ValueError as exc:
+            raise DeployError(f"--api-keys: {exc}") from None
+        if not parsed:
+            raise DeployError("--api-keys is empty: give at least one KEY:OWNER")
+    elif stack is None or stack["StackStatus"] in ("ROLLBACK_COMPLETE", "REVIEW_IN_PROGRESS"):
+        raise DeployError(
+            "a new stack needs --api-keys KEY:OWNER[,KEY:OWNER...] (keys of 8+ characters): every route but the page "
+            "asks for one; they are kept in the Secrets Manager secret <stack>/api-keys"
+        )
+
+
 # ---------------------------------------------------------------- the change set
 
 
@@ -447,6 +467,7 @@ def deploy(
     cfn = acct.session.client("cloudformation")
     stack = existing_stack(cfn, options.stack)
     check_bucket_free(acct.session.client("s3"), f"{options.stack}-data-{acct.account_id}", stack)
+    check_api_keys(options.api_keys, stack)
     images = plan_images(acct, options, docker)
     if stack is not None and stack["StackStatus"] == "ROLLBACK_COMPLETE":
         # a failed first create cannot be updated; it holds nothing

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse:UserWarning")
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's
 IMAGE = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/demo-images:{{}}"
+API_KEYS = "key-of-alice-1:alice,key-of-bob-22:bob"
 
 
 @pytest.fixture
@@ -56,6 +57,7 @@ def options(**changes) -> DeployOptions:
             "region": REGION,
             "image_x86_64": IMAGE.format("t1-x86_64"),
             "image_arm64": IMAGE.format("t1-arm64"),
+            "api_keys": API_KEYS,
             **changes,
         }
     )
@@ -96,6 +98,10 @@ def test_bad_input_is_refused_before_anything_is_created(account):
             options(image_x86_64=f"{ACCOUNT}.dkr.ecr.eu-west-1.amazonaws.com/demo-images:t1"),
             confirm=lambda prompt: True,
         )
+    with pytest.raises(DeployError, match=r"a new stack needs --api-keys KEY:OWNER"):
+        aws_deploy.deploy(options(api_keys=None), confirm=lambda prompt: True)
+    with pytest.raises(DeployError, match=r"--api-keys: an API key entry must be KEY:OWNER"):
+        aws_deploy.deploy(options(api_keys="short:me"), confirm=lambda prompt: True)
     with pytest.raises(DeployError, match=r"needs Docker with buildx .*--image-x86-64 and --image-arm64"):
         aws_deploy.deploy(
             options(image_x86_64=None, image_arm64=None), confirm=lambda prompt: True, docker=lambda command: 127
@@ -111,6 +117,8 @@ def test_the_change_set_is_shown_and_declining_it_changes_nothing(account):
     assert (
         "+ Add     MeasureArmFunction  AWS::Lambda::Function" in plan
         and "+ Add     DataBucket  AWS::S3::Bucket" in plan
+        and "+ Add     ApiKeysSecret  AWS::SecretsManager::Secret" in plan
+        and "+ Add     MeasureFunctionRole  AWS::IAM::Role" in plan
     )
     assert f"= arm64 image {IMAGE.format('t1-arm64')}" in plan
     assert asked == ["Apply these changes to demo in us-east-1? [y/N] "] and shown[-1] == "nothing was changed"
@@ -131,6 +139,19 @@ def test_yes_deploys_the_stack_and_destroy_keeps_the_data_bucket_and_says_so(acc
         lam.get_function_configuration(FunctionName="demo-measure-arm")["Environment"]["Variables"]["AYCI_BUCKET"]
         == f"demo-data-{ACCOUNT}"
     )
+    # the API keys are in a secret the request function is told the name of, in no environment
+    request = lam.get_function_configuration(FunctionName="demo-request")["Environment"]["Variables"]
+    assert "AYCI_API_KEYS" not in request and API_KEYS not in str(request)
+    # (moto's CloudFormation makes no secret, so it leaves AYCI_API_KEYS_SECRET out: test_iam_roles checks it)
+    for name in ("demo-request", "demo-converter", "demo-inference-intel", "demo-measure-intel", "demo-notifier"):
+        variables = lam.get_function_configuration(FunctionName=name)["Environment"]["Variables"]
+        assert API_KEYS not in str(variables), name
+    # one role per function
+    roles = {
+        f["FunctionName"]: f["Role"] for f in lam.list_functions()["Functions"] if f["FunctionName"].startswith("demo-")
+    }
+    assert roles["demo-measure-intel"] == roles["demo-measure-arm"]
+    assert len(set(roles.values())) == len(roles) - 1, roles
     s3 = boto3.client("s3", region_name=REGION)
     s3.put_object(Bucket=f"demo-data-{ACCOUNT}", Key="results/k.json", Body=b"{}")
     said = []

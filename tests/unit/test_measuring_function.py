@@ -13,7 +13,7 @@ from moto import mock_aws
 
 import engines
 from adapters.aws import S3Store
-from adapters.aws_calls import ENV, iam_action, recorded_calls
+from adapters.aws_calls import CALLER_ENV, ENV, iam_action, recorded, recorded_calls
 from adapters.lambda_sizes import LambdaSizes
 from adapters.local_store import LocalFolderStore
 from ayci.lambda_entry import make_measuring_handler
@@ -27,6 +27,7 @@ from services.converter.handlers import ensure_reference
 from services.inference.handlers import InferenceDeps, on_model_converted
 from services.request.submission import store_model
 from tests.conftest import TINY_IMAGE_SIZE
+from tests.iam_roles import Deployment, not_granted
 from tests.lambda_emulation import LambdaContext, fill_moto_gaps, run_invocations_in_process
 
 BUCKET = "ayci-data-123456789012"
@@ -67,6 +68,7 @@ def aws(monkeypatch, tmp_path, converted):
     for folder in calls.values():
         folder.mkdir()
     monkeypatch.setenv(ENV, str(calls["inference"]))
+    monkeypatch.setenv(CALLER_ENV, "inference-intel")  # the calls of the inference function, checked against its role
     fill_moto_gaps(monkeypatch, max_memory_mb=3008)  # an account limited to 3,008 MB, as new ones are
     with mock_aws():
         boto3.client("s3").create_bucket(Bucket=BUCKET)
@@ -84,8 +86,11 @@ def aws(monkeypatch, tmp_path, converted):
             )
         store = S3Store(BUCKET)
         model = converted["model"]
+        # the test's own setup, not the inference function's calls (boto3 uploads in threads of its own)
+        monkeypatch.setenv(CALLER_ENV, "test")
         store.put_file(keys.artifact_file("art1", "model.onnx"), converted["artifact"])
         store.put_file(keys.reference(reference_key(model, 1)), converted["reference"])
+        monkeypatch.setenv(CALLER_ENV, "inference-intel")
         functions = LambdaSizes({"intel": INTEL, "arm": ARM}, BUCKET)
         deps = InferenceDeps(
             store=store,
@@ -99,7 +104,7 @@ def aws(monkeypatch, tmp_path, converted):
             functions.invoker,
             make_measuring_handler(),
             boto3.client("lambda"),
-            extra_env={ENV: str(calls["measuring"])},
+            extra_env={ENV: str(calls["measuring"]), CALLER_ENV: "measure-intel"},
         ):
             yield {"deps": deps, "store": store, "model": model, "calls": calls}
 
@@ -152,12 +157,17 @@ def test_each_size_is_measured_in_a_function_of_that_size_and_every_call_is_gran
         "lambda:GetFunctionConfiguration",
         "lambda:ListAliases",
         "s3:PutObject",
-        "s3:DeleteObject",
     } <= inference, inference
-    assert sorted(inference - role_actions("ServiceFunctionRole")) == []
+    assert "s3:DeleteObject" not in inference  # the lease is released by a conditional write (core/lease.py)
+    assert sorted(inference - role_actions("InferenceIntelFunctionRole")) == []
     # the measuring function reads the artifact and the reference, nothing else
     measuring = {iam_action(*call) for call in recorded_calls(aws["calls"]["measuring"])}
     assert measuring == {"s3:GetObject"} and measuring <= role_actions("MeasureFunctionRole")
+    # each call on its resource, allowed by the caller's own role (the template's, for this account)
+    deployment = Deployment("ayci", "us-east-1", "123456789012")
+    for folder in aws["calls"].values():
+        assert not_granted(deployment, recorded(folder)) == []
+    assert {call.caller for call in recorded(aws["calls"]["measuring"])} == {"measure-intel"}
     assert keys.artifact_file("a", "f").startswith("artifacts/") and keys.reference("r").startswith(
         "references/"
     )  # its granted prefixes

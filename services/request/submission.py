@@ -15,7 +15,7 @@ import structlog
 from core.planning import Plan, plan_run, refuse_unbindable, request_shapes
 from core.ports import NotFound, ObjectStore
 from core.run_plan import measured_combos
-from engines.model_files import single_file_onnx, sniff_format
+from engines.model_files import accept_model, sniff_format
 from schemas import keys
 from schemas.combos import ModelFormat, ModelRef, Workload
 from schemas.documents import ModelInfo
@@ -43,9 +43,9 @@ def store_model(
     `models/{sha256}` unless already there, and return its reference."""
     sha = sha256_of(path)
     with tempfile.TemporaryDirectory(prefix="ayci-intake-") as tmp:
-        single = single_file_onnx(path, Path(tmp)) if sniff_format(path) == ModelFormat.onnx else path
-        info = model_facts(single, sha, uploaded_bytes=path.stat().st_size)
-        keep_model(store, single, info)
+        accepted = accept_model(path, Path(tmp))
+        info = model_facts(accepted.path, sha, uploaded_bytes=accepted.size_bytes)
+        keep_model(store, accepted.path, info)
     return ModelRef(
         sha256=info.sha256,
         size_bytes=info.size_bytes,

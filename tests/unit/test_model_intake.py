@@ -287,34 +287,34 @@ def test_a_graph_name_with_quotes_is_refused(exported, tmp_path):
     refused(hostile, tmp_path, "quotes or control characters")
 
 
-def if_model(location: str) -> onnx.ModelProto:
+def if_model(location: str, length: int = 4) -> onnx.ModelProto:
     """y = x + w when c, else x: `w` an initializer of the `then` branch, its data external."""
-    w = numpy_helper.from_array(np.ones(4, np.float32), "w")
+    w = numpy_helper.from_array(np.ones(length, np.float32), "w")
     w.data_location = TensorProto.EXTERNAL
     w.ClearField("raw_data")
-    for key, value in (("location", location), ("offset", "0"), ("length", "16")):
+    for key, value in (("location", location), ("offset", "0"), ("length", str(4 * length))):
         w.external_data.add(key=key, value=value)
     then_branch = helper.make_graph(
         [helper.make_node("Add", ["x", "w"], ["t"])],
         "then",
         [],
-        [helper.make_tensor_value_info("t", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, [length])],
         initializer=[w],
     )
     else_branch = helper.make_graph(
         [helper.make_node("Identity", ["x"], ["e"])],
         "else",
         [],
-        [helper.make_tensor_value_info("e", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("e", TensorProto.FLOAT, [length])],
     )
     graph = helper.make_graph(
         [helper.make_node("If", ["c"], ["y"], then_branch=then_branch, else_branch=else_branch)],
         "branchy",
         [
             helper.make_tensor_value_info("c", TensorProto.BOOL, []),
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [length]),
         ],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [length])],
     )
     return helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17)])
 
@@ -475,3 +475,66 @@ def test_path_traversal_and_links_are_refused(tmp_path):
     with pytest.raises(NotAModelError, match=r"a link \(w.bin\)"):
         accept_model(zipped_link, tmp_path / "out")
     assert not list((tmp_path / "out").rglob("w.bin"))
+
+
+def test_an_upload_the_libraries_or_intake_refuse_is_a_422_with_the_reason(tmp_path, exported):
+    import hashlib
+
+    from fastapi.testclient import TestClient
+
+    from adapters.local_store import LocalFolderStore
+    from adapters.uploads import LocalUploader
+    from ayci.bootstrap import request_limits
+    from ayci.settings import Settings
+    from services.request.app import RequestDeps, create_app, parse_api_keys
+    from tests.fakes import RecordingPublisher
+    from tests.unit.test_request_api import upload
+
+    settings = Settings(data_dir=tmp_path / "data", max_model_bytes=4 << 20)
+    store = LocalFolderStore(settings.data_dir)
+    deps = RequestDeps(
+        store=store,
+        publisher=RecordingPublisher(),
+        api_keys=parse_api_keys("alice-key-123:alice"),
+        uploader=LocalUploader(tmp_path / "uploads"),
+        limits=request_limits(settings),
+    )
+    client = TestClient(create_app(deps), raise_server_exceptions=False)
+    garbage = b"\x0a\xff\xff\xff\xff\x0f" + b"\x01" * 64
+    answer = upload(client, garbage)
+    assert answer.status_code == 422 and "DecodeError" in answer.json()["detail"], answer.text
+    plain = if_model("../../../../etc/hostname").SerializeToString()
+    escaping = bundle_of(tmp_path / "escaping.zip", {"m.onnx": plain, "w.bin": b"\0" * 16})
+    answer = upload(client, escaping.read_bytes())
+    assert answer.status_code == 422 and "outside the bundle ('../../../../etc/hostname'" in answer.json()["detail"]
+    bomb = bundle_of(
+        tmp_path / "bomb.zip", {"m.onnx": if_model("w.bin").SerializeToString(), "w.bin": b"\0" * (5 << 20)}
+    )
+    answer = upload(client, bomb.read_bytes())
+    assert answer.status_code == 422 and f"more than {4 << 20} bytes" in answer.json()["detail"], answer.text
+    marker = tmp_path / "api-ran"
+    buffer = io.BytesIO()
+    torch.save(TouchMarker(marker), buffer)
+    weights = config(exported, "weights")
+    weights["config"]["scale"]["use_pickle"] = True
+    hostile = rewritten(
+        exported,
+        tmp_path / "api.pt2",
+        {
+            "data/weights/model_weights_config.json": json.dumps(weights).encode(),
+            f"data/weights/{weights['config']['scale']['path_name']}": buffer.getvalue(),
+        },
+    )
+    answer = upload(client, hostile.read_bytes())
+    assert answer.status_code == 422 and "the weight 'scale'" in answer.json()["detail"], answer.text
+    assert not marker.exists() and not store.list_keys("models/")
+    # a bundle is stored as one file and its size is what it unpacks to, not what was uploaded
+    good = bundle_of(
+        tmp_path / "good.zip",
+        {"m.onnx": if_model("w.bin", 1 << 18).SerializeToString(), "w.bin": np.zeros(1 << 18, np.float32).tobytes()},
+    )
+    stored = upload(client, good.read_bytes())
+    assert stored.status_code == 201, stored.text
+    sha = hashlib.sha256(good.read_bytes()).hexdigest()
+    kept = len(store.get_bytes(f"models/{sha}"))
+    assert stored.json()["size_bytes"] == kept > 1 << 20 > good.stat().st_size

@@ -64,7 +64,9 @@ def verify_model(sha256: Sha256Path, body: UploadVerification, owner: Owner, dep
     """After the upload: check that it has the announced SHA-256 and size and is a model,
     then store it. On a mismatch the upload is discarded and nothing is stored (422)."""
     try:
-        info = verify_upload(deps.store, deps.uploader, owner, sha256, body.size_bytes)
+        info = verify_upload(
+            deps.store, deps.uploader, owner, sha256, body.size_bytes, max_model_bytes=deps.limits.max_model_bytes
+        )
     except UploadRejected as exc:
         log.info("upload_rejected", owner=owner, sha256=sha256, reason=exc.reason)
         raise HTTPException(exc.status, exc.reason) from None

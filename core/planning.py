@@ -74,8 +74,8 @@ def impossible_reason(
     floor = runtime_floor_mb(combo.optimizer, model.format)
     if weights_mb + floor > combo.memory_mb:
         return (
-            f"certain out of memory: the model's weights take {weights_mb:.0f} MB and {combo.optimizer.value}'s runtime "
-            f"at least {floor} MB; {combo.memory_mb} MB cannot hold them"
+            f"certain out of memory: the model's weights take {weights_mb:.0f} MB and {combo.optimizer.value}'s "
+            f"runtime at least {floor} MB; {combo.memory_mb} MB cannot hold them"
         )
     if signature is None:
         return None

@@ -177,7 +177,10 @@ def bounded_trace(
         kept += 1
     if kept == len(events):
         return trace, None
-    note = f"truncated: the first {kept} of {len(events)} events kept (at most {max_events} events, {max_bytes // 1_000_000} MB)"
+    note = (
+        f"truncated: the first {kept} of {len(events)} events kept "
+        f"(at most {max_events} events, {max_bytes // 1_000_000} MB)"
+    )
     other = {**trace.get("otherData", {}), "ayci_note": note}
     return {**trace, "traceEvents": events[:kept], "otherData": other}, note
 

@@ -19,8 +19,12 @@ from schemas.versions import engine_versions
 # Names the engine versions and the measuring method: a result from an older engine or
 # method gets another combination key, so it is never reused silently.
 # m2: measured confined to the memory size (CPU share and memory cap), one at a time per machine
-MEASUREMENT_VERSION = "m5"  # m3: p99 from at least 100 samples, host-limited sizes, the environment recorded; m4: ONNX Runtime sessions tuned per combination; m5: the default session kept unless beaten twice by 5 %, TVM artifacts of e2
-ENGINE_VERSION = "e3"  # e2: TVM computes exp/erf/tanh with vectorizable polynomials, never tunes kernels with nothing to schedule; e3: TVM converts a detector's convolutions to NHWC too
+# m3: p99 from at least 100 samples, host-limited sizes, the environment recorded; m4: ONNX Runtime
+# sessions tuned per combination; m5: the default session kept unless beaten twice by 5 %, TVM artifacts of e2
+MEASUREMENT_VERSION = "m5"
+# e2: TVM computes exp/erf/tanh with vectorizable polynomials, never tunes kernels with nothing to
+# schedule; e3: TVM converts a detector's convolutions to NHWC too
+ENGINE_VERSION = "e3"
 
 LAMBDA_MIN_MEMORY_MB = 128
 LAMBDA_MAX_MEMORY_MB = 10240

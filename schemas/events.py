@@ -73,7 +73,8 @@ class RequestSubmitted(Payload):
     replay_of: str | None = None  # the run this one replays
     # None: an hour, or twice the run's estimated length if longer (core/deadlines.py); a number is kept
     deadline_s: float | None = Field(default=None, gt=0)
-    # measure at most 3 memory sizes per (hardware, optimizer, batch), predict the others (core/lambda_model/prediction.py)
+    # measure at most 3 memory sizes per (hardware, optimizer, batch), predict the others
+    # (`core/run_plan.py` picks them, `core/lambda_model/prediction.py` predicts)
     predict: bool = False
     traffic: TrafficProfile | None = None
     profile: bool = False  # profile each measured combination after its measurement (services/inference/profiling.py)
@@ -84,7 +85,8 @@ class RequestSubmitted(Payload):
         if self.predict and len(sizes) < PREDICT_MIN_SIZES:
             raise ValueError(
                 f"predict measures up to {PREDICT_MIN_SIZES - 1} memory sizes and predicts the others: "
-                f"{len(sizes)} memory size{'s' if len(sizes) != 1 else ''} ({', '.join(map(str, sizes))}) cost no more to measure. "
+                f"{len(sizes)} memory size{'s' if len(sizes) != 1 else ''} ({', '.join(map(str, sizes))}) "
+                "cost no more to measure. "
                 f"Give at least {PREDICT_MIN_SIZES} (e.g. a range: 128-10240) or do not predict"
             )
         return self

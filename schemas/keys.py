@@ -12,21 +12,25 @@ inputs/{sha256}.owners/{owner}               empty: this owner uploaded these in
 artifacts/{artifact key}/{file}              a converted artifact
 artifacts/{artifact key}/manifest.json       written last, once: the artifact is complete
 references/{reference key}.npz               the base model's outputs on the example inputs
-artifacts/{artifact key}/lease.json          who converts it now, until when (one conversion per artifact)
+artifacts/{artifact key}/lease.json          who converts it now, until when (one conversion per artifact: a lease,
+                                             `core/lease.py`)
 tuning/{target cpu}/{sha256}-b{batch}-{HxW}.tar.gz  TVM MetaSchedule records (one archive), reused by later conversions
                                              (of this model; other models take the kernels they share)
 results/{combination key}.json               the latest measurement of a combination (what later runs reuse)
 results/{combination key}/{run id}.json      each measurement, written once: summaries name these
-results/{combination key}/{run id}.profile.json  its profiled pass (`ayci profile`, `--profile`): operator table, names the trace
+results/{combination key}/{run id}.profile.json  its profiled pass (`ayci profile`, `--profile`): operator table,
+                                             names the trace
 results/{combination key}/{run id}.trace.json    that pass's Chrome trace (Perfetto opens it), bounded
-result-packs/{sha256}/{archived at}-{run id}.json  the results a run measured, in one object (a resubmission reads these)
+result-packs/{sha256}/{archived at}-{run id}.json  the results a run measured, in one object (a resubmission
+                                             reads these)
 runs/{run id}/run.json                       the run record: owner, request, time
 runs/{run id}/events/{seq}-{type}-{id}.json  the run's event log (replay reads it)
 runs/{run id}/plan.json                      the combinations the run waits for
 runs/{run id}/outcomes/{combination key}.json  each combination's end: measured, reused or failed
 runs/{run id}/outcomes/expected-{N}          empty; N = how many outcomes the plan waits for (the largest marker counts)
 runs/{run id}/outcomes/reused-{N}-{event id}.json  the ends of N reused combinations at once (one `CombosReused`)
-runs/{run id}/reused/{part}.json             the stored results dedup read for a run's reuse, one object per `CombosReused`
+runs/{run id}/reused/{part}.json             the stored results dedup read for a run's reuse, one object per
+                                             `CombosReused`
 runs/{run id}/checks.json                    predicted picks the archiver measures before it closes the run (--predict)
 runs/{run id}/summary.json                   the archived run (written once, conditionally)
 runs/{run id}/email.json                     the notifier's record of the email it sent
@@ -34,7 +38,8 @@ owners/{owner}/days/{YYYY-MM-DD}/{run id}    a run an owner submitted that day (
 processed/{service}/{event id}               idempotency markers (a handled event)
 failures/{service}/{event id}.json           the last error of a failing event (for the DLQ report)
 dead-letters/{queue}/{message id}.json       what reached a dead-letter queue, with its reason
-lambda-sizes/{function}/lock.json            who reconfigures a measuring Lambda function now, until when (AWS only)
+lambda-sizes/{function}/lock.json            who reconfigures a measuring Lambda function now, until when (AWS only;
+                                             the same lease)
 lambda-sizes/{function}/aliases/{alias}.json when a memory-size alias of it was last used (idle ones are deleted)
 ```
 

@@ -62,7 +62,8 @@ class ModelSignature(BaseModel):
                 continue
             if len(shape) != len(spec.dims):
                 problems.append(
-                    f"{spec.name} has {len(spec.dims)} dims {spec.shape_text()}; the inputs have {len(shape)} {list(shape)}"
+                    f"{spec.name} has {len(spec.dims)} dims {spec.shape_text()}; "
+                    f"the inputs have {len(shape)} {list(shape)}"
                 )
                 continue
             for axis, (dim, size) in enumerate(zip(spec.dims, shape, strict=True)):

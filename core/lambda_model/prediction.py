@@ -192,7 +192,10 @@ class FamilyModel:
             raise NoPrediction(f"the 1-vCPU anchor ({ONE_VCPU_MB} MB) was not measured as Lambda would run it")
         peak = max(a.peak_mb for a in anchors)
         min_fit = math.ceil(peak * FIT_MARGIN)
-        reason = f"the measured peak is {peak:.0f} MB; with a {FIT_MARGIN - 1:.0%} margin the smallest size that fits is {min_fit} MB"
+        reason = (
+            f"the measured peak is {peak:.0f} MB; with a {FIT_MARGIN - 1:.0%} margin the smallest size that fits "
+            f"is {min_fit} MB"
+        )
         if out_of_memory_mb and max(out_of_memory_mb) + 1 > min_fit:
             min_fit = max(out_of_memory_mb) + 1
             reason = f"it ran out of memory at {max(out_of_memory_mb)} MB; the smallest size that fits is above it"
@@ -279,12 +282,15 @@ class FamilyModel:
                 r50, r99 = self._interp_log(vcpus, self.p50_ratio_small), self._interp_log(vcpus, self.p99_ratio_small)
                 anchors.append(self.small)
                 basis = (
-                    f"1 thread throttled to {vcpus:.2f} vCPU: the {ONE_VCPU_MB} MB distribution run through the CPU quota, "
-                    f"calibrated at {self.small.memory_mb} MB"
+                    f"1 thread throttled to {vcpus:.2f} vCPU: the {ONE_VCPU_MB} MB distribution run through the CPU "
+                    f"quota, calibrated at {self.small.memory_mb} MB"
                 )
             else:  # no size below 1 vCPU ran (out of memory, or not measured): the quota alone
                 regime, factor, r50, r99 = "throttled_uncalibrated", 1.0, 1.0, 1.0
-                basis = f"1 thread throttled to {vcpus:.2f} vCPU: the {ONE_VCPU_MB} MB distribution run through the CPU quota, uncalibrated"
+                basis = (
+                    f"1 thread throttled to {vcpus:.2f} vCPU: the {ONE_VCPU_MB} MB distribution run through the CPU "
+                    "quota, uncalibrated"
+                )
             simulated = _throttled(one.latency, vcpus, factor)
             p50 = simulated["p50"] * r50
             p99 = max(p50, simulated["p99"] * r99)
@@ -315,7 +321,10 @@ class FamilyModel:
             cold_one, cold_two = one.result["cold_start_ms"]["total"], self.two.result["cold_start_ms"]["total"]
             cold = max(0.0, 2 * cold_two - cold_one) + (cold_one - max(0.0, 2 * cold_two - cold_one)) / threads
             anchors.append(self.two)
-            basis = f"{threads} threads: T(n) = A + B/n through {ONE_VCPU_MB} MB (1 thread) and {TWO_VCPU_MB} MB (2 threads)"
+            basis = (
+                f"{threads} threads: T(n) = A + B/n through {ONE_VCPU_MB} MB (1 thread) and {TWO_VCPU_MB} MB "
+                "(2 threads)"
+            )
         model_error = MODEL_ERROR[regime] * (threads - 2 if regime == "threads_beyond" else 1)
         e50 = math.hypot(model_error, max(a.rel_ci("p50") for a in anchors))
         e99 = math.hypot(P99_ERROR_FACTOR * model_error, max(a.rel_ci("p99") for a in anchors))

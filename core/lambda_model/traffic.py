@@ -299,7 +299,10 @@ def combination_under_traffic(
         options.append(
             {
                 **figures(pool, "SnapStart (estimate)", fees),
-                "assumption": f"restore {snapstart_restore_ms:g} ms (assumed) + the first inference {cold_split.get('first_inference', 0.0):.0f} ms",
+                "assumption": (
+                    f"restore {snapstart_restore_ms:g} ms (assumed) + the first inference "
+                    f"{cold_split.get('first_inference', 0.0):.0f} ms"
+                ),
             }
         )
     notes = list(on_demand.notes)

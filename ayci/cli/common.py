@@ -126,7 +126,7 @@ def example_model_path(settings: Settings, workload: Workload, input_size: list[
 
     path = settings.data_dir.parent / "examples" / f"{workload.value}-{'x'.join(map(str, input_size))}.pt2"
     if not path.exists():
-        err.print(f"building the example {workload.value} model ({path})")
+        err.print(f"building the example {workload.value} model ({path})", highlight=False, soft_wrap=True)
         export_example(workload, input_size, path)
     return path
 

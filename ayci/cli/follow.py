@@ -56,7 +56,7 @@ class TuningBar:
 def follow_embedded(app, run_id: str, total: int, what: str) -> dict:
     """Drive the run whose first events are published on the embedded default, with progress
     shown; returns its summary."""
-    err.print(f"run {run_id}: {total} combinations of {what}")
+    err.print(f"run {run_id}: {total} combinations of {what}", highlight=False, soft_wrap=True)
     with progress_bar() as progress:
         task = progress.add_task("planning", total=total, note="")
 
@@ -113,7 +113,7 @@ def stack_settings(settings: Settings, outputs, stack: str) -> Settings:
 def follow_store(store, run_id: str, combo_keys: list[str], timeout_s: float, processes=None) -> dict:
     """Wait for a run on the real path, showing its progress (one listing of its outcomes a
     second); returns its summary. A service process that dies is restarted."""
-    err.print(f"run {run_id}: {len(combo_keys)} combinations")
+    err.print(f"run {run_id}: {len(combo_keys)} combinations", highlight=False, soft_wrap=True)
     deadline = time.monotonic() + timeout_s
     with progress_bar() as progress:
         task = progress.add_task("running on LocalStack", total=len(combo_keys), note="")

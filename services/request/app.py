@@ -4,7 +4,7 @@ locally, Mangum in a Lambda behind API Gateway).
 `create_app(deps)` only assembles: the routers (`routers/`: page, models, uploads, inputs, runs), the
 API key gate (`auth.py`), the body size limit and the 422 format. The routes turn HTTP into
 calls on the store, the uploader and the publisher in `deps` (`deps.py`), which the host wires
-(`ayci/serve.py`). Every route but the page and the OpenAPI document needs an API key
+(`ayci/bootstrap.py`). Every route but the page and the OpenAPI document needs an API key
 (`X-API-Key`: 401 without, 403 for a wrong one); the key names its owner, and a run of another
 owner is a 404. Bodies are validated by pydantic and the contract (422 naming the field) and
 size-limited (413).

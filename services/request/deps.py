@@ -1,4 +1,4 @@
-"""What the request service's routes work with, wired by the host (`ayci/serve.py`)."""
+"""What the request service's routes work with, wired in `ayci/bootstrap.py` for each host."""
 
 from __future__ import annotations
 

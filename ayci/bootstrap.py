@@ -219,9 +219,17 @@ def aws_request_deps(settings: Settings) -> RequestDeps:
     from services.request.app import RequestDeps, parse_api_keys
 
     wiring = aws(settings)
-    keys = parse_api_keys(settings.api_keys)
+    text = settings.api_keys
+    if not text and settings.api_keys_secret:  # on AWS: out of the environment, read once at the start
+        from adapters.secrets import secret_text
+
+        text = secret_text(settings.api_keys_secret)
+    keys = parse_api_keys(text)
     if not keys:
-        raise ValueError("AYCI_API_KEYS is empty: the request service needs at least one KEY:OWNER")
+        raise ValueError(
+            "AYCI_API_KEYS (or the secret AYCI_API_KEYS_SECRET names) is empty: "
+            "the request service needs at least one KEY:OWNER"
+        )
     return RequestDeps(
         store=wiring.store,
         publisher=wiring.publisher,

@@ -42,6 +42,7 @@ class Settings(BaseSettings):
 
     # the request service (HTTP API and web page)
     api_keys: str = ""  # "key1:owner1,key2:owner2"; every route but the page needs a key
+    api_keys_secret: str = ""  # AWS: the Secrets Manager secret holding them instead (infra/template.yaml)
     max_body_bytes: int = 64 * 1024  # a JSON request body
     max_model_bytes: int = 1 << 30  # an uploaded model
     max_combinations: int = 512  # per run

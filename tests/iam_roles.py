@@ -29,12 +29,17 @@ def template() -> dict:
 class Deployment:
     """Names and ARNs of the stack's resources, as CloudFormation would make them."""
 
-    def __init__(self, prefix: str, region: str, account: str, partition: str = "aws") -> None:
+    def __init__(
+        self, prefix: str, region: str, account: str, partition: str = "aws", made: dict | None = None
+    ) -> None:
         self.prefix, self.region, self.account, self.partition = prefix, region, account, partition
         self.bucket = f"{prefix}-data-{account}"
+        self.made = made or {}  # logical id -> (Ref, Arn) of resources made elsewhere (a secret's random suffix)
 
     def _physical(self, logical: str) -> tuple[str, str]:
         """(Ref, Arn) of a resource of the template."""
+        if logical in self.made:
+            return self.made[logical]
         resource = template()["Resources"][logical]
         kind, props = resource["Type"], resource.get("Properties", {})
         head = f"arn:{self.partition}:{{}}:{self.region}:{self.account}"

@@ -57,9 +57,12 @@ def main() -> None:
             rows[(memory, threads)] = report
         print(
             f"round {round_ + 1} "
-            f"{memory:>5} MB {report['vcpus']:.2f} vCPU {report['threads']} thread(s): p50 {lat['p50']:7.2f} ms  p90 {lat['p90']:7.2f}  "
-            f"p99 {lat['p99']:7.2f}  ({lat['iterations']} it., cv {lat['cv']:.2f}, throttled in {report.get('cpu_throttled_share', 0):.0%} "
-            f"of periods, other work {report['load']['other_busy_cores']:.2f} cores{', DISTURBED' if report['load']['disturbed'] else ''})",
+            f"{memory:>5} MB {report['vcpus']:.2f} vCPU {report['threads']} thread(s): p50 {lat['p50']:7.2f} ms  p90 "
+            f"{lat['p90']:7.2f}  "
+            f"p99 {lat['p99']:7.2f}  ({lat['iterations']} it., cv {lat['cv']:.2f}, throttled in "
+            f"{report.get('cpu_throttled_share', 0):.0%} "
+            f"of periods, other work {report['load']['other_busy_cores']:.2f} "
+            f"cores{', DISTURBED' if report['load']['disturbed'] else ''})",
             flush=True,
         )
     print("kept (least disturbed of each case):")
@@ -71,8 +74,10 @@ def main() -> None:
             load["other_busy_cores"] + min(report["vcpus"], load["host_cores"]) > load["host_cores"] + 0.25
         )
         print(
-            f"  {memory:>5} MB {report['threads']} thread(s): p50 {lat['p50']:7.2f} ms  mean {lat['mean']:7.2f} ms  p99 {lat['p99']:7.2f} ms  "
-            f"other work {load['other_busy_cores']:.2f} cores{'  STARVED: the machine had no room for this share' if starved[(memory, threads)] else ''}"
+            f"  {memory:>5} MB {report['threads']} thread(s): p50 {lat['p50']:7.2f} ms  mean {lat['mean']:7.2f} ms  "
+            f"p99 {lat['p99']:7.2f} ms  "
+            f"other work {load['other_busy_cores']:.2f} "
+            f"cores{'  STARVED: the machine had no room for this share' if starved[(memory, threads)] else ''}"
         )
     mean = {k: r["latency_ms"]["mean"] for k, r in rows.items()}
     p50 = {k: r["latency_ms"]["p50"] for k, r in rows.items()}
@@ -118,7 +123,8 @@ def main() -> None:
     parts, judged = [], []
     for name, value, by_hand, ok, not_judgeable in checks:
         parts.append(
-            f"{name} = {value:.2f} (by hand {by_hand:.2f}){' [not judgeable: starved by other work]' if not_judgeable else ''}"
+            f"{name} = {value:.2f} (by hand "
+            f"{by_hand:.2f}){' [not judgeable: starved by other work]' if not_judgeable else ''}"
         )
         if not not_judgeable:
             judged.append(ok)
@@ -127,7 +133,8 @@ def main() -> None:
     shape = "the same shape" if all(judged) else "NOT the same shape"
     parts.insert(2, f"(p50 {half_to_one:.2f} and {one_to_two:.2f})")
     print(
-        f"verdict: {', '.join(parts)}: {shape}{' where the machine had room to judge' if len(judged) < len(checks) + 1 else ''}"
+        f"verdict: {', '.join(parts)}: "
+        f"{shape}{' where the machine had room to judge' if len(judged) < len(checks) + 1 else ''}"
     )
 
 

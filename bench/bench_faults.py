@@ -173,7 +173,7 @@ def main() -> None:
         )
 
         def poison(wiring, processes):
-            for name, url in suite.outputs.queue_urls.items():
+            for url in suite.outputs.queue_urls.values():
                 for body in POISON:
                     sqs.send_message(QueueUrl=url, MessageBody=body)
             return [suite.submit(wiring, email="poison@example.com", force=True)[0]]

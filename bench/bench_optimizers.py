@@ -2,8 +2,9 @@
 
 Models: the example ResNet-18 at batch 1 (224x224), the example BERT-style encoder at batch 1
 (sequence 128) and the example detector (320x320). ONNX Runtime runs twice: with the default
-session and with the settings AYCI's tuning pass picks (`measuring/measure.tune`). For each: convert with `onnx` and `tvm` (MetaSchedule, `--trials` per model,
-records stored under the work dir), convert `tvm` a second time from the stored records, then
+session and with the settings AYCI's tuning pass picks (`measuring/measure.tune`). For each:
+convert with `onnx` and `tvm` (MetaSchedule, `--trials` per model, records stored under the
+work dir), convert `tvm` a second time from the stored records, then
 measure p50 latency of base (torch), onnx and tvm at the same thread count, each engine in its
 own child process (so one engine's idle spinning thread pool never slows another), in
 interleaved rounds (so a burst of other work on the machine hits every engine alike).
@@ -48,7 +49,8 @@ CHILD = r"""
 import json, sys, time
 import numpy as np
 sys.path.insert(0, sys.argv[1])
-engine, artifact, inputs_path, threads, iterations = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6])
+engine, artifact, inputs_path = sys.argv[2:5]
+threads, iterations = int(sys.argv[5]), int(sys.argv[6])
 settings = json.loads(sys.argv[7]) if len(sys.argv) > 7 else None
 import engines
 module = engines.module(engine)
@@ -85,18 +87,18 @@ def _model_ref(path: Path, workload: str, input_size: list[int]):
 
 def convert_all(name: str, workdir: Path, trials: int, time_limit_s: float | None) -> dict:
     """Export the example model, convert it for onnx and tvm (twice), return paths and times."""
-    from engines import ConversionJob, onnx_engine, onnx_int8_engine, tvm_engine
-    from workloads.examples import export_example
+    from bench.cache import cache_key, exported_example
+    from engines import ConversionJob, onnx_engine, onnx_int8_engine
+    from engines import tvm as tvm_engine
 
     workload, size = MODELS[name]
     model_dir = workdir / name
     model_dir.mkdir(parents=True, exist_ok=True)
-    pt2 = model_dir / "model.pt2"
-    if not pt2.exists():
-        export_example(workload, size, pt2)
+    pt2 = exported_example("model", workload, size, model_dir)  # kept while the example model is the same
     model = _model_ref(pt2, workload, size)
     cpu = tvm_engine.host_cpu_name()
-    tuning_dir = workdir / "tuning" / f"{name}-{model.sha256[:12]}-{cpu}-b1"
+    # the records of earlier searches, kept by the model's bytes, the libraries and AYCI's engine source
+    tuning_dir = workdir / "tuning" / f"{name}-{cpu}-b1-{cache_key(pt2, 'tvm-tuning', cpu, 1)}"
 
     def job(out: Path, trials_: int, tuning: Path | None):
         shutil.rmtree(out, ignore_errors=True)
@@ -157,7 +159,8 @@ def curve_artifacts(name: str, converted: dict, workdir: Path, checkpoints: list
     """TVM artifacts compiled from the first k tuning records of the run (k in `checkpoints`):
     the schedules the search had found after k measured candidates. (A search given only k
     trials would split them over the tasks differently: this is the curve of this one search.)"""
-    from engines import ConversionJob, tvm_engine
+    from engines import ConversionJob
+    from engines import tvm as tvm_engine
 
     source = Path(converted["tuning_dir"])
     model = _model_ref(Path(converted["pt2"]), converted["workload"], converted["input_size"])
@@ -201,7 +204,8 @@ def measure(name: str, converted: dict, workdir: Path, threads_list: list[int], 
     thread count once, each in its own process."""
     import numpy as np
 
-    from engines import base_engine, onnx_engine, onnx_int8_engine, tvm_engine
+    from engines import base_engine, onnx_engine, onnx_int8_engine
+    from engines import tvm as tvm_engine
     from workloads import workload_module
 
     module = workload_module(converted["workload"])
@@ -359,10 +363,12 @@ def main() -> int:
         (args.workdir / "results.json").write_text(json.dumps(results, indent=2, default=str))
 
     print(
-        f"\ntrials per model {args.trials}, {os.cpu_count()} CPUs; p50 ms, engines measured side by side in interleaved rounds"
+        f"\ntrials per model {args.trials}, {os.cpu_count()} CPUs; p50 ms, engines measured side by side in "
+        "interleaved rounds"
     )
     header = (
-        f"{'model':10} {'thr':>3} {'torch':>7} {'ort':>7} {'tuned':>7} {'tvm':>7} {'int8':>7} {'tuned/ort':>9} {'tvm/tuned':>9} {'tvm/best':>8} "
+        f"{'model':10} {'thr':>3} {'torch':>7} {'ort':>7} {'tuned':>7} {'tvm':>7} {'int8':>7} {'tuned/ort':>9} "
+        f"{'tvm/tuned':>9} {'tvm/best':>8} "
         f"{'torch/tuned':>11} {'int8/tuned':>10} {'tvm tune s':>10} {'2nd conv s':>10} {'load':>9}"
     )
     print(header)
@@ -370,10 +376,13 @@ def main() -> int:
         for threads in args.threads:
             p = r["p50_ms"][threads]
             print(
-                f"{name:10} {threads:3d} {p['base']:7.2f} {p['onnx']:7.2f} {p['onnx_tuned']:7.2f} {p['tvm']:7.2f} {p['onnx_int8']:7.2f} "
-                f"{p['onnx_tuned'] / p['onnx']:9.2f} {p['tvm'] / p['onnx_tuned']:9.2f} {p['tvm'] / min(p['onnx'], p['onnx_tuned']):8.2f} "
+                f"{name:10} {threads:3d} {p['base']:7.2f} {p['onnx']:7.2f} {p['onnx_tuned']:7.2f} {p['tvm']:7.2f} "
+                f"{p['onnx_int8']:7.2f} "
+                f"{p['onnx_tuned'] / p['onnx']:9.2f} {p['tvm'] / p['onnx_tuned']:9.2f} "
+                f"{p['tvm'] / min(p['onnx'], p['onnx_tuned']):8.2f} "
                 f"{p['base'] / p['onnx_tuned']:11.2f} "
-                f"{p['onnx_int8'] / p['onnx_tuned']:10.2f} {r['tvm']['tuning_s']:10.1f} {r['tvm_second']['wall_s']:10.1f} "
+                f"{p['onnx_int8'] / p['onnx_tuned']:10.2f} {r['tvm']['tuning_s']:10.1f} "
+                f"{r['tvm_second']['wall_s']:10.1f} "
                 f"{r['load_average']['min']:4.1f}-{r['load_average']['max']:.1f}"
             )
         details = r["tvm"]["details"]
@@ -383,24 +392,29 @@ def main() -> int:
             else ""
         )
         print(
-            f"{'':10} tvm: {details.get('trials')} trials{limited}, {details.get('tasks')} tasks, build {details.get('variant')} "
-            f"(timed at conversion: {details.get('variants_p50_ms')}), {details.get('kernels_tuned')}/{details.get('kernels')} kernels tuned"
+            f"{'':10} tvm: {details.get('trials')} trials{limited}, {details.get('tasks')} tasks, build "
+            f"{details.get('variant')} "
+            f"(timed at conversion: {details.get('variants_p50_ms')}), "
+            f"{details.get('kernels_tuned')}/{details.get('kernels')} kernels tuned"
         )
         print(f"{'':10} tuned ORT settings {r['onnx_tuned_settings']}")
         print(
-            f"{'':10} agreement onnx {r['agreement']['onnx']}, tvm {r['agreement']['tvm']}, onnx_int8 {r['agreement']['onnx_int8']}"
+            f"{'':10} agreement onnx {r['agreement']['onnx']}, tvm {r['agreement']['tvm']}, onnx_int8 "
+            f"{r['agreement']['onnx_int8']}"
         )
         if r["curve"]:
             print(f"{'':10} trials-vs-latency (first K records of this search; tuning s pro rata):")
             for k in [*sorted(r["curve"]), details["trials"]]:
                 label = f"tvm@{k}" if k in r["curve"] else "tvm"
                 cells = "  ".join(
-                    f"{threads} thr {r['p50_ms'][threads][label]:7.2f} ms = {r['p50_ms'][threads][label] / r['p50_ms'][threads]['onnx_tuned']:5.2f}x tuned ORT"
+                    f"{threads} thr {r['p50_ms'][threads][label]:7.2f} ms = "
+                    f"{r['p50_ms'][threads][label] / r['p50_ms'][threads]['onnx_tuned']:5.2f}x tuned ORT"
                     for threads in args.threads
                 )
                 layout = r["curve"][k]["variant"] if k in r["curve"] else details.get("variant")
                 print(
-                    f"{'':12} K={k:5d} (~{r['tvm']['tuning_s'] * k / max(1, details['trials']):6.0f} s, {layout}): {cells}"
+                    f"{'':12} K={k:5d} (~{r['tvm']['tuning_s'] * k / max(1, details['trials']):6.0f} s, {layout}): "
+                    f"{cells}"
                 )
     return 0
 

@@ -8,8 +8,9 @@ sizes: the mean and max absolute percentage error of the p50 and the p99, how of
 measured value fell inside the predicted interval, and how many measurements the prediction
 saved. Goal (issue 14): p50 mean error <= 5 %, max <= 15 %; p99 mean <= 10 %.
 
-    .venv/bin/python bench/bench_prediction.py [--models resnet18,nlp,detector,resnet-50,mobilenet-v2,distilbert,vit-b16]
-        [--optimizers onnx] [--time-cap 8] [--json out.json]
+    .venv/bin/python bench/bench_prediction.py
+        [--models resnet18,nlp,detector,resnet-50,mobilenet-v2,distilbert,vit-b16] [--optimizers onnx]
+        [--time-cap 8] [--json out.json]
 """
 
 from __future__ import annotations
@@ -98,7 +99,8 @@ def compare(request: RequestSubmitted, summary: dict) -> list[dict]:
     rows, refused = predict_run(predicting, predicted, anchor_results, anchor_failures, predicting.price_region)
     out = []
     for row in rows:
-        label = f"{row['combo']['hardware']}/{row['combo']['optimizer']}/b{row['combo']['batch_size']}/{row['combo']['memory_mb']}MB"
+        combo = row["combo"]
+        label = f"{combo['hardware']}/{combo['optimizer']}/b{combo['batch_size']}/{combo['memory_mb']}MB"
         actual = measured.get(label)
         if actual is None or actual.get("load", {}).get("disturbed"):
             continue
@@ -128,7 +130,8 @@ def main() -> int:
     configure_logging("console", logging.WARNING)
     reason = unavailable_reason()
     print(
-        f"confinement: {'cgroups' if reason is None else 'NONE (' + reason + '): sizes are not measured as Lambda would run them'}"
+        "confinement: "
+        f"{'cgroups' if reason is None else 'NONE (' + reason + '): sizes are not measured as Lambda would run them'}"
     )
     everything, saved, total = [], 0, 0
     with tempfile.TemporaryDirectory(prefix="ayci-bench-prediction-") as tmp:
@@ -148,8 +151,10 @@ def main() -> int:
                     )
                     continue
                 print(
-                    f"{name:>13} {row['label']:<26} {row['regime']:<16} p50 {row['p50_predicted']:8.2f} vs {row['p50_measured']:8.2f} "
-                    f"({row['p50_error']:5.1%}{'' if row['p50_inside'] else ' OUT'})  p99 {row['p99_predicted']:8.2f} vs "
+                    f"{name:>13} {row['label']:<26} {row['regime']:<16} p50 {row['p50_predicted']:8.2f} vs "
+                    f"{row['p50_measured']:8.2f} "
+                    f"({row['p50_error']:5.1%}{'' if row['p50_inside'] else ' OUT'})  p99 {row['p99_predicted']:8.2f} "
+                    "vs "
                     f"{row['p99_measured']:8.2f} ({row['p99_error']:5.1%}{'' if row['p99_inside'] else ' OUT'})",
                     flush=True,
                 )
@@ -162,7 +167,8 @@ def main() -> int:
         errors = [r[f"{stat}_error"] for r in scored]
         inside = sum(r[f"{stat}_inside"] for r in scored)
         print(
-            f"{stat}: mean abs error {statistics.mean(errors):.1%}, max {max(errors):.1%}, inside the interval {inside}/{len(scored)}"
+            f"{stat}: mean abs error {statistics.mean(errors):.1%}, max {max(errors):.1%}, inside the interval "
+            f"{inside}/{len(scored)}"
         )
     by_regime = {}
     for r in scored:

@@ -5,14 +5,15 @@ its profiler, then with it), on the example ResNet-18 (224x224, batch 1) at 1,76
     .venv/bin/python bench/bench_profile.py [--runs 30] [--repeat 3] [--tvm] [--memory 1769]
 
 `--tvm` converts the model with TVM (no tuning trials: the overhead of the VM's instrument hook
-does not depend on how well the kernels were tuned) into `.ayci/bench/tvm-b1/` once. Prints one
-row per engine: the medians over `--repeat` passes of the unprofiled and profiled p50, their
-ratio, the operators and trace events one pass records.
+does not depend on how well the kernels were tuned) into `.ayci/bench/tvm-b1-KEY/` once
+(`bench/cache.py`). Prints one row per engine: the medians over `--repeat` passes of the
+unprofiled and profiled p50, their ratio, the operators and trace events one pass records.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.cache import CACHE, cache_key  # noqa: E402
 from bench.resnet_artifact import INPUT_SIZE, resnet18_onnx  # noqa: E402
 from core.profiles import operator_rows  # noqa: E402
 from measuring.launcher import MeasureSpec, profile  # noqa: E402
@@ -29,12 +31,12 @@ def tvm_artifact(model_path: Path, cache: Path) -> Path:
     import engines
     from adapters.local_store import LocalFolderStore
     from engines import ConversionJob
-    from engines.tvm_engine import host_cpu_name
+    from engines.tvm import host_cpu_name
     from schemas.combos import Hardware
     from services.request.submission import store_model
 
-    out = cache / "tvm-b1"
-    if not (out / "model.so").exists():
+    out = cache / f"tvm-b1-{cache_key(model_path, 'tvm', 1, host_cpu_name())}"
+    if not (out / "done.json").exists():
         print("converting it with TVM (no tuning) ...", file=sys.stderr)
         out.mkdir(parents=True, exist_ok=True)
         model = store_model(LocalFolderStore(cache / "store"), model_path, "image_classification", INPUT_SIZE)
@@ -49,8 +51,8 @@ def tvm_artifact(model_path: Path, cache: Path) -> Path:
                 tuning_trials=0,
             )
         )
-        return out / conversion.artifact_file
-    return out / "model.so"
+        (out / "done.json").write_text(json.dumps({"artifact": conversion.artifact_file}))
+    return out / json.loads((out / "done.json").read_text())["artifact"]
 
 
 def main() -> None:
@@ -63,10 +65,11 @@ def main() -> None:
     artifact = resnet18_onnx()
     engines = {"base": artifact.model_path, "onnx": artifact.onnx_path}
     if args.tvm:
-        engines["tvm"] = tvm_artifact(artifact.model_path, artifact.onnx_path.parent.parent)
+        engines["tvm"] = tvm_artifact(artifact.model_path, CACHE)
     print(f"ResNet-18 224x224 b1 at {args.memory} MB, {args.runs} inferences per pass, medians of {args.repeat} passes")
     print(
-        f"{'engine':8} {'unprofiled p50 ms':>18} {'profiled p50 ms':>16} {'overhead':>9} {'operators':>10} {'trace events':>13} {'confined':>9}"
+        f"{'engine':8} {'unprofiled p50 ms':>18} {'profiled p50 ms':>16} {'overhead':>9} {'operators':>10} "
+        f"{'trace events':>13} {'confined':>9}"
     )
     for optimizer, path in engines.items():
         passes = []

@@ -282,21 +282,28 @@ def main() -> None:
     finally:
         delete_stack(prefix, empty_bucket=True)
     print(
-        f"EventBridge -> SQS: {transport['put_events_per_s']:.0f} events/s put, {transport['receive_per_s']:.0f} msg/s received ({transport['received']}/{transport['events']})"
+        f"EventBridge -> SQS: {transport['put_events_per_s']:.0f} events/s put, {transport['receive_per_s']:.0f} "
+        f"msg/s received ({transport['received']}/{transport['events']})"
     )
     print(
-        f"hop PutEvents -> received (single events): p50 {transport['hop_ms_p50']:.1f} ms, p99 {transport['hop_ms_p99']:.1f} ms"
+        f"hop PutEvents -> received (single events): p50 {transport['hop_ms_p50']:.1f} ms, p99 "
+        f"{transport['hop_ms_p99']:.1f} ms"
     )
     print(
-        f"latency within a burst of {transport['events']}: p50 {transport['burst_latency_ms_p50']:.0f} ms, p99 {transport['burst_latency_ms_p99']:.0f} ms"
+        f"latency within a burst of {transport['events']}: p50 {transport['burst_latency_ms_p50']:.0f} ms, p99 "
+        f"{transport['burst_latency_ms_p99']:.0f} ms"
     )
-    runs = ", ".join(f"{e:.1f}/{ls:.1f}" for e, ls in zip(walls["embedded_runs"], walls["localstack_runs"]))
+    runs = ", ".join(
+        f"{e:.1f}/{ls:.1f}" for e, ls in zip(walls["embedded_runs"], walls["localstack_runs"], strict=True)
+    )
     print(
         f"same small run, {len(walls['embedded_runs'])} times each in turns (embedded/LocalStack s: {runs}): "
-        f"median LocalStack {walls['localstack_s']:.1f} s vs embedded {walls['embedded_s']:.1f} s -> ratio {walls['ratio']:.2f}x"
+        f"median LocalStack {walls['localstack_s']:.1f} s vs embedded {walls['embedded_s']:.1f} s -> ratio "
+        f"{walls['ratio']:.2f}x"
     )
     print(
-        f"resubmitted 1,536-combination matrix, everything stored: embedded {walls['resubmitted_embedded_s']:.2f} s (goal <= 1), "
+        f"resubmitted 1,536-combination matrix, everything stored: embedded {walls['resubmitted_embedded_s']:.2f} s "
+        "(goal <= 1), "
         f"LocalStack {walls['resubmitted_localstack_s']:.2f} s (goal <= 3)"
     )
     verdict = "transport overhead small" if walls["ratio"] <= 1.25 else "transport overhead significant"

@@ -149,7 +149,8 @@ def main() -> int:
         if per_model:
             ok = sum(per_model.values())
             print(
-                f"{optimizer}: measured at batch 1 for {ok} of {len(per_model)} exported model x recipe ({100 * ok / len(per_model):.0f} %)"
+                f"{optimizer}: measured at batch 1 for {ok} of {len(per_model)} exported model x recipe "
+                f"({100 * ok / len(per_model):.0f} %)"
             )
     late = [
         r

@@ -1,6 +1,6 @@
 """The artifacts the measuring benchmarks share: the example ResNet-18 (224x224) exported,
 converted for ONNX Runtime, and the base model's reference outputs for batch 1. Built once
-under `.ayci/bench/` and reused."""
+under `.ayci/bench/` and reused while what they were built from is the same (`bench/cache.py`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import engines
+import engines  # noqa: E402
 from adapters.local_store import LocalFolderStore  # noqa: E402
+from bench.cache import CACHE, cache_key, exported_example  # noqa: E402
 from engines import ConversionJob  # noqa: E402
 from schemas.combos import Hardware  # noqa: E402
 from services.converter.handlers import ensure_reference  # noqa: E402
@@ -28,20 +29,15 @@ class Artifact:
     reference_path: Path
 
 
-def resnet18_onnx(cache: Path = ROOT / ".ayci" / "bench") -> Artifact:
-    from workloads.examples import export_example
-
+def resnet18_onnx(cache: Path = CACHE) -> Artifact:
     cache.mkdir(parents=True, exist_ok=True)
-    model_path = cache / "resnet18-224.pt2"
-    if not model_path.exists():
-        print("exporting the example ResNet-18 (224x224) ...", file=sys.stderr)
-        export_example("image_classification", INPUT_SIZE, model_path)
+    model_path = exported_example("resnet18-224", "image_classification", INPUT_SIZE, cache)
     store = LocalFolderStore(cache / "store")
     model = store_model(store, model_path, "image_classification", INPUT_SIZE)
-    reference_path = cache / "reference-b1.npz"
+    reference_path = cache / f"reference-b1-{cache_key(model_path, 'reference', 1)}.npz"
     if not reference_path.exists():
         reference_path.write_bytes(store.get_bytes(ensure_reference(store, model, model_path, 1, cache)))
-    onnx_dir = cache / "onnx-b1"
+    onnx_dir = cache / f"onnx-b1-{cache_key(model_path, 'onnx', 1)}"
     if not (onnx_dir / "model.onnx").exists():
         print("converting it for ONNX Runtime ...", file=sys.stderr)
         onnx_dir.mkdir(exist_ok=True)

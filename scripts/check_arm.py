@@ -3,7 +3,7 @@
 On the host: export the example image classifier, convert it for arm with `onnx` and `tvm`
 (cross-compiled aarch64 `model.so`), and compute the reference outputs with x86 `base`. Then
 an emulated aarch64 Python loads the artifacts with `engines.onnx_engine.load` and
-`engines.tvm_engine.load` (the same code the workers run) and runs the same inputs; the outputs
+`engines.tvm.load` (the same code the workers run) and runs the same inputs; the outputs
 must agree with the reference. With `--base`, `base` itself (torch's aarch64 wheel) runs too.
 
     python scripts/check_arm.py [--input-size 224 224] [--trials 0] [--base] [--workdir DIR]
@@ -63,7 +63,8 @@ def check_arm(
 ) -> dict:
     """Convert for arm on the host, run under emulation, compare with x86 `base`. Returns a summary
     with `ok` (every engine agreed: top-1 equal and max abs diff under 1e-3)."""
-    from engines import ConversionJob, base_engine, onnx_engine, tvm_engine
+    from engines import ConversionJob, base_engine, onnx_engine
+    from engines import tvm as tvm_engine
     from engines.arm_emulation import arm_available, run_arm_python
     from schemas.combos import ModelRef
     from workloads import workload_module

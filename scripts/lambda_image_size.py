@@ -108,7 +108,8 @@ def main(argv: list[str]) -> None:
         print(json.dumps(figures, indent=2))
         return
     print(
-        f"requirements.txt installs {figures['distributions']} distributions: {figures['wheels_mb']:,} MB (measured here, Python {figures['python']}, x86_64)"
+        f"requirements.txt installs {figures['distributions']} distributions: {figures['wheels_mb']:,} MB (measured "
+        f"here, Python {figures['python']}, x86_64)"
     )
     for name, size in figures["largest_mb"].items():
         print(f"  {name:<24} {size:>6,} MB")
@@ -116,7 +117,8 @@ def main(argv: list[str]) -> None:
     for what, size in figures["stated_mb"].items():
         print(f"{what}: ~{size} MB")
     print(
-        f"estimated image: ~{figures['estimated_image_mb']:,} MB uncompressed per architecture (Lambda allows {figures['lambda_limit_mb']:,} MB)"
+        f"estimated image: ~{figures['estimated_image_mb']:,} MB uncompressed per architecture (Lambda allows "
+        f"{figures['lambda_limit_mb']:,} MB)"
     )
 
 

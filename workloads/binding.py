@@ -56,9 +56,11 @@ def role_of(spec: TensorSpec) -> str | None:
         return ATTENTION_MASK
     if integer and re.search(r"ids|token|input|word", name):
         return TOKEN_IDS
-    if spec.dtype.startswith(("float", "bfloat")) and (spec.dims is None or len(spec.dims) == 4):
-        if re.search(r"pixel|image|img|input|^x$|^data$", name) or (spec.dims is not None and len(spec.dims) == 4):
-            return IMAGE
+    floats = spec.dtype.startswith(("float", "bfloat")) and (spec.dims is None or len(spec.dims) == 4)
+    if floats and (
+        re.search(r"pixel|image|img|input|^x$|^data$", name) or (spec.dims is not None and len(spec.dims) == 4)
+    ):
+        return IMAGE
     return None
 
 
@@ -100,7 +102,8 @@ def bind(
     if unbound:
         described = ", ".join(f"{s.name} ({s.dtype} {s.shape_text()})" for s in unbound)
         raise BindingError(
-            f"the model's input{'s' if len(unbound) > 1 else ''} {described} match{'' if len(unbound) > 1 else 'es'} none of "
+            f"the model's input{'s' if len(unbound) > 1 else ''} {described} match{'' if len(unbound) > 1 else 'es'} "
+            "none of "
             f"{workload}'s inputs ({', '.join(provided) or 'none'}) by name, role or position; "
             "give your own example inputs (--inputs FILE.npz, one array per model input)"
         )

@@ -41,7 +41,8 @@ def check_npz(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
             raise BadInputs(f"array {name} has dtype {value.dtype}: only numbers and booleans are accepted")
         if value.ndim == 0 or value.shape[0] == 0:
             raise BadInputs(
-                f"array {name} has shape {list(value.shape)}: each array needs a batch axis (axis 0) with at least one sample"
+                f"array {name} has shape {list(value.shape)}: "
+                "each array needs a batch axis (axis 0) with at least one sample"
             )
         batches.add(value.shape[0])
     if len(batches) > 1:

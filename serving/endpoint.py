@@ -53,9 +53,8 @@ class Endpoint:
         self.models = {m.name: m for m in models}
         too_big = [m for m in models if m.memory_mb > budget_mb]
         if too_big:
-            raise ValueError(
-                f"memory budget {budget_mb} MB: {', '.join(f'{m.name} needs {m.memory_mb} MB' for m in too_big)} per worker"
-            )
+            needs = ", ".join(f"{m.name} needs {m.memory_mb} MB" for m in too_big)
+            raise ValueError(f"memory budget {budget_mb} MB: {needs} per worker")
         self.budget = MemoryBudget(budget_mb)
         self.policy = policy
         self.max_queue = max_queue

@@ -6,8 +6,8 @@ our own handler with a real Lambda event and context.
   size: `fill_moto_gaps` applies the storage, and refuses sizes above `max_memory_mb` with
   Lambda's `InvalidParameterValueException` (an account limited to 3,008 MB gets it so).
 - moto runs `Invoke` in Docker: `run_invocations_in_process` answers a client's `Invoke`
-  before it is sent (botocore's `before-call`, which can stand in for the response), calling `handler(event, context)` in this
-  process with the invoked version's memory size in the context and in
+  before it is sent (botocore's `before-call`, which can stand in for the response), calling
+  `handler(event, context)` in this process with the invoked version's memory size in the context and in
   `AWS_LAMBDA_FUNCTION_MEMORY_SIZE`, as the Lambda runtime sets them. The request still goes
   through botocore's parameter validation and serialization, and is recorded by
   `adapters/aws_calls.py`.
@@ -58,7 +58,8 @@ def fill_moto_gaps(monkeypatch, max_memory_mb: int = 10240) -> None:
         memory = config_updates.get("MemorySize")
         if memory is not None and memory > max_memory_mb:
             raise InvalidParameterValueException(
-                f"'MemorySize' value failed to satisfy constraint: Member must have value less than or equal to {max_memory_mb}"
+                "'MemorySize' value failed to satisfy constraint: "
+                f"Member must have value less than or equal to {max_memory_mb}"
             )
         if "EphemeralStorage" in config_updates:
             self.ephemeral_storage = config_updates["EphemeralStorage"]["Size"]

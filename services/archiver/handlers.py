@@ -10,9 +10,10 @@ N have arrived, so an arrival costs a few store calls whatever the run's size
 deadline (the missing ones failed as never reported), or at once when its request or plan was
 dead-lettered (`RunDeadlineReached` with a reason). One unreadable result fails only its
 combination. The results the run measured are kept in one pack of the model
-(`result-packs/`, `core/results.py`) for later resubmissions. Only the archiver whose conditional write of the summary succeeds announces
-`RunArchived`; if it dies before publishing, the redelivered event announces again with the
-same id, so the email is neither lost nor sent twice.
+(`result-packs/`, `core/results.py`) for later resubmissions. Only the archiver whose
+conditional write of the summary succeeds announces `RunArchived`; if it dies before
+publishing, the redelivered event announces again with the same id, so the email is neither
+lost nor sent twice.
 """
 
 from __future__ import annotations

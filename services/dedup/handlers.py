@@ -1,12 +1,13 @@
 """Dedup: expands a request into combinations and skips what is already known.
 
 For each combination: a stored result (from the model's result packs, else
-`results/{combo key}.json` by key, `core/results.py`) is reused unless the request forces a new measurement (all of them in a few `CombosReused` events,
-the documents read for each kept in one bundle, `runs/{run id}/reused/{part}.json`, so the
-archiver reads them at once); a stored artifact (`artifacts/{artifact key}/
-manifest.json`) skips conversion; everything else goes to the converter. It also tells the
-archiver what to wait for (`RunPlanned`). With `predict`, each (hardware, optimizer, batch)
-measures up to three anchor sizes and the archiver predicts the others (`core/lambda_model/prediction.py`).
+`results/{combo key}.json` by key, `core/results.py`) is reused unless the request forces a
+new measurement (all of them in a few `CombosReused` events, the documents read for each kept
+in one bundle, `runs/{run id}/reused/{part}.json`, so the archiver reads them at once); a
+stored artifact (`artifacts/{artifact key}/manifest.json`) skips conversion; everything else
+goes to the converter. It also tells the archiver what to wait for (`RunPlanned`). With
+`predict`, each (hardware, optimizer, batch) measures up to three anchor sizes and the archiver
+predicts the others (`core/lambda_model/prediction.py`).
 """
 
 from __future__ import annotations

@@ -48,7 +48,8 @@ def test_a_fixed_batch_is_stopped_by_the_plan_with_the_reason(app, tmp_path):
     for failure in summary["failures"]:
         assert failure["stage"] == "plan" and failure["combo"]["batch_size"] == 4
         assert failure["reason"].startswith(
-            "ids, mask and token_type_ids have a fixed batch of 2: batch 4 cannot run; export with a dynamic batch dimension"
+            "ids, mask and token_type_ids have a fixed batch of 2: batch 4 cannot run; "
+            "export with a dynamic batch dimension"
         )
     # no worker saw them: nothing converted or measured for batch 4
     assert not any("/b4/" in k for k in app.store.list_keys("processed/inference/"))

@@ -149,9 +149,8 @@ def test_measurement_lock_excludes_conversion_and_measurement(tmp_path, monkeypa
         assert holder.stdout.readline().strip() == "held"
         with measurement_lock.shared(timeout_s=1) as waited:  # conversions share it
             assert waited < 1
-        with pytest.raises(measurement_lock.LockTimeout):  # a measurement waits for them
-            with measurement_lock.exclusive(timeout_s=0.2):
-                pass
+        with pytest.raises(measurement_lock.LockTimeout), measurement_lock.exclusive(timeout_s=0.2):
+            pass  # a measurement waits for them
     finally:
         holder.kill()
         holder.wait()
@@ -188,9 +187,8 @@ def test_a_waiting_measurement_goes_before_new_conversions(tmp_path, monkeypatch
         waiting = threading.Thread(target=measurement)
         waiting.start()
         time.sleep(0.5)  # the measurement now waits for the running conversion
-        with pytest.raises(measurement_lock.LockTimeout):  # a new conversion does not get in before it
-            with measurement_lock.shared(timeout_s=0.5):
-                pass
+        with pytest.raises(measurement_lock.LockTimeout), measurement_lock.shared(timeout_s=0.5):
+            pass  # a new conversion does not get in before it
         holder.stdin.write("done\n")
         holder.stdin.flush()
         waiting.join(timeout=30)

@@ -141,7 +141,8 @@ def test_bad_matrix_is_rejected(matrix):
         '{"detail": []}',
         '"text"',
         # a v1 request missing the fields its upcaster reads
-        '{"event_id": "e", "type": "RequestSubmitted", "schema_version": 1, "run_id": "r", "time": "2026-01-01T00:00:00Z", "producer": "x", "payload": {"model": {}}}',
+        '{"event_id": "e", "type": "RequestSubmitted", "schema_version": 1, "run_id": "r", '
+        '"time": "2026-01-01T00:00:00Z", "producer": "x", "payload": {"model": {}}}',
     ],
 )
 def test_a_malformed_message_body_is_a_schema_error_never_a_crash(body):

@@ -37,6 +37,7 @@ PT2_MAX_MEMBERS = 100_000  # a large language model has a few thousand tensors
 CONFIG_MAX_BYTES = 64 << 20  # a weights or constants config (a few hundred bytes per tensor)
 PROGRAM_MAX_BYTES = 256 << 20  # models/<name>.json
 SAMPLE_INPUTS_MAX_BYTES = 64 << 20
+PICKLE_MAX_BYTES = 16 << 20  # the example inputs' pickle itself (their tensors' bytes are beside it)
 EXPR_MAX_CHARS = 4096
 EXPR_MAX_NODES = 512
 MAX_EXPONENT = 64  # sympy evaluates powers and shifts of integers at once: 9**9**9 never ends
@@ -255,21 +256,28 @@ def _check_tensor_pickle(data: bytes, name: str) -> None:
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as inner:
             pickles = [i for i in inner.infolist() if i.filename.endswith("data.pkl")]
-            if len(pickles) != 1 or pickles[0].file_size > SAMPLE_INPUTS_MAX_BYTES:
+            if len(pickles) != 1 or pickles[0].file_size > PICKLE_MAX_BYTES:
                 raise NotAModelError(f"the .pt2 archive's {name} is not one torch.save pickle of tensors")
-            ops = list(pickletools.genops(inner.read(pickles[0])))
+            pickled = inner.read(pickles[0])
     except (zipfile.BadZipFile, ValueError, EOFError) as exc:
         raise NotAModelError(f"the .pt2 archive's {name} is not a torch.save file of tensors ({exc})") from exc
-    for op, arg, _ in ops:
-        if op.name in _CALLING_OPCODES:
-            raise NotAModelError(f"the .pt2 archive's {name} builds objects ({op.name}): only tensors are accepted")
-        if op.name == "GLOBAL":
-            module, _, attr = str(arg).partition(" ")
-            if not (
-                (module, attr) in _TENSOR_GLOBALS
-                or (module == "torch" and (_TENSOR_STORAGE.fullmatch(attr) or _TORCH_DTYPE.fullmatch(attr)))
-            ):
-                raise NotAModelError(f"the .pt2 archive's {name} names {module}.{attr}: only tensors are accepted")
+    try:
+        for op, arg, _ in pickletools.genops(pickled):
+            _check_opcode(op.name, arg, name)
+    except (ValueError, EOFError) as exc:  # not a pickle pickletools can read
+        raise NotAModelError(f"the .pt2 archive's {name} is not a torch.save file of tensors ({exc})") from exc
+
+
+def _check_opcode(opcode: str, arg, name: str) -> None:
+    if opcode in _CALLING_OPCODES:
+        raise NotAModelError(f"the .pt2 archive's {name} builds objects ({opcode}): only tensors are accepted")
+    if opcode == "GLOBAL":
+        module, _, attr = str(arg).partition(" ")
+        if not (
+            (module, attr) in _TENSOR_GLOBALS
+            or (module == "torch" and (_TENSOR_STORAGE.fullmatch(attr) or _TORCH_DTYPE.fullmatch(attr)))
+        ):
+            raise NotAModelError(f"the .pt2 archive's {name} names {module}.{attr}: only tensors are accepted")
 
 
 def _check_program(program, name: str) -> None:

@@ -107,11 +107,13 @@ def print_profile_tables(tables: list[dict], console) -> None:
         console.print(table)
         for o in entry["optimizers"]:
             top = ", ".join(
-                f"{r['op_type']}{'' if r['name'] == r['op_type'] else ' ' + r['name']} {r['total_ms']:.2f} ms x{r['calls']:g}"
+                f"{r['op_type']}{'' if r['name'] == r['op_type'] else ' ' + r['name']} "
+                f"{r['total_ms']:.2f} ms x{r['calls']:g}"
                 for r in o["top"]
             )
+            note = f" ({o['trace_note']})" if o["trace_note"] else ""
             console.print(
-                f"  {o['optimizer']}: trace {o['trace']}{' (' + o['trace_note'] + ')' if o['trace_note'] else ''}; top: {top}",
+                f"  {o['optimizer']}: trace {o['trace']}{note}; top: {top}",
                 markup=False,
                 soft_wrap=True,
             )

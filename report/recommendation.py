@@ -2,9 +2,9 @@
 
 Candidates are the measured results that may be recommended: timed natively (never under
 emulation), as Lambda would run them (confined to the memory size, with the vCPUs it gives:
-never host-limited), undisturbed by other work, costed, agreeing with `base` within the run's threshold and meeting its p99 SLO,
-if it has one. Every other result is listed under `excluded` with the reason. Among the
-candidates:
+never host-limited), undisturbed by other work, costed, agreeing with `base` within the run's
+threshold and meeting its p99 SLO, if it has one. Every other result is listed under
+`excluded` with the reason. Among the candidates:
 - `fastest`: the lowest p99;
 - `cheapest`: the lowest cost per million inferences;
 - `balanced`: the lowest `w * cost' + (1 - w) * p99'`, where cost' and p99' are normalised
@@ -73,13 +73,19 @@ def exclusion(result: dict, *, slo_p99_ms: float | None, min_agreement: float) -
         return f"unconfined: not measured as Lambda would run it ({result.get('confinement_reason')})"
     load = result.get("load") or {}
     if load.get("disturbed"):
-        return f"disturbed: other work used {load.get('other_busy_cores', 0):.1f} cores while it was measured; measure again"
+        return (
+            f"disturbed: other work used {load.get('other_busy_cores', 0):.1f} cores while it was measured; "
+            "measure again"
+        )
     agreement = (result.get("agreement") or {}).get("score")
     if agreement is None:
         return "no agreement with base was measured"
     if agreement < min_agreement:
         metric = result["agreement"].get("metric", "agreement")
-        return f"agrees with base only {agreement:.4f} ({metric}), below the threshold {min_agreement}{divergence_detail(result)}"
+        return (
+            f"agrees with base only {agreement:.4f} ({metric}), below the threshold {min_agreement}"
+            f"{divergence_detail(result)}"
+        )
     if not (result.get("cost") or {}).get("per_million_inferences_usd"):
         return "no cost (no price for it)"
     if slo_p99_ms is not None and result["latency_ms"]["p99"] > slo_p99_ms:
@@ -145,9 +151,12 @@ def with_break_even(results: list[dict], region: str) -> list[dict]:
     for result in results:
         c = result["combo"]
         where = (c["hardware"], c["batch_size"], c["memory_mb"])
-        if c["optimizer"] not in TUNED_OPTIMIZERS and not result.get("predicted"):
-            if where not in untuned or result["latency_ms"]["p50"] < untuned[where]["latency_ms"]["p50"]:
-                untuned[where] = result
+        if (
+            c["optimizer"] not in TUNED_OPTIMIZERS
+            and not result.get("predicted")
+            and (where not in untuned or result["latency_ms"]["p50"] < untuned[where]["latency_ms"]["p50"])
+        ):
+            untuned[where] = result
     out, table = [], load_prices()  # once, not twice per tuned result
     for result in results:
         c = result["combo"]

@@ -30,13 +30,15 @@ def traffic_lines(summary: dict) -> list[str]:
     except TrafficError as exc:
         return [f"Under your traffic: {exc}"]
     lines = [
-        f"Under your traffic ({profile['rps']:g} req/s, {profile['pattern']}, idle timeout {profile['idle_timeout_s']:g} s, "
+        f"Under your traffic ({profile['rps']:g} req/s, {profile['pattern']}, "
+        f"idle timeout {profile['idle_timeout_s']:g} s, "
         f"{profile['duration_s'] / 86400:g} days; simulated):"
     ]
     for row in report["rows"]:
         for option in row["options"]:
             lines.append(
-                f"  {row['combination']} {option['option']}: cold starts {option['cold_share']:.2%}, p99 {option['p99_ms']:.1f} ms "
+                f"  {row['combination']} {option['option']}: cold starts {option['cold_share']:.2%}, "
+                f"p99 {option['p99_ms']:.1f} ms "
                 f"with them, ${option['bill_usd']:.2f}"
             )
     lines.append(f"  cheapest{' meeting the SLO' if slo else ''}: {report['recommended'] or 'none'}")
@@ -127,7 +129,8 @@ def email_message(summary: dict, results_url: str) -> dict[str, str]:
         f"<p>{e(headline)}<br>{e(model_line)}</p>"
         f"<h3>Recommendation</h3><ul>{rec_html}</ul>"
         f"{traffic_html}"
-        f'<table style="border-collapse:collapse;font-size:13px"><thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>'
+        f'<table style="border-collapse:collapse;font-size:13px">'
+        f"<thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>"
         f"{fail_html}"
         f'<p><a href="{e(results_link)}">Results: {e(results_link)}</a><br>'
         f'<a href="{e(page_link)}">On the page: {e(page_link)}</a></p>'

@@ -107,7 +107,8 @@ def _notes(result: dict) -> list[str]:
         notes.append("emulated: timings not real, not costed")
     if result.get("host_limited"):
         notes.append(
-            f"host-limited: needs {result.get('vcpus') or 0:.1f} vCPUs, host has {result.get('vcpus_available')}; not costed"
+            f"host-limited: needs {result.get('vcpus') or 0:.1f} vCPUs, "
+            f"host has {result.get('vcpus_available')}; not costed"
         )
     if (result.get("latency_ms") or {}).get("p99_estimate"):
         notes.append(f"p99 an estimate ({result['latency_ms'].get('p99_samples')} samples)")

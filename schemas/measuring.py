@@ -30,6 +30,9 @@ class MeasureRequest(BaseModel):
     memory_mb: int = Field(ge=128, le=10240)
     time_cap_s: float = Field(gt=0)
     min_iterations: int = Field(ge=1)
+    # a profiled pass instead of a measurement: the measured result (`MeasuredResult`) to profile;
+    # the function stores the profile and its trace next to the result and answers the profile's key
+    profile_of: dict[str, Any] | None = None
 
 
 class MeasureAnswer(BaseModel):

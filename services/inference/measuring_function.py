@@ -22,6 +22,7 @@ import structlog
 
 from core.ports import NotFound, ObjectStore
 from measuring.launcher import MeasurementFailed, MeasureSpec, measure
+from schemas import keys
 from schemas.measuring import MeasureAnswer, MeasureRequest
 
 log = structlog.get_logger()
@@ -43,6 +44,8 @@ def measure_in_this_function(
         return MeasureAnswer(
             failed=f"this measuring function has {memory_limit_mb} MB, the combination asks for {request.memory_mb} MB"
         )
+    if request.profile_of is not None:
+        return profile_in_this_function(request, store, work_root=work_root)
     with tempfile.TemporaryDirectory(dir=work_root, prefix="combination-") as tmp:
         work = Path(tmp)
         artifact, reference = work / request.artifact_file, work / "reference.npz"
@@ -83,3 +86,24 @@ def measure_in_this_function(
     report["function_handler_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     bound.info("measurement_done", p99_ms=round(report["latency_ms"]["p99"], 2), confined=report.get("confined"))
     return MeasureAnswer(report=report)
+
+
+def profile_in_this_function(
+    request: MeasureRequest, store: ObjectStore, *, work_root: Path | None = None
+) -> MeasureAnswer:
+    """The profiled pass of `request.profile_of` (a measured result) here, in a function of its
+    size, as it was measured: the user's model runs in the measuring function, never in the
+    inference function. Stores the profile and its trace next to the result; answers the
+    profile's key, or the reason it failed."""
+    from services.inference.profiling import profile_result
+
+    result = request.profile_of
+    bound = log.bind(run_id=request.run_id, combo_key=request.combo_key, combo=request.combo_label)
+    try:
+        document = profile_result(store, result, work_root=work_root)
+    except MeasurementFailed as exc:
+        bound.warning("profile_failed", reason=exc.reason)
+        return MeasureAnswer(failed=exc.reason)
+    except NotFound as exc:
+        return MeasureAnswer(failed=f"{exc.args[0]} is not in the bucket (the artifact or the reference outputs)")
+    return MeasureAnswer(report={"profile_key": keys.profile(document.combo_key, document.run_id)})

@@ -29,6 +29,7 @@ from schemas.documents import ArtifactManifest, CombinationProfile
 log = structlog.get_logger()
 
 PROFILE_RUNS = 20  # profiled inferences per pass (and as many unprofiled, for the overhead)
+PROFILE_TIME_CAP_S = 4.0  # warm time of a pass's unprofiled half
 
 
 def fetch_measured(store: ObjectStore, result: dict, work: Path) -> tuple[Path, Path]:
@@ -50,13 +51,14 @@ def profile_result(
     result: dict,
     *,
     runs: int = PROFILE_RUNS,
-    time_cap_s: float = 4.0,
+    time_cap_s: float = PROFILE_TIME_CAP_S,
     trace_max_events: int | None = None,
+    work_root: Path | None = None,
 ) -> CombinationProfile:
     """Profile one measured combination confined as it was measured; store its trace and profile."""
     combo, model, label = result["combo"], result["model"], combination_label(result)
     bound = log.bind(run_id=result["run_id"], combo_key=result["combo_key"], combo=label)
-    with tempfile.TemporaryDirectory(prefix="ayci-profile-") as tmp:
+    with tempfile.TemporaryDirectory(dir=work_root, prefix="ayci-profile-") as tmp:
         artifact, reference = fetch_measured(store, result, Path(tmp))
         spec = MeasureSpec(
             optimizer=combo["optimizer"],

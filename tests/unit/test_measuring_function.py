@@ -7,6 +7,8 @@ to their role by `infra/template.yaml`."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import boto3
 import pytest
 from moto import mock_aws
@@ -21,10 +23,10 @@ from engines import ConversionJob
 from infra.stack import TEMPLATE
 from schemas import keys
 from schemas.combos import Combo, Hardware, combo_key, reference_key
-from schemas.documents import MeasuredResult
-from schemas.events import ComboFailed, Envelope, InferenceDone, ModelConverted
+from schemas.documents import ArtifactManifest, CombinationProfile, MeasuredResult
+from schemas.events import ComboFailed, Envelope, InferenceDone, ModelConverted, ProfileRequested
 from services.converter.handlers import ensure_reference
-from services.inference.handlers import InferenceDeps, on_model_converted
+from services.inference.handlers import InferenceDeps, on_model_converted, on_profile_requested
 from services.request.submission import store_model
 from tests.conftest import TINY_IMAGE_SIZE
 from tests.iam_roles import Deployment, not_granted
@@ -90,6 +92,10 @@ def aws(monkeypatch, tmp_path, converted):
         monkeypatch.setenv(CALLER_ENV, "test")
         store.put_file(keys.artifact_file("art1", "model.onnx"), converted["artifact"])
         store.put_file(keys.reference(reference_key(model, 1)), converted["reference"])
+        manifest = ArtifactManifest(
+            artifact_file="model.onnx", optimizer="onnx", hardware="intel", target_cpu="x86_64", conversion_s=1.0
+        )
+        store.put_bytes(keys.manifest("art1"), manifest.to_bytes())
         monkeypatch.setenv(CALLER_ENV, "inference-intel")
         functions = LambdaSizes({"intel": INTEL, "arm": ARM}, BUCKET)
         deps = InferenceDeps(
@@ -171,6 +177,32 @@ def test_each_size_is_measured_in_a_function_of_that_size_and_every_call_is_gran
     assert keys.artifact_file("a", "f").startswith("artifacts/") and keys.reference("r").startswith(
         "references/"
     )  # its granted prefixes
+
+
+def test_the_profiled_pass_runs_in_the_measuring_function_and_every_call_is_granted(aws):
+    """The profile pass runs the user's model: in the measuring function of its size, as its
+    measurement did, never in the 256 MB inference function (whose role cannot write a trace
+    anyway); the measuring function stores the profile and the trace next to the result."""
+    (done,) = on_model_converted(converted_event(aws["model"], 1769), aws["deps"])
+    result = MeasuredResult.read(aws["store"].get_bytes(done.result_key))
+    deps = dataclasses.replace(aws["deps"], profile=lambda *_, **__: pytest.fail("profiled in the inference function"))
+    requested = ProfileRequested(combo=result.combo, combo_key=result.combo_key, result_key=done.result_key)
+    assert on_profile_requested(Envelope.wrap(requested, run_id="r2", producer="request"), deps) == []
+    profile = CombinationProfile.read(aws["store"].get_bytes(keys.profile(result.combo_key, result.run_id)))
+    assert profile.runs > 0 and profile.operators and profile.confined
+    assert aws["store"].exists(profile.trace_key)
+    measuring = recorded(aws["calls"]["measuring"])
+    writes = {c.resource.split("/", 1)[1] for c in measuring if c.action == "s3:PutObject"}
+    assert writes == {
+        keys.profile(result.combo_key, result.run_id),
+        keys.profile_trace(result.combo_key, result.run_id),
+    }
+    inference = recorded(aws["calls"]["inference"])
+    assert not any(
+        c.resource.endswith((".profile.json", ".trace.json")) for c in inference if c.action == "s3:PutObject"
+    )
+    deployment = Deployment("ayci", "us-east-1", "123456789012")
+    assert not_granted(deployment, measuring | inference) == []
 
 
 def test_a_size_the_account_is_not_offered_fails_its_combination_before_anything_is_made(aws):

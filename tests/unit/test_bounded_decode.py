@@ -231,22 +231,23 @@ def test_endpoint_bombs_are_refused_with_the_reason_and_small_bodies_served(bomb
         with PeakRss() as rss:
             refused = httpx.post(url, content=bomb, timeout=60)
         assert refused.status_code == 413 and "953.7 MB of arrays; at most 64.0 MB" in refused.json()["detail"]
-        assert time.perf_counter() - started < 2.0 and rss.growth_mb < 100, (rss.growth_mb, refused.text)
+        elapsed = time.perf_counter() - started
+        assert elapsed < 5.0 and rss.growth_mb < 100, (elapsed, rss.growth_mb, refused.text)
         for body in (npy_header(HUGE_SHAPE), zipped({"x.npy": npy_header(HUGE_SHAPE)})):
-            huge = httpx.post(url, content=body)
+            huge = httpx.post(url, content=body, timeout=60)
             assert huge.status_code == 413 and "1.35e+16 bytes" in huge.json()["detail"], huge.text
         deep = b'{"inputs": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
-        nested = httpx.post(url, content=deep, headers={"content-type": "application/json"})
+        nested = httpx.post(url, content=deep, headers={"content-type": "application/json"}, timeout=60)
         assert nested.status_code == 400 and "nested too deep" in nested.json()["detail"]
         eighteen_axes = b'{"inputs": {"x": ' + b"[" * 18 + b"1.0" + b"]" * 18 + b"}}"  # parses; no tensor has them
-        too_many_axes = httpx.post(url, content=eighteen_axes, headers={"content-type": "application/json"})
+        too_many_axes = httpx.post(url, content=eighteen_axes, headers={"content-type": "application/json"}, timeout=60)
         assert (
             too_many_axes.status_code == 400 and too_many_axes.json()["detail"] == "input x: nested deeper than 16 axes"
         )
         many = b'{"inputs": [' + b"0," * (3 << 20) + b"0]}"  # 6 MB of JSON, 3 million values
-        counted = httpx.post(url, content=many, headers={"content-type": "application/json"})
+        counted = httpx.post(url, content=many, headers={"content-type": "application/json"}, timeout=60)
         assert counted.status_code == 413 and "send .npy/.npz" in counted.json()["detail"]
-        pickled = httpx.post(url, content=npz(x=np.array([None], dtype=object)))
+        pickled = httpx.post(url, content=npz(x=np.array([None], dtype=object)), timeout=60)
         assert pickled.status_code == 400 and "object arrays" in pickled.json()["detail"]
         x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
         served = httpx.post(url, content=npz(x=x), timeout=60)
@@ -272,7 +273,7 @@ def test_endpoint_decodes_off_the_event_loop_and_answers_oom_with_413(tmp_path, 
     monkeypatch.setattr(serving_app, "decode", recorded)
     with endpoint_at(tmp_path) as url:
         assert httpx.post(url, content=npy(np.zeros((1, 3, 8, 8), np.float32)), timeout=60).status_code == 200
-        out_of_memory = httpx.post(url, content=b"OOM", headers={"content-type": "application/json"})
+        out_of_memory = httpx.post(url, content=b"OOM", headers={"content-type": "application/json"}, timeout=60)
     assert out_of_memory.status_code == 413 and "ran out of memory" in out_of_memory.json()["detail"]
     assert len(threads) == 2 and "event loop" not in threads and "endpoint-http" not in threads
 

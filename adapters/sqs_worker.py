@@ -24,7 +24,7 @@ import structlog
 from aiobotocore.session import get_session
 
 from adapters.aws import envelope_from_sqs_body
-from adapters.aws_calls import record_calls
+from adapters.aws_calls import acting_as, record_calls
 from core.ports import ObjectStore
 from core.runtime import LoggedPublisher, ServiceRunner, dead_letter_failure
 from schemas import keys
@@ -148,6 +148,10 @@ class DeadLetterWatcher:
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def run(self) -> None:
+        with acting_as("dead-letters"):  # on AWS the dead-letter function does this, with a role of its own
+            await self._watch()
+
+    async def _watch(self) -> None:
         async with get_session().create_client("sqs") as sqs:
             record_calls(sqs)
             urls = {

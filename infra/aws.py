@@ -28,7 +28,7 @@ from typing import Any
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError, WaiterError
 
-from infra.stack import STACK_TIMEOUT_S, empty_bucket_objects
+from infra.stack import STACK_TIMEOUT_S, empty_bucket_objects, template_body
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "infra" / "template.yaml"
@@ -287,7 +287,7 @@ def create_change_set(cfn, options: DeployOptions, images: Images, stack: dict |
         StackName=options.stack,
         ChangeSetName=name,
         ChangeSetType=kind,
-        TemplateBody=TEMPLATE.read_text(),
+        TemplateBody=template_body(),
         Parameters=parameters(options, images, stack),
         Capabilities=["CAPABILITY_IAM"],
         Tags=[{"Key": STACK_TAG, "Value": options.stack}],

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from adapters.aws_calls import CALLER_ENV
 from core.topology import SERVICES
 from infra.stack import StackOutputs, deploy_stack
 
@@ -63,10 +64,13 @@ class ServiceProcesses:
         self.specs[name] = (service, list(args or []))
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_dir / f"{name}.log", "ab")
+        # the function this process stands for on AWS, for the record of its AWS calls (adapters/aws_calls.py)
+        args = list(args or [])
+        caller = f"{service}-{args[args.index('--hardware') + 1]}" if "--hardware" in args else service
         process = subprocess.Popen(
-            [sys.executable, "-m", f"services.{service}", *(args or [])],
+            [sys.executable, "-m", f"services.{service}", *args],
             cwd=REPO_ROOT,
-            env=self.env,
+            env={**self.env, CALLER_ENV: caller},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -15,6 +15,7 @@ The AWS commands are `infra/aws.py`.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,6 +26,41 @@ import boto3
 from botocore.exceptions import ClientError, WaiterError
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "infra" / "template.yaml"
+TEMPLATE_BODY_MAX_BYTES = 51_200  # CloudFormation's limit on a TemplateBody (beyond it, a template in S3)
+
+
+def template_body() -> str:
+    """`infra/template.yaml` as CloudFormation gets it: compact JSON (the YAML's comments and
+    indentation would take it past `TEMPLATE_BODY_MAX_BYTES`), the short forms of the
+    intrinsic functions (`!Sub`, `!GetAtt A.B`...) written out (`Fn::Sub`, `Fn::GetAtt`...)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def intrinsic(loader: yaml.SafeLoader, tag: str, node: yaml.Node) -> dict:
+        if isinstance(node, yaml.ScalarNode):
+            value: Any = loader.construct_scalar(node)
+        elif isinstance(node, yaml.SequenceNode):
+            value = loader.construct_sequence(node, deep=True)
+        else:
+            value = loader.construct_mapping(node, deep=True)
+        if tag == "Ref":
+            return {"Ref": value}
+        if tag == "GetAtt" and isinstance(value, str):
+            value = value.split(".", 1)
+        return {f"Fn::{tag}": value}
+
+    Loader.add_multi_constructor("!", intrinsic)
+    body = json.dumps(yaml.load(TEMPLATE.read_text(), Loader=Loader), separators=(",", ":"))
+    if len(body.encode()) > TEMPLATE_BODY_MAX_BYTES:
+        raise RuntimeError(
+            f"infra/template.yaml is {len(body.encode()):,} bytes as compact JSON, over CloudFormation's "
+            f"{TEMPLATE_BODY_MAX_BYTES:,}"
+        )
+    return body
+
+
 DEFAULT_SENDER = "ayci@example.com"
 STACK_TIMEOUT_S = 3600  # how long a stack's create, update or delete may take
 
@@ -65,7 +101,7 @@ def deploy_stack(
     }
     request: dict[str, Any] = {
         "StackName": stack_name,
-        "TemplateBody": TEMPLATE.read_text(),
+        "TemplateBody": template_body(),
         "Parameters": [{"ParameterKey": k, "ParameterValue": v} for k, v in params.items()],
         "Capabilities": ["CAPABILITY_IAM"],
     }

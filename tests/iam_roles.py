@@ -12,9 +12,6 @@ from functools import cache
 from adapters.aws_calls import Call
 from infra.stack import TEMPLATE
 
-# the local processes of the real path stand for these functions (`infra/localstack.py`): the
-# archiver process also watches every DLQ, as the dead-letter function does on AWS
-PROCESS_FUNCTIONS = {"archiver": ("archiver", "dead-letters")}
 
 
 @cache
@@ -130,12 +127,11 @@ def function_roles() -> dict[str, str]:
 
 
 def roles_of(caller: str) -> list[str]:
-    """The roles whose grants a process or function named `caller` may use."""
+    """The role of the function named `caller` (a local process says which function it stands
+    for: `infra/localstack.py`; the archiver's dead-letter watcher acts as `dead-letters`)."""
     roles = function_roles()
-    functions = PROCESS_FUNCTIONS.get(caller, (caller,))
-    missing = [f for f in functions if f not in roles]
-    assert not missing, f"{caller}: no function {missing} in the template ({sorted(roles)})"
-    return [roles[f] for f in functions]
+    assert caller in roles, f"{caller}: no such function in the template ({sorted(roles)})"
+    return [roles[caller]]
 
 
 def not_granted(deployment: Deployment, calls: set[Call], ignore: tuple[str, ...] = ("test",)) -> list[str]:

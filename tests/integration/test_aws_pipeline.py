@@ -11,7 +11,7 @@ import uuid
 import boto3
 import pytest
 
-from adapters.aws_calls import ENV, iam_action, recorded_calls
+from adapters.aws_calls import CALLER_ENV, ENV, acting_as, recorded
 from ayci.bootstrap import aws
 from ayci.settings import Settings
 from infra import localstack as cloud
@@ -21,6 +21,7 @@ from schemas.events import ComboPending, RequestSubmitted, RunPlanned
 from services.request.replay import replay
 from services.request.submission import new_run, store_model
 from tests.conftest import TINY_IMAGE_SIZE
+from tests.iam_roles import Deployment, not_granted
 
 pytestmark = pytest.mark.localstack
 RUN_TIMEOUT_S = 240
@@ -40,6 +41,7 @@ def stack(tmp_path_factory):
         for name in ("AYCI_BUCKET", "AYCI_BUS_NAME", "AYCI_QUEUE_PREFIX"):
             patch.setenv(name, env[name])
         patch.setenv(ENV, str(calls))  # the test acts as the request service: its calls count too
+        patch.setenv(CALLER_ENV, "request")  # (its own checks and set-ups are `acting_as("test")`)
         yield {"prefix": prefix, "outputs": outputs, "processes": processes, "wiring": aws(Settings()), "calls": calls}
     processes.stop_all()
     from infra.stack import delete_stack
@@ -202,7 +204,8 @@ def test_poison_messages_go_to_the_dlq_and_the_run_still_ends(stack, tiny_image_
     (failure,) = summary["failures"]
     assert failure["combo_key"] == bad_key and failure["stage"] == "dead_letter"
     assert "NotFound" in failure["reason"] or "models/" in failure["reason"]
-    letters = [json.loads(store.get_bytes(k)) for k in store.list_keys("dead-letters/")]
+    with acting_as("test"):
+        letters = [json.loads(store.get_bytes(k)) for k in store.list_keys("dead-letters/")]
     reasons = " ".join(letter["reason"] for letter in letters)
     assert "not JSON" in reasons and "unknown event type 'Mystery'" in reasons
     assert "an event must be a JSON object" in reasons and "RequestSubmitted v1 cannot be upcast" in reasons
@@ -297,9 +300,11 @@ def test_lambda_entrypoint_reports_only_the_failed_records(stack, tiny_image_mod
             "awsRegion": "us-east-1",
         }
 
-    response = handler({"Records": [record("good", good_body), record("bad", "{broken")]}, None)
+    with acting_as("dedup"):  # the dedup function's handler, run here
+        response = handler({"Records": [record("good", good_body), record("bad", "{broken")]}, None)
     assert response == {"batchItemFailures": [{"itemIdentifier": "bad"}]}
-    assert wiring.store.exists(f"processed/dedup/{envelope.event_id}")
+    with acting_as("test"):
+        assert wiring.store.exists(f"processed/dedup/{envelope.event_id}")
     summary = wait_summary(stack, envelope.run_id)  # the planned run goes on through the workers
     assert summary["status"] == "complete"
 
@@ -316,10 +321,11 @@ def test_the_dead_letter_lambda_ends_the_run_of_a_dead_lettered_request(stack, t
             model=model, matrix=Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1769])
         )
     )
-    wiring.store.put_bytes(
-        keys.failure("dedup", envelope.event_id),
-        json.dumps({"reason": "RuntimeError: dedup is broken", "receives": 3}).encode(),
-    )
+    with acting_as("test"):  # what the dedup worker would have kept
+        wiring.store.put_bytes(
+            keys.failure("dedup", envelope.event_id),
+            json.dumps({"reason": "RuntimeError: dedup is broken", "receives": 3}).encode(),
+        )
     body = json.dumps({"detail-type": envelope.type, "detail": json.loads(envelope.to_json())})
     record = {
         "messageId": "m1",
@@ -332,39 +338,29 @@ def test_the_dead_letter_lambda_ends_the_run_of_a_dead_lettered_request(stack, t
         "awsRegion": "us-east-1",
         "eventSourceARN": f"arn:aws:sqs:us-east-1:000000000000:{stack['prefix']}-dedup-dlq",
     }
-    assert handler({"Records": [record]}, None) == {"batchItemFailures": []}
+    with acting_as("dead-letters"):  # the dead-letter function's handler, run here
+        assert handler({"Records": [record]}, None) == {"batchItemFailures": []}
     summary = wait_summary(stack, envelope.run_id)
     assert summary["status"] == "failed" and not summary["results"]
     (failure,) = summary["failures"]
     assert failure["stage"] == "dead_letter" and "dedup is broken" in failure["reason"]
-    assert wiring.store.exists(keys.dead_letter("dedup", "m1"))
+    with acting_as("test"):
+        assert wiring.store.exists(keys.dead_letter("dedup", "m1"))
 
 
-def granted_actions() -> set[str]:
-    """The IAM actions the template grants the services' role."""
-    from cfnlint.decode import decode
-
-    from infra.stack import TEMPLATE
-
-    template, errors = decode(str(TEMPLATE))
-    assert not errors, errors
-    granted = set()
-    for policy in template["Resources"]["ServiceFunctionRole"]["Properties"]["Policies"]:
-        for statement in policy["PolicyDocument"]["Statement"]:
-            actions = statement["Action"]
-            granted.update([actions] if isinstance(actions, str) else actions)
-    return granted
-
-
-def test_every_aws_action_the_services_called_is_granted_by_the_template(stack):
+def test_every_aws_call_a_service_made_is_granted_by_its_own_role(stack):
     """LocalStack does not enforce IAM: a call the role does not grant works here and fails on
-    AWS (as `sqs:GetQueueUrl` did: every RunPlanned dead-lettered). Runs last in this module,
-    after every kind of run above, so it has seen what the services call."""
-    calls = recorded_calls(stack["calls"])
-    actions = {iam_action(service, operation) for service, operation in calls}
-    assert {"sqs:ReceiveMessage", "events:PutEvents", "s3:PutObject", "sqs:SendMessage"} <= actions, (
-        actions
-    )  # the record works
-    granted = granted_actions()
-    missing = sorted(a for a in actions if a not in granted and f"{a.split(':')[0]}:*" not in granted)
-    assert missing == [], f"called but not granted by infra/template.yaml: {missing}"
+    AWS (as `sqs:GetQueueUrl` did: every RunPlanned dead-lettered). Each process stands for a
+    function (`infra/localstack.py`; the archiver's dead-letter watcher for the dead-letter
+    function), and each call it made, on the resource it made it on, must be allowed by that
+    function's own role in `infra/template.yaml`. Runs last in this module, after every kind of
+    run above, so it has seen what the services call."""
+    calls = recorded(stack["calls"])
+    actions = {call.action for call in calls}
+    assert {"sqs:ReceiveMessage", "events:PutEvents", "s3:PutObject", "sqs:SendMessage"} <= actions, actions
+    callers = {call.caller for call in calls}
+    assert {"request", "dedup", "converter", "inference-intel", "archiver", "notifier", "dead-letters"} <= callers
+    deployment = Deployment(stack["prefix"], "us-east-1", "000000000000")  # LocalStack's account
+    assert stack["outputs"].bucket == deployment.bucket
+    refused = not_granted(deployment, calls)
+    assert refused == [], "called but not granted to the caller's role by infra/template.yaml:\n" + "\n".join(refused)

@@ -35,3 +35,22 @@ def test_template_lambda_handlers_exist_and_template_lints():
         [str(Path(ROOT / ".venv/bin/cfn-lint")), str(ROOT / "infra/template.yaml")], capture_output=True, text=True
     )
     assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_the_template_cloudformation_gets_is_the_yaml_within_its_size_limit():
+    """CloudFormation takes a TemplateBody of at most 51,200 bytes: the YAML (with its comments)
+    is sent as compact JSON, the same template."""
+    import json
+
+    from cfnlint.decode import decode
+
+    from infra.stack import TEMPLATE, TEMPLATE_BODY_MAX_BYTES, template_body
+
+    body = template_body()
+    assert len(body.encode()) <= TEMPLATE_BODY_MAX_BYTES
+    decoded, errors = decode(str(TEMPLATE))
+    assert not errors
+    assert json.loads(body) == json.loads(json.dumps(decoded, default=str))
+    assert json.loads(body)["Resources"]["RequestFunctionRole"]["Properties"]["Policies"][0]["PolicyDocument"][
+        "Statement"
+    ][0] == {"Effect": "Allow", "Action": "events:PutEvents", "Resource": {"Fn::GetAtt": ["Bus", "Arn"]}}

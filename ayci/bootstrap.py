@@ -69,6 +69,11 @@ def build_service(
     return Service(name, handlers, replace(deps, **(parts or {}).get(name, {})))
 
 
+def local_store(settings: Settings) -> ObjectStore:
+    """The embedded default's store: the local folder `AYCI_DATA_DIR` (what the CLI reads finished runs from)."""
+    return LocalFolderStore(settings.data_dir)
+
+
 @dataclass
 class EmbeddedApp:
     store: ObjectStore
@@ -85,7 +90,7 @@ def embedded(
     `parts` (the converter's `convert` and `compute_reference`, inference's `measure` and
     `runtime_for`, dedup's `target_cpu`...): the pipeline then runs in milliseconds
     (`tests/unit/test_pipeline.py`). The clock is the bus's (`bus.now`)."""
-    store = store if store is not None else LocalFolderStore(settings.data_dir)
+    store = store if store is not None else local_store(settings)
     bus = InProcessBus()
     publisher = LoggedPublisher(store, bus)
     bus.on_dead_letter = publisher.publish
@@ -236,4 +241,33 @@ def aws_request_deps(settings: Settings) -> RequestDeps:
         api_keys=keys,
         uploader=S3PresignedUploader(settings.bucket),
         limits=request_limits(settings),
+    )
+
+
+def serving_endpoint(
+    settings: Settings,
+    specs: list[str],
+    work_dir,
+    *,
+    budget_mb: int | None,
+    max_workers: int,
+    idle_s: float,
+    max_queue: int,
+):
+    """The endpoint of `ayci endpoint` / `ayci loadtest` (`serving/`): each run's pick (or the
+    combination named) from the local store; `budget_mb` None: 80 % of the memory available.
+    `NotServable` or `ValueError` naming why a run cannot be served."""
+    import psutil
+
+    from serving.endpoint import Endpoint
+    from serving.models import served_models
+    from serving.scaling import ScalingPolicy
+
+    models = served_models(local_store(settings), specs, work_dir)
+    return Endpoint(
+        models,
+        budget_mb=budget_mb or int(psutil.virtual_memory().available / 2**20 * 0.8),
+        policy=ScalingPolicy(max_workers=max_workers, idle_s=idle_s),
+        max_queue=max_queue,
+        work_dir=work_dir,
     )

@@ -37,7 +37,7 @@ def levers_of(result: dict) -> bool:
 
 
 def cmd_coldstart(args: argparse.Namespace) -> int:
-    from adapters.local_store import LocalFolderStore
+    from ayci.bootstrap import local_store
     from measuring.levers import base_variants, measure_levers, onnx_variants
     from report.recommendation import label as combination_label
     from report.studies import coldstart_tables
@@ -45,7 +45,7 @@ def cmd_coldstart(args: argparse.Namespace) -> int:
     from services.inference.profiling import fetch_measured
 
     settings = settings_of(args)
-    store = LocalFolderStore(settings.data_dir)
+    store = local_store(settings)
     summary = archived_summary(store, args.run_id, settings)
     chosen = [r for r in summary["results"] if levers_of(r)]
     if not chosen:

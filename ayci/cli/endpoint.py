@@ -25,26 +25,21 @@ def register(sub, serving: argparse.ArgumentParser) -> None:
 def build_endpoint(args: argparse.Namespace, work_dir: Path):
     """The endpoint of `ayci endpoint` / `ayci loadtest`: each run's pick (or chosen
     combination), refused with the reason when a run cannot be served."""
-    import psutil
+    from ayci.bootstrap import serving_endpoint
+    from serving.models import NotServable
 
-    from adapters.local_store import LocalFolderStore
-    from serving.endpoint import Endpoint
-    from serving.models import NotServable, served_models
-    from serving.scaling import ScalingPolicy
-
-    settings = settings_of(args)
     specs = [s.strip() for s in args.runs.split(",") if s.strip()]
     if not specs:
         raise UsageError("name at least one run: RUN_ID[:COMBINATION][,RUN_ID...]")
     try:
-        models = served_models(LocalFolderStore(settings.data_dir), specs, work_dir)
-        budget = args.memory_budget or int(psutil.virtual_memory().available / 2**20 * 0.8)
-        return Endpoint(
-            models,
-            budget_mb=budget,
-            policy=ScalingPolicy(max_workers=args.max_workers, idle_s=args.idle_time),
+        return serving_endpoint(
+            settings_of(args),
+            specs,
+            work_dir,
+            budget_mb=args.memory_budget,
+            max_workers=args.max_workers,
+            idle_s=args.idle_time,
             max_queue=args.max_queue,
-            work_dir=work_dir,
         )
     except (NotServable, ValueError) as exc:
         raise UsageError(str(exc)) from None

@@ -26,7 +26,7 @@ def finish_options(plan: argparse.ArgumentParser) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from adapters.local_store import LocalFolderStore
+    from ayci.bootstrap import local_store
     from report.terminal import plan_view
     from schemas.combos import ModelFormat, ModelRef
     from services.request.submission import model_facts, sha256_of
@@ -45,7 +45,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         inputs_sha256=sha256_of(inputs_path) if inputs_path else None,
     )
     request = build_request(args, model)
-    plan = plan_of(request, model_path, inputs_path, LocalFolderStore(settings.data_dir))
+    plan = plan_of(request, model_path, inputs_path, local_store(settings))
     if args.json:
         terminal.print_json(plan.as_dict(), indent=2)
         return 0

@@ -26,12 +26,10 @@ def register(sub) -> None:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from adapters.local_store import LocalFolderStore
+    from ayci.bootstrap import local_store
 
     settings = settings_of(args)
-    profile_run(
-        LocalFolderStore(settings.data_dir), settings, args.run_id, args.combination, runs=args.runs, as_json=args.json
-    )
+    profile_run(local_store(settings), settings, args.run_id, args.combination, runs=args.runs, as_json=args.json)
     return 0
 
 

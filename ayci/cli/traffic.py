@@ -31,7 +31,7 @@ def register(sub) -> None:
 
 
 def cmd_traffic(args: argparse.Namespace) -> int:
-    from adapters.local_store import LocalFolderStore
+    from ayci.bootstrap import local_store
     from core.lambda_model.traffic import Traffic, TrafficError, parse_duration, traffic_report
     from report.studies import traffic_view
 
@@ -43,7 +43,7 @@ def cmd_traffic(args: argparse.Namespace) -> int:
             idle_timeout_s=parse_duration(args.idle_timeout, "idle-timeout"),
             duration_s=parse_duration(args.duration, "duration"),
         )
-        summary = archived_summary(LocalFolderStore(settings.data_dir), args.run_id, settings)
+        summary = archived_summary(local_store(settings), args.run_id, settings)
         report = traffic_report(summary, traffic, args.slo)
     except TrafficError as exc:
         raise UsageError(str(exc)) from None

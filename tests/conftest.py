@@ -30,6 +30,22 @@ REQUIRE = {
 }
 
 
+# Libraries a test module may `pytest.importorskip` at its top (where a call of ours would break
+# the import order): the skip of the whole module becomes a failure when the variable is set.
+REQUIRED_IMPORTS = {"tvm": "AYCI_REQUIRE_TVM", "transformers": "AYCI_REQUIRE_TRANSFORMERS"}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    report = yield
+    if report.skipped:
+        reason = str(report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr)
+        for module, variable in REQUIRED_IMPORTS.items():
+            if f"could not import '{module}'" in reason and required(variable):
+                report.outcome, report.longrepr = "failed", f"{reason} ({variable} is set)"
+    return report
+
+
 def required(variable: str) -> bool:
     return os.environ.get(variable, "") not in ("", "0")
 
@@ -40,7 +56,7 @@ def skip_unless_required(variable: str, reason: str) -> NoReturn:
         raise ValueError(f"unknown requirement {variable}; one of {', '.join(REQUIRE)}")
     if required(variable):
         pytest.fail(f"{reason} ({variable} is set)", pytrace=False)
-    pytest.skip(reason)
+    pytest.skip(reason, allow_module_level=True)  # also at a test module's top (a library it imports)
 
 
 def import_or_skip_unless_required(module: str, variable: str) -> ModuleType:

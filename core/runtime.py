@@ -28,7 +28,16 @@ class Delayed:
     when: datetime
 
 
-Handler = Callable[[Envelope, Any], list[Payload | Delayed]]
+@dataclass(frozen=True)
+class WithId:
+    """A payload published under a given event id, whoever emits it: a run's one announcement
+    (`RunArchived`) has one id whichever arrival announces it, so consumers see duplicates."""
+
+    payload: Payload
+    event_id: str
+
+
+Handler = Callable[[Envelope, Any], list[Payload | Delayed | WithId]]
 
 
 @dataclass
@@ -94,8 +103,12 @@ class ServiceRunner:
         started = time.perf_counter()
         outputs = handler(envelope, self.service.deps)
         emitted = [
-            envelope.caused(o.payload if isinstance(o, Delayed) else o, producer=self.service.name, index=i)
+            envelope.caused(o.payload if isinstance(o, Delayed | WithId) else o, producer=self.service.name, index=i)
             for i, o in enumerate(outputs)
+        ]
+        emitted = [
+            e.model_copy(update={"event_id": o.event_id}) if isinstance(o, WithId) else e
+            for e, o in zip(emitted, outputs, strict=True)
         ]
         now_events = [e for e, o in zip(emitted, outputs, strict=True) if not isinstance(o, Delayed)]
         self.publisher.publish(now_events)

@@ -14,7 +14,16 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializeAsAny,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from schemas.combos import PREDICT_MIN_SIZES, Combo, Matrix, ModelRef
 from schemas.cost import default_region as default_price_region
@@ -29,6 +38,10 @@ DEFAULT_TUNING_TRIALS = 600
 # trials is not started when it would end past it, at the search's pace so far): the 15 minutes
 # per model issue #18 holds tuning to. Records say how many trials were measured.
 TUNING_TIME_LIMIT_S = 900.0
+
+
+# the validation context of what is read back (events, plans, records): checked when it was made
+STORED: dict[str, Any] = {"stored": True}
 
 
 class SchemaError(ValueError):
@@ -93,8 +106,12 @@ class RequestSubmitted(Payload):
 
     @field_validator("price_region")
     @classmethod
-    def _known_price_region(cls, value: str) -> str:
-        load_prices().region(value)  # UnknownPriceRegion (a ValueError) names the known ones
+    def _known_price_region(cls, value: str, info: ValidationInfo) -> str:
+        """Checked when a request is made (a submission), not when it is read back (`STORED`): a
+        run accepted before the price table changed is still read and archived (its cost then
+        says why it is unavailable)."""
+        if not (info.context or {}).get("stored"):
+            load_prices().region(value)  # UnknownPriceRegion (a ValueError) names the known ones
         return value
 
 
@@ -353,7 +370,7 @@ class Envelope(BaseModel):
             return cls(
                 **{k: v for k, v in data.items() if k not in ("payload", "schema_version")},
                 schema_version=version,
-                payload=payload_cls.model_validate(payload),
+                payload=payload_cls.model_validate(payload, context=STORED),
             )
         except ValidationError as exc:
             raise SchemaError(f"{event_type} v{data.get('schema_version')} does not fit the schema: {exc}") from exc

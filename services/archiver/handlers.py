@@ -10,14 +10,21 @@ N have arrived, so an arrival costs a few store calls whatever the run's size
 deadline (the missing ones failed as never reported), or at once when its request or plan was
 dead-lettered (`RunDeadlineReached` with a reason). One unreadable result fails only its
 combination. The results the run measured are kept in one pack of the model
-(`result-packs/`, `core/results.py`) for later resubmissions. Only the archiver whose
-conditional write of the summary succeeds announces `RunArchived`; if it dies before
-publishing, the redelivered event announces again with the same id, so the email is neither
-lost nor sent twice.
+(`result-packs/`, `core/results.py`) for later resubmissions, written by the archiver whose
+conditional write of the summary succeeded (racing archivers write one pack).
+
+The announcement follows from what is stored: a run with a summary and no announcement record
+(the notifier's `runs/{run id}/email.json`, or only a failed attempt) is announced by whatever
+arrives next for it (a late result, its deadline, the restart scan of `recovery.py`), always
+under one event id derived from the run id (`announcement_id`). So an announcement whose
+publish failed (the worker died, or `PutEvents` failed until the event was dead-lettered) is
+not lost, and the notifier, idempotent on the event id, sends one email.
 """
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,7 +37,7 @@ from core.outcomes import Arrived, arrived_outcomes
 from core.ports import NotFound, ObjectStore
 from core.results import pack_results, reused_result
 from core.run_plan import measured_combos
-from core.runtime import Delayed
+from core.runtime import Delayed, WithId
 from report import RECOMMENDATION_KINDS, recommend
 from report.recommendation import label as combination_label
 from report.recommendation import with_break_even
@@ -39,6 +46,7 @@ from schemas.combos import Hardware, Optimizer, artifact_key, combo_key
 from schemas.cost import UnknownPriceRegion, cost_block
 from schemas.documents import FailedCombination, Outcome, PickChecks, ReusedOutcomes, RunSummary
 from schemas.events import (
+    STORED,
     ComboFailed,
     ComboPending,
     CombosReused,
@@ -146,7 +154,7 @@ def _archive(
     event: Envelope, deps: ArchiverDeps, *, at_deadline: bool, missing: tuple[FailureStage, str] | None = None
 ) -> list[Payload]:
     run_id = event.run_id
-    plan = RunPlanned.model_validate_json(deps.store.get_bytes(keys.plan(run_id)))
+    plan = RunPlanned.model_validate_json(deps.store.get_bytes(keys.plan(run_id)), context=STORED)
     request = plan.request
     checks = _pick_checks(run_id, deps)
     stage, reason = missing or (FailureStage.deadline, "never reported before the run's deadline")
@@ -226,14 +234,14 @@ def _archive(
         recommendation=recommendation,
         archived_by=event.event_id,
     )
+    if not deps.store.put_bytes(keys.summary(run_id), summary.to_bytes(), if_absent=True):
+        return _announce_again(event, deps)  # another archiver got there first: it writes the pack
     measured = {
         outcome.result_key: result for outcome, result in [*ends, *checked] if result is not None and not outcome.reused
     }
     pack_results(deps.store, plan.model.sha256, run_id, datetime.fromisoformat(summary.archived_at), measured)
-    if not deps.store.put_bytes(keys.summary(run_id), summary.to_bytes(), if_absent=True):
-        return _announce_again(event, deps)  # another archiver got there first
     log.info("run_archived", run_id=run_id, status=status.value, succeeded=len(results), failed=len(failures))
-    return [_announcement(summary)]
+    return [_announce(summary)]
 
 
 def _ends_of(
@@ -383,13 +391,73 @@ def _announcement(summary: RunSummary) -> RunArchived:
     )
 
 
+def announcement_id(run_id: str) -> str:
+    """The event id of a run's one announcement, whichever arrival (or restart) publishes it."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"ayci/runs/{run_id}/RunArchived"))
+
+
+def _announce(summary: RunSummary) -> WithId:
+    return WithId(_announcement(summary), announcement_id(summary.run_id))
+
+
+def announced(store: ObjectStore, run_id: str) -> bool:
+    """Whether the run's announcement reached the notifier: its record of the email says sent,
+    sending, or why none is sent (no address, no mailer). Absent, or only a failed attempt:
+    not announced (the next arrival announces again)."""
+    try:
+        record = json.loads(store.get_bytes(keys.email(run_id)))
+    except NotFound:
+        return False
+    except ValueError:  # unreadable: leave it to the notifier, which reads it too
+        return True
+    return not (isinstance(record, dict) and record.get("state") == "failed")
+
+
 def _announce_again(event: Envelope, deps: ArchiverDeps) -> list[Payload]:
-    """The run is archived. If this very event archived it, its announcement may not have
-    gone out (the worker died between the summary's write and the publish): announce again,
-    with the same event id, so the email is never lost and never sent twice. Any other
-    event announces nothing."""
+    """The run is archived. Announce it again unless its announcement is recorded: the worker
+    may have died between the summary's write and the publish, or the publish failed until the
+    archiving event was dead-lettered. Always with the same event id (`announcement_id`), so
+    the email is never lost and never sent twice. The event that archived the run also makes
+    sure the result pack is written (it may have died before writing it)."""
     stored = deps.store.get_bytes(keys.summary(event.run_id))
-    return [_announcement(RunSummary.read(stored))] if RunSummary.archived_by_in(stored) == event.event_id else []
+    summary: RunSummary | None = None
+    if RunSummary.archived_by_in(stored) == event.event_id:
+        summary = RunSummary.read(stored)
+        _ensure_pack(summary, deps)
+    if announced(deps.store, event.run_id):
+        return []
+    return [_announce(summary or RunSummary.read(stored))]
+
+
+def announce_if_due(store: ObjectStore, run_id: str) -> WithId | None:
+    """The announcement of an archived run that has none recorded (the restart scan), else None."""
+    if announced(store, run_id):
+        return None
+    try:
+        return _announce(RunSummary.read(store.get_bytes(keys.summary(run_id))))
+    except NotFound:
+        return None
+
+
+def _ensure_pack(summary: RunSummary, deps: ArchiverDeps) -> None:
+    """The result pack of an archived run, if its archiver died before writing it: the results
+    the run measured, read again from their stored versions."""
+    archived_at = datetime.fromisoformat(summary.archived_at)
+    measured_keys = [
+        keys.result_version(r["combo_key"], r.get("run_id") or summary.run_id)
+        for r in summary.results
+        if not r.get("reused") and not r.get("predicted") and r.get("combo_key")
+    ]
+    pack_key = keys.result_pack(summary.model.sha256, archived_at, summary.run_id)
+    if not measured_keys or deps.store.exists(pack_key):
+        return
+    measured = {}
+    for key in measured_keys:
+        try:
+            measured[key] = json.loads(deps.store.get_bytes(key))
+        except (NotFound, ValueError):
+            continue
+    pack_results(deps.store, summary.model.sha256, summary.run_id, archived_at, measured)
 
 
 def priced_for_region(result: dict, region: str) -> dict:
@@ -409,7 +477,7 @@ def priced_for_region(result: dict, region: str) -> dict:
         )
     except UnknownPriceRegion as exc:  # the price table changed since the request was accepted
         log.warning("price_region_unknown", region=region, reason=str(exc))
-        return result
+        return {**result, "cost": None, "cost_unavailable": f"no price for region {region!r}: {exc}"}
     return {**result, "cost": repriced}
 
 

@@ -13,7 +13,7 @@ from core.run_plan import measured_combos
 from schemas import keys
 from schemas.combos import Combo, combo_key
 from schemas.documents import RunRecord, RunSummary
-from schemas.events import Envelope, FailureStage, RequestSubmitted, RunDeadlineReached, RunPlanned
+from schemas.events import STORED, Envelope, FailureStage, RequestSubmitted, RunDeadlineReached, RunPlanned
 
 
 def record_run(store: ObjectStore, run_id: str, request: RequestSubmitted) -> bool:
@@ -69,7 +69,7 @@ def cancel_run(store: ObjectStore, record: dict, now) -> Envelope | None:
     run_id = record["run_id"]
     if store.exists(keys.summary(run_id)):
         return None
-    request = RequestSubmitted.model_validate(record["request"]) if record.get("request") else None
+    request = RequestSubmitted.model_validate(record["request"], context=STORED) if record.get("request") else None
     closing = RunDeadlineReached(
         deadline=now, reason="cancelled by its owner", stage=FailureStage.cancelled, request=request
     )
@@ -91,7 +91,9 @@ def run_progress(store: ObjectStore, record: dict) -> dict:
     try:
         combos = {
             k: c.model_dump(mode="json")
-            for k, c in RunPlanned.model_validate_json(store.get_bytes(keys.plan(run_id))).combos.items()
+            for k, c in RunPlanned.model_validate_json(
+                store.get_bytes(keys.plan(run_id)), context=STORED
+            ).combos.items()
         }
     except NotFound:
         combos = record["combos"]

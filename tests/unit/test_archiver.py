@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from adapters.memory_store import MemoryStore
-from core.runtime import dead_letter_failure
+from core.runtime import WithId, dead_letter_failure
 from schemas import keys
 from schemas.combos import Matrix, ModelRef, combo_key
 from schemas.events import (
@@ -25,6 +25,7 @@ from schemas.events import (
 )
 from services.archiver.handlers import (
     ArchiverDeps,
+    announcement_id,
     on_combo_failed,
     on_deadline_reached,
     on_inference_done,
@@ -58,7 +59,11 @@ def done(store: MemoryStore, key: str, combo) -> Envelope:
 
 
 def announcements(out) -> list[RunArchived]:
-    return [p for p in out if isinstance(p, RunArchived)]
+    """The announcements among a handler's outputs (each under the run's one id, `WithId`)."""
+    assert not [p for p in out if isinstance(p, RunArchived)], "an announcement without the run's id"
+    found = [p for p in out if isinstance(p, WithId) and isinstance(p.payload, RunArchived)]
+    assert all(p.event_id == announcement_id(RUN) for p in found)
+    return [p.payload for p in found]
 
 
 def test_a_run_ends_when_its_last_combination_arrives_and_is_announced_once():
@@ -70,7 +75,10 @@ def test_a_run_ends_when_its_last_combination_arrives_and_is_announced_once():
     outs = [on_inference_done(e, deps) for e in arrivals]
     assert [len(announcements(o)) for o in outs] == [0, 0, 0, 1]
     assert json.loads(store.objects[keys.summary(RUN)])["status"] == "complete"
-    # a late duplicate of an arrival announces nothing
+    # a late duplicate announces again under the same id until the notifier records the
+    # announcement (consumers drop the duplicate), then nothing
+    assert len(announcements(on_inference_done(arrivals[0], deps))) == 1
+    store.objects[keys.email(RUN)] = json.dumps({"state": "sent"}).encode()
     assert announcements(on_inference_done(arrivals[0], deps)) == []
 
 
@@ -197,3 +205,170 @@ def test_a_tvm_conversion_is_estimated_at_its_trials_never_past_the_tuning_time_
     assert conversion_estimate_s(Optimizer.tvm, 100) == tvm + 100 * TUNING_TRIAL_ESTIMATE_S
     assert conversion_estimate_s(Optimizer.tvm, 20000) == tvm + TUNING_TIME_LIMIT_S
     assert conversion_estimate_s(Optimizer.onnx, 20000) == CONVERSION_ESTIMATE_S[Optimizer.onnx]
+
+
+class FlakyBus:
+    """The transport in front of an in-process bus whose `PutEvents` fails for `RunArchived`
+    the first `fails` times (then works)."""
+
+    def __init__(self, bus, fails: int) -> None:
+        self.bus, self.fails, self.announced = bus, fails, []
+
+    def publish(self, envelopes) -> None:
+        if any(e.type == "RunArchived" for e in envelopes) and self.fails:
+            self.fails -= 1
+            raise ConnectionError("PutEvents failed")
+        self.announced += [e for e in envelopes if e.type == "RunArchived"]
+        self.bus.publish(envelopes)
+
+    def publish_at(self, envelope, when) -> None:
+        self.bus.publish_at(envelope, when)
+
+
+class Mailer:
+    def __init__(self) -> None:
+        self.sent = []
+
+    def send(self, *, to, subject, text, html) -> str:
+        self.sent.append(to)
+        return f"msg-{len(self.sent)}"
+
+
+def test_a_dead_lettered_archiving_event_is_announced_by_the_next_arrival_with_the_same_id():
+    """The event that archives the run cannot publish `RunArchived` (three failed PutEvents):
+    it is dead-lettered. The next arrival (here the dead letter's own `ComboFailed`) finds a
+    summary without an announcement record and announces, under the run's one id; later
+    arrivals (a duplicate, the deadline) announce nothing more: one email."""
+    from adapters.inprocess_bus import InProcessBus
+    from core.runtime import LoggedPublisher, Service, ServiceRunner
+    from services.archiver import handlers as archiver
+    from services.notifier import handlers as notifier
+
+    store = MemoryStore()
+    bus = InProcessBus(max_receives=3)
+    flaky = FlakyBus(bus, fails=3)
+    publisher = LoggedPublisher(store, flaky)
+    bus.on_dead_letter = publisher.publish
+    mailer = Mailer()
+    bus.subscribe(
+        "archiver", ServiceRunner(Service("archiver", archiver.HANDLERS, ArchiverDeps(store)), store, publisher)
+    )
+    bus.subscribe(
+        "notifier",
+        ServiceRunner(Service("notifier", notifier.HANDLERS, notifier.NotifierDeps(store, mailer)), store, publisher),
+    )
+    plan = planned(request(batches=(1,)))
+    arrivals = [done(store, k, c) for k, c in plan.payload.combos.items()]
+    publisher.publish([plan, *arrivals])
+    bus.run_until_idle()
+    assert [e.type for _, e, _ in bus.dead_letters] == ["InferenceDone"]  # the archiving event
+    assert store.exists(keys.summary(RUN))
+    assert [e.event_id for e in flaky.announced] == [announcement_id(RUN)]
+    assert mailer.sent == ["user@example.com"]
+    # a late duplicate (another event id) and the deadline arrive: nothing more is announced
+    publisher.publish([Envelope.wrap(arrivals[0].payload, run_id=RUN, producer="inference")])
+    bus.run_until_idle()
+    assert len(flaky.announced) == 1 and mailer.sent == ["user@example.com"]
+
+
+def test_duplicate_announcements_before_the_notifier_records_send_one_email():
+    """Two arrivals announce before the notifier has handled either: the same event id twice,
+    which the notifier's runner drops the second time."""
+    from core.runtime import LoggedPublisher, Service, ServiceRunner
+    from services.notifier import handlers as notifier
+
+    store = MemoryStore()
+    deps = ArchiverDeps(store)
+    plan = planned(request(batches=(1,)))
+    on_run_planned(plan, deps)
+    arrivals = [done(store, k, c) for k, c in plan.payload.combos.items()]
+    outs = [on_inference_done(e, deps) for e in arrivals] + [on_inference_done(arrivals[0], deps)]
+    ids = [p.event_id for out in outs for p in out if isinstance(p, WithId)]
+    assert ids == [announcement_id(RUN)] * 2
+    mailer = Mailer()
+    runner = ServiceRunner(
+        Service("notifier", notifier.HANDLERS, notifier.NotifierDeps(store, mailer)),
+        store,
+        LoggedPublisher(store, FlakyBus(None, 0)),
+    )
+    for out in outs:
+        for p in out:
+            if isinstance(p, WithId):
+                runner.handle(Envelope.wrap(p.payload, run_id=RUN, producer="archiver", event_id=p.event_id))
+    assert mailer.sent == ["user@example.com"]
+
+
+class RacingStore(MemoryStore):
+    """Both archivers checked for the summary before either wrote it (the race's window)."""
+
+    def exists(self, key: str) -> bool:
+        return False if key.endswith("/summary.json") else super().exists(key)
+
+
+def test_racing_archivers_write_one_result_pack():
+    store = RacingStore()
+    clock = iter(datetime(2030, 1, 1, tzinfo=UTC) + timedelta(seconds=s) for s in range(100))
+    deps = ArchiverDeps(store, now=lambda: next(clock))
+    plan = planned(request(batches=(1,)))
+    on_run_planned(plan, deps)
+    arrivals = [done(store, k, c) for k, c in plan.payload.combos.items()]
+    for e in arrivals:
+        on_inference_done(e, deps)
+    # the last arrival and a duplicate of it (another event id) both archive
+    on_inference_done(Envelope.wrap(arrivals[-1].payload, run_id=RUN, producer="inference"), deps)
+    packs = store.list_keys(keys.result_packs_prefix(MODEL.sha256))
+    summary = json.loads(store.objects[keys.summary(RUN)])
+    assert packs == [keys.result_pack(MODEL.sha256, datetime.fromisoformat(summary["archived_at"]), RUN)]
+
+
+def test_a_run_archives_after_its_price_region_left_the_price_table(tmp_path, monkeypatch):
+    """The request was accepted in us-east-1; the price table no longer has it when the run
+    closes: the stored plan and events still read, the run is archived, each cost says why it
+    is unavailable. Only a new request is refused."""
+    from pydantic import ValidationError
+
+    from schemas.cost import cost_block
+
+    req = request(batches=(1,))  # us-east-1, accepted
+    store = MemoryStore()
+    deps = ArchiverDeps(store)
+    plan = Envelope.parse(planned(req).to_json())
+    on_run_planned(plan, deps)
+    table = tmp_path / "prices.json"
+    table.write_text(
+        json.dumps(
+            {
+                "date": "2030-01-01",
+                "default_region": "eu-test-1",
+                "regions": {
+                    "eu-test-1": {
+                        "x86_64_per_gb_second_usd": 1e-5,
+                        "arm64_per_gb_second_usd": 8e-6,
+                        "per_million_requests_usd": 0.1,
+                    }
+                },
+            }
+        )
+    )
+    monkeypatch.setenv("AYCI_LAMBDA_PRICES", str(table))
+    with pytest.raises(ValidationError, match="price_region"):
+        RequestSubmitted(model=MODEL, matrix=req.matrix, price_region="us-east-1")
+    outs = []
+    for key, combo in plan.payload.combos.items():
+        arrival = done(store, key, combo)
+        result = json.loads(store.objects[keys.result(key)])
+        result["cost"] = cost_block(
+            billed_ms_per_request=2,
+            cold_start_ms=900,
+            memory_mb=1769,
+            batch_size=1,
+            hardware="intel",
+            region="eu-test-1",
+        )  # measured under the new table's default region
+        store.objects[keys.result(key)] = json.dumps(result).encode()
+        outs += on_inference_done(Envelope.parse(arrival.to_json()), deps)
+    assert announcements(outs)
+    summary = json.loads(store.objects[keys.summary(RUN)])
+    assert summary["status"] == "complete" and len(summary["results"]) == 2
+    for row in summary["results"]:
+        assert row["cost"] is None and "us-east-1" in row["cost_unavailable"]

@@ -107,7 +107,50 @@ def test_a_failed_send_is_retried_by_the_redelivery(store):
 def test_no_address_no_email(store):
     mailer = FakeMailer()
     on_run_archived(archived_event(store, email=None), NotifierDeps(store=store, mailer=mailer))
-    assert mailer.sent == [] and not store.exists(keys.email(RUN_ID))
+    assert mailer.sent == []
+    # the announcement is recorded all the same (the archiver does not announce it again)
+    assert json.loads(store.get_bytes(keys.email(RUN_ID))) == {
+        "state": "not_sent",
+        "reason": "the request names no address",
+    }
+
+
+def test_a_failing_composition_claims_nothing_and_the_retry_sends_once(store, monkeypatch):
+    """Composing the email (which may simulate traffic) fails: nothing is claimed, so the
+    redelivery composes again and sends, exactly once."""
+    import services.notifier.handlers as notifier
+
+    mailer = FakeMailer()
+    deps = NotifierDeps(store=store, mailer=mailer)
+    event = archived_event(store)
+
+    def broken(summary, url):
+        raise MemoryError("the traffic simulation did not fit")
+
+    monkeypatch.setattr(notifier, "email_message", broken)
+    with pytest.raises(MemoryError):
+        on_run_archived(event, deps)
+    assert not store.exists(keys.email(RUN_ID)) and mailer.sent == []
+    monkeypatch.setattr(notifier, "email_message", compose)
+    on_run_archived(event, deps)
+    on_run_archived(event, deps)
+    assert len(mailer.sent) == 1
+    assert json.loads(store.get_bytes(keys.email(RUN_ID)))["state"] == "sent"
+
+
+def test_a_released_claim_is_taken_over_by_one_of_two_retries(store):
+    """After a failed send, two redeliveries race for the failed record: one takes it over."""
+    from services.notifier.handlers import _claim
+
+    mailer = FakeMailer(fail_times=1)
+    deps = NotifierDeps(store=store, mailer=mailer)
+    event = archived_event(store)
+    with pytest.raises(ConnectionError):
+        on_run_archived(event, deps)
+    record = json.loads(store.get_bytes(keys.email(RUN_ID)))
+    assert record["state"] == "failed" and "SES is unreachable" in record["error"]
+    taken = [_claim(store, RUN_ID), _claim(store, RUN_ID)]
+    assert sum(t is not None for t in taken) == 1
 
 
 def test_the_email_prices_the_pareto_front_under_the_requests_traffic():

@@ -202,10 +202,12 @@ def embedded_server(settings: Settings) -> EmbeddedServer:
     worker thread, a local folder, uploads to the app itself."""
     from adapters.background_bus import BackgroundBus
     from adapters.uploads import LocalUploader
+    from services.archiver.recovery import recover
     from services.request.app import RequestDeps, create_app
 
     services = embedded(settings, mailer_for(settings))
     driver = BackgroundBus(services.bus).start()
+    recover(services.store, LoggedPublisher(services.store, driver))  # a restart loses no run: re-drive the unfinished
     keys, new_key = api_keys_or_new(settings)
     deps = RequestDeps(
         store=services.store,

@@ -380,14 +380,15 @@ def _with_checks(
 
 
 def _announcement(summary: RunSummary) -> RunArchived:
+    data = summary.to_dict()  # as stored (JSON): whatever models the summary's parts are read into
     return RunArchived(
-        status=RunStatus(summary.status),
+        status=RunStatus(data["status"]),
         summary_key=keys.summary(summary.run_id),
-        succeeded=len(summary.results),
-        failed=len(summary.failures),
-        failures={f.label: f"{f.stage.value}: {f.reason}" for f in summary.failures},
-        recommendation=summary.recommendation,
-        email=summary.request.get("email"),
+        succeeded=len(data["results"]),
+        failed=len(data["failures"]),
+        failures={f["label"]: f"{f['stage']}: {f['reason']}" for f in data["failures"]},
+        recommendation=data.get("recommendation"),
+        email=(data.get("request") or {}).get("email"),
     )
 
 
@@ -445,7 +446,7 @@ def _ensure_pack(summary: RunSummary, deps: ArchiverDeps) -> None:
     archived_at = datetime.fromisoformat(summary.archived_at)
     measured_keys = [
         keys.result_version(r["combo_key"], r.get("run_id") or summary.run_id)
-        for r in summary.results
+        for r in summary.to_dict()["results"]
         if not r.get("reused") and not r.get("predicted") and r.get("combo_key")
     ]
     pack_key = keys.result_pack(summary.model.sha256, archived_at, summary.run_id)

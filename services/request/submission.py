@@ -22,6 +22,7 @@ from schemas.documents import ModelInfo
 from schemas.events import Envelope, RequestSubmitted
 from schemas.reasons import whole
 from schemas.signature import ModelSignature
+from services.request.limits import OwnerLimits, release, reserve
 from services.request.model_signature import read_signature_in_sandbox
 from services.request.runs import count_run, record_run, withdraw_run
 
@@ -144,19 +145,31 @@ def checked_plan(
     return lambda: plan_run(request, signature, store, shapes)
 
 
-def submit_run(store: ObjectStore, publisher, request: RequestSubmitted, run_id: str | None = None) -> Envelope:
-    """Start a run: its record (owner, combinations), its request on the bus, and the owner's count
-    of the day. `NotSubmitted` if the bus does not take it: the record then says it never started,
-    so it is shown to nobody. Returns the envelope that started it (its `run_id`)."""
+def submit_run(
+    store: ObjectStore,
+    publisher,
+    request: RequestSubmitted,
+    run_id: str | None = None,
+    limits: OwnerLimits | None = None,
+) -> Envelope:
+    """Start a run: with `limits`, first reserve it in the owner's limits (`LimitReached` if it
+    would pass one: nothing is written), then its record (owner, combinations), its request on the
+    bus, and the owner's count of the day. `NotSubmitted` if the bus does not take it: the record
+    then says it never started, so it is shown to nobody, and its reservation is given back.
+    Returns the envelope that started it (its `run_id`)."""
     envelope = new_run(request, run_id=run_id)
-    record_run(store, envelope.run_id, request)
+    total = len(measured_combos(request))
+    if limits is not None:
+        reserve(store, request.owner, envelope.run_id, total, limits)
     try:
+        record_run(store, envelope.run_id, request)
         publisher.publish([envelope])
     except Exception as exc:
         log.exception("run_not_submitted", run_id=envelope.run_id, owner=request.owner)
         withdraw_run(store, envelope.run_id, whole(exc))
+        if limits is not None:
+            release(store, request.owner, envelope.run_id)
         raise NotSubmitted(whole(exc)) from exc
-    total = len(measured_combos(request))
     count_run(store, request.owner, envelope.run_id, total, datetime.now(UTC))
     log.info("run_submitted", run_id=envelope.run_id, owner=request.owner, combinations=total)
     return envelope

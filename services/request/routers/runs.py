@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Annotated
 
 import structlog
@@ -32,11 +32,11 @@ from services.request.bodies import (
     invalid,
 )
 from services.request.deps import Deps, RequestDeps
+from services.request.limits import LimitReached, OwnerLimits, ReservationContended
 from services.request.runs import (
     cancel_run,
     load_run,
     load_summary,
-    owner_usage,
     run_progress,
 )
 from services.request.submission import NotSubmitted, checked_plan, owned_model_info
@@ -91,24 +91,13 @@ def submit_run(body: Annotated[RunRequest, Body()], owner: Owner, response: Resp
     total = len(measured_combos(request))
     if body.email and not deps.limits.email_allowed_to(body.email):
         raise invalid(("body", "email"), f"this deployment does not send email to {body.email} (AYCI_EMAIL_ALLOWED)")
-    now = datetime.now(UTC)
-    in_flight, today = owner_usage(deps.store, owner, now)
-    if in_flight >= deps.limits.max_runs_in_flight:
-        raise HTTPException(
-            429,
-            f"you have {in_flight} runs in flight, the most allowed: wait for one to end (or cancel one)",
-            headers={"Retry-After": "60"},
-        )
-    if today + total > deps.limits.max_combinations_per_day:
-        midnight = datetime.combine(now.date() + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
-        raise HTTPException(
-            429,
-            f"{today} combinations submitted today and {total} more would pass your daily "
-            f"{deps.limits.max_combinations_per_day}",
-            headers={"Retry-After": str(int((midnight - now).total_seconds()) + 1)},
-        )
+    limits = OwnerLimits(deps.limits.max_runs_in_flight, deps.limits.max_combinations_per_day)
     try:
-        envelope = start_run(deps.store, deps.publisher, request)
+        envelope = start_run(deps.store, deps.publisher, request, limits=limits)
+    except LimitReached as exc:  # reserved before anything was written: nothing was started
+        raise HTTPException(429, exc.detail, headers={"Retry-After": str(exc.retry_after_s)}) from None
+    except ReservationContended as exc:
+        raise HTTPException(503, str(exc), headers={"Retry-After": "1"}) from None
     except NotSubmitted:  # the bus did not take it: nothing runs, so nothing is shown
         raise HTTPException(
             503, "the run could not be submitted (the event bus did not take it); nothing was started, try again"

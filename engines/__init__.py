@@ -86,7 +86,7 @@ _MODULES = {
     "base": "engines.base_engine",
     "onnx": "engines.onnx_engine",
     "onnx_int8": "engines.onnx_int8_engine",
-    "tvm": "engines.tvm_engine",
+    "tvm": "engines.tvm",
 }
 
 

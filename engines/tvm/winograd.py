@@ -1,4 +1,4 @@
-"""Winograd F(4x4, 3x3) convolutions for `engines.tvm_engine` (TVM's own TOPI algorithm, with the
+"""Winograd F(4x4, 3x3) convolutions for `engines.tvm` (TVM's own TOPI algorithm, with the
 weight transform done once at compile time).
 
 A 3x3 stride-1 convolution computed directly costs 9 multiply-adds per output and input

@@ -1,4 +1,4 @@
-"""engines.tvm_engine on tiny models: convert (tuned with a few trials), load, agree with base;
+"""engines.tvm on tiny models: convert (tuned with a few trials), load, agree with base;
 stored tuning records reused; arm cross-compilation; the detector's NMS; ONNX input; a clear
 ConversionError for an operator TVM cannot import."""
 
@@ -17,9 +17,19 @@ import pytest
 
 from engines import ConversionError, ConversionJob, base_engine
 from schemas.combos import ModelRef
+from tests.conftest import import_or_skip_unless_required
 from workloads import workload_module
 
-tvm_engine = pytest.importorskip("engines.tvm_engine")
+pytest.importorskip("tvm")
+
+from engines import tvm as tvm_engine
+from engines.tvm import build as tvm_build
+from engines.tvm import importer as tvm_importer
+from engines.tvm import race as tvm_race
+from engines.tvm import records as tvm_records
+from engines.tvm import search as tvm_search
+from engines.tvm import target as tvm_target
+from engines.tvm import tuning as tvm_tuning
 
 TRIALS = 8
 AARCH64 = 183
@@ -167,16 +177,16 @@ def test_after_a_first_round_over_both_builds_the_rest_of_the_budget_goes_to_the
     }
     path = tmp_path / "one-convolution.pt2"
     torch.export.save(torch.export.export(OneConvolution().eval(), (), inputs), str(path))
-    tvm_engine._register_cpu_tensor_intrinsics_only()
-    program = tvm_engine._import_pt2(path, {k: v.numpy() for k, v in inputs.items()})
-    variants = tvm_engine._prepare(program, tvm_engine.target_spec("intel", _host_cpu()), True)
-    tasks, uses = tvm_engine._extract_tasks(
-        variants, tvm.target.Target(tvm_engine.tuning_target_spec("intel", _host_cpu()))
+    tvm_tuning.register_cpu_tensor_intrinsics_only()
+    program = tvm_importer.import_pt2(path, {k: v.numpy() for k, v in inputs.items()})
+    variants = tvm_build.prepare(program, tvm_target.target_spec("intel", _host_cpu()), True)
+    tasks, uses = tvm_tuning.extract_tasks(
+        variants, tvm.target.Target(tvm_target.tuning_target_spec("intel", _host_cpu()))
     )
-    trials = tvm_engine.MIN_TRIALS_PER_TASK * len(tasks)  # every kernel in the first round
+    trials = tvm_records.MIN_TRIALS_PER_TASK * len(tasks)  # every kernel in the first round
     per_round = max(4, trials // len(tasks) // 2)
     messages: list[str] = []
-    monkeypatch.setattr(tvm_engine, "RACE_MARGIN", 0.0)
+    monkeypatch.setattr(tvm_race, "RACE_MARGIN", 0.0)
 
     conversion = tvm_engine.convert(
         _job(
@@ -193,7 +203,7 @@ def test_after_a_first_round_over_both_builds_the_rest_of_the_budget_goes_to_the
     assert set(estimated) == {"nhwc", "nhwc-winograd"} and all(value > 0 for value in estimated.values())
     fastest = min(estimated, key=estimated.get)
     assert any(m.endswith(f"kernels that matter of {fastest}") for m in messages), messages
-    database = ms.database.JSONDatabase(work_dir=str(tmp_path / "tuning"), module_equality=tvm_engine.MODULE_EQUALITY)
+    database = ms.database.JSONDatabase(work_dir=str(tmp_path / "tuning"), module_equality=tvm_records.MODULE_EQUALITY)
 
     def records(kernel) -> int:
         return len(database.get_top_k(database.commit_workload(kernel), 10_000)) if database.has_workload(kernel) else 0
@@ -202,7 +212,7 @@ def test_after_a_first_round_over_both_builds_the_rest_of_the_budget_goes_to_the
     theirs = [
         kernel
         for kernel, _ in uses[other]
-        if not any(tvm_engine._same_kernel(kernel, mine) for mine, _ in uses[fastest])
+        if not any(tvm_records.same_kernel(kernel, mine) for mine, _ in uses[fastest])
     ]
     mine = [kernel for kernel, _ in uses[fastest]]
     assert theirs and all(1 <= records(kernel) <= per_round for kernel in theirs), [records(k) for k in theirs]
@@ -268,7 +278,7 @@ def test_stored_records_that_do_not_load_are_searched_again(tiny_image_model, tm
     tuning.mkdir()
     (tuning / "database_workload.json").write_text('["not a workload"]\n')
     (tuning / "database_tuning_record.json").write_text('[0, {"x": 1}]\n')
-    target = tvm_engine.tuning_target_spec("intel", _host_cpu())
+    target = tvm_target.tuning_target_spec("intel", _host_cpu())
     (tuning / "ayci_tuning.json").write_text(json.dumps({"target": target, "trials": 1000, "tasks": 1}))
     messages: list[str] = []
     size = [32, 32]
@@ -306,7 +316,7 @@ def test_stored_records_that_lack_some_kernels_have_those_searched(tmp_path):
     hidden = [torch.nn.Linear(192, 32), torch.nn.ReLU()]
     before, after = export(hidden, "before"), export([*hidden, torch.nn.Linear(32, 10)], "after")
     tuning = tmp_path / "tuning"
-    trials = 3 * tvm_engine.MIN_TRIALS_PER_TASK  # a budget that covers every kernel of both models
+    trials = 3 * tvm_records.MIN_TRIALS_PER_TASK  # a budget that covers every kernel of both models
     tvm_engine.convert(
         _job(
             _model_ref(before, "image_classification", [8, 8]), before, tmp_path / "a", trials=trials, tuning_dir=tuning
@@ -388,8 +398,8 @@ def test_a_batch_that_comes_back_empty_ends_its_task_and_starts_no_trials():
         def generate_measure_candidates(self):
             return self.batches.pop(0)
 
-    limit = tvm_engine._TimeLimit(None, started=0.0)
-    strategy = tvm_engine._time_limited(Batches([[candidate, candidate], [], [candidate]]), limit)
+    limit = tvm_search.TimeLimit(None, started=0.0)
+    strategy = tvm_search.time_limited(Batches([[candidate, candidate], [], [candidate]]), limit)
     strategy.batch = 4
     assert len(strategy.generate_measure_candidates()) == 2
     assert strategy.generate_measure_candidates() is None
@@ -416,9 +426,9 @@ def test_winograd_convolutions_compute_what_direct_ones_do():
     x = torch.randn(2, 3, 15, 13)
     expected = model(x).detach().numpy()
     program = from_exported_program(torch.export.export(model, (x,)), keep_params_as_input=False)
-    spec = tvm_engine.target_spec("intel", _host_cpu())
-    lowered = tvm_engine._lower(program, spec, nhwc=True, winograd=True)
-    assert tvm_engine._winograd_kernels(lowered) == 3
+    spec = tvm_target.target_spec("intel", _host_cpu())
+    lowered = tvm_build.lower(program, spec, nhwc=True, winograd=True)
+    assert tvm_build.winograd_kernels(lowered) == 3
     vm = relax.VirtualMachine(tvm.compile(lowered, target=tvm.target.Target(spec)), tvm.cpu())
     got = vm["main"](tvm.runtime.tensor(x.numpy()))[0].numpy()
     assert got.shape == expected.shape
@@ -450,8 +460,8 @@ def test_exp_erf_tanh_and_what_uses_them_are_computed_by_polynomials_that_agree_
 
     x = torch.randn(4, 64, 96, generator=torch.Generator().manual_seed(0)) * 6
     program = from_exported_program(torch.export.export(Activations(), (x,)), keep_params_as_input=False)
-    spec = tvm_engine.target_spec("intel", _host_cpu())
-    lowered = tvm_engine._lower(program, spec, nhwc=False, winograd=False)
+    spec = tvm_target.target_spec("intel", _host_cpu())
+    lowered = tvm_build.lower(program, spec, nhwc=False, winograd=False)
     kernels = "\n".join(func.script() for _, func in lowered.functions_items() if isinstance(func, tvm.tirx.PrimFunc))
     for scalar_call in ("T.exp(", "T.erf(", "T.tanh(", "T.sigmoid("):
         assert scalar_call not in kernels, scalar_call
@@ -473,7 +483,7 @@ def test_load_does_not_import_torch(tiny_image_model, tmp_path):
     model = _model_ref(tiny_image_model, "image_classification", [32, 32])
     tvm_engine.convert(_job(model, tiny_image_model, tmp_path))
     code = (
-        "import sys, numpy as np; from pathlib import Path; from engines import tvm_engine; "
+        "import sys, numpy as np; from pathlib import Path; from engines import tvm as tvm_engine; "
         f"run = tvm_engine.load(Path({str(tmp_path / 'model.so')!r}), 1); "
         "out = run({'pixels': np.zeros((1, 3, 32, 32), np.float32)}); "
         "assert out[0].shape == (1, 1000), out[0].shape; "
@@ -524,7 +534,7 @@ def test_detector_with_nms_converts_to_nhwc_and_agrees(tmp_path):
     reference = base_engine.load(path, 2)(inputs)
     np.savez(tmp_path / "inputs.npz", **inputs)
     code = (
-        "import sys, numpy as np; from pathlib import Path; from engines import tvm_engine; "
+        "import sys, numpy as np; from pathlib import Path; from engines import tvm as tvm_engine; "
         f"inputs = dict(np.load({str(tmp_path / 'inputs.npz')!r})); "
         f"out = tvm_engine.load(Path({str(tmp_path / 'out' / conversion.artifact_file)!r}), 2)(inputs); "
         "assert 'torch' not in sys.modules and 'tvm.relax' not in sys.modules, 'more than the runtime imported'; "
@@ -559,12 +569,12 @@ def test_kernels_with_nothing_to_schedule_are_not_tuning_tasks(tmp_path):
 
     size = [64, 64]
     path = export_example("object_detection", size, tmp_path / "detector.pt2")
-    program = tvm_engine._import_pt2(path, workload_module("object_detection").example_inputs(1, size))
-    spec = tvm_engine.target_spec("intel", _host_cpu())
-    tvm_engine._register_cpu_tensor_intrinsics_only()
-    variants = tvm_engine._prepare(program, spec, True)
+    program = tvm_importer.import_pt2(path, workload_module("object_detection").example_inputs(1, size))
+    spec = tvm_target.target_spec("intel", _host_cpu())
+    tvm_tuning.register_cpu_tensor_intrinsics_only()
+    variants = tvm_build.prepare(program, spec, True)
     assert set(variants) == {"nhwc", "nhwc-winograd"}
-    tasks, uses = tvm_engine._extract_tasks(variants, tvm.target.Target(spec))
+    tasks, uses = tvm_tuning.extract_tasks(variants, tvm.target.Target(spec))
     names = [task.task_name for task in tasks]
     assert not [name for name in names if name.startswith("topk")], names
     assert any(name.startswith("conv2d") for name in names) and any("sigmoid" in name for name in names), names
@@ -608,7 +618,7 @@ def test_an_onnx_export_with_a_dynamic_batch_imports_at_a_larger_batch(tmp_path)
     shape"); the graph is folded at the conversion's static shapes and imports."""
     import torch
 
-    transformers = pytest.importorskip("transformers")
+    transformers = import_or_skip_unless_required("transformers", "AYCI_REQUIRE_TRANSFORMERS")
     torch.manual_seed(0)
     config = transformers.DistilBertConfig(
         n_layers=1, dim=32, n_heads=2, hidden_dim=64, vocab_size=100, max_position_embeddings=64
@@ -629,12 +639,12 @@ def test_an_onnx_export_with_a_dynamic_batch_imports_at_a_larger_batch(tmp_path)
     )
     for size in (1, 2):
         feeds = {"input_ids": np.zeros((size, 8), np.int64), "attention_mask": np.ones((size, 8), np.int64)}
-        module = tvm_engine._import_onnx(path, feeds)
+        module = tvm_importer.import_onnx(path, feeds)
         assert "main" in [gv.name_hint for gv in module.get_global_vars()]
 
 
 def test_profile_times_every_kernel_the_relax_vm_calls(tiny_image_model, tmp_path):
-    """`tvm_engine.profile`: the VM's instrument hook times each call of `runs` inferences; the
+    """`engines.tvm.profile`: the VM's instrument hook times each call of `runs` inferences; the
     kernels carry their operator type (`fused_conv2d1_add2_relu3` -> `conv2d_add_relu`), the
     convolutions are where ResNet's time goes, and the trace is a Chrome trace."""
     from core.profiles import operator_rows

@@ -1,19 +1,19 @@
-"""engines.tvm_engine: how the race between builds estimates each from the records (no TVM
+"""engines.tvm.race: how the race between builds estimates each from the records (no TVM
 needed: kernels are names here, and the records a table of best times)."""
 
 from __future__ import annotations
 
 import pytest
 
-from engines import tvm_engine
+from engines.tvm import race
 
 BEST_S = {"conv-direct": 0.004, "conv-winograd": 0.002, "stem": 0.001, "gather": None}
 
 
 @pytest.fixture(autouse=True)
 def _kernels_are_names(monkeypatch):
-    monkeypatch.setattr(tvm_engine, "_same_kernel", lambda one, other: one == other)
-    monkeypatch.setattr(tvm_engine, "_best_s", lambda database, kernel: BEST_S.get(kernel))
+    monkeypatch.setattr(race, "same_kernel", lambda one, other: one == other)
+    monkeypatch.setattr(race, "best_s", lambda database, kernel: BEST_S.get(kernel))
 
 
 USES = {
@@ -23,15 +23,15 @@ USES = {
 
 
 def test_the_kernels_run_alike_are_those_every_build_runs_as_often():
-    assert tvm_engine._run_alike(USES, ["nhwc", "nhwc-winograd"]) == [("stem", 1), ("gather", 4)]
+    assert race.run_alike(USES, ["nhwc", "nhwc-winograd"]) == [("stem", 1), ("gather", 4)]
     other_calls = {**USES, "nhwc-winograd": [("stem", 1), ("conv-winograd", 3), ("gather", 2)]}
-    assert tvm_engine._run_alike(other_calls, ["nhwc", "nhwc-winograd"]) == [("stem", 1)]
-    assert tvm_engine._run_alike(USES, ["nhwc"]) == USES["nhwc"]
+    assert race.run_alike(other_calls, ["nhwc", "nhwc-winograd"]) == [("stem", 1)]
+    assert race.run_alike(USES, ["nhwc"]) == USES["nhwc"]
 
 
 def test_a_kernel_without_records_that_every_build_runs_alike_is_left_out_of_each_estimate():
-    alike = tvm_engine._run_alike(USES, list(USES))
-    costs = {build: tvm_engine._kernel_costs(None, kernels, alike) for build, kernels in USES.items()}
+    alike = race.run_alike(USES, list(USES))
+    costs = {build: race.kernel_costs(None, kernels, alike) for build, kernels in USES.items()}
     assert costs == {
         "nhwc": [("stem", 0.001), ("conv-direct", 0.012)],
         "nhwc-winograd": [("stem", 0.001), ("conv-winograd", 0.006)],
@@ -39,8 +39,8 @@ def test_a_kernel_without_records_that_every_build_runs_alike_is_left_out_of_eac
 
 
 def test_a_kernel_without_records_that_the_builds_run_differently_leaves_the_build_unestimated():
-    assert tvm_engine._kernel_costs(None, USES["nhwc"]) is None  # nothing alike: as before
+    assert race.kernel_costs(None, USES["nhwc"]) is None  # nothing alike: as before
     differently = [("stem", 1), ("conv-winograd", 3), ("gather", 2)]
-    alike = tvm_engine._run_alike({"nhwc": USES["nhwc"], "nhwc-winograd": differently}, ["nhwc", "nhwc-winograd"])
-    assert tvm_engine._kernel_costs(None, USES["nhwc"], alike) is None
-    assert tvm_engine._kernel_costs(None, differently, alike) is None
+    alike = race.run_alike({"nhwc": USES["nhwc"], "nhwc-winograd": differently}, ["nhwc", "nhwc-winograd"])
+    assert race.kernel_costs(None, USES["nhwc"], alike) is None
+    assert race.kernel_costs(None, differently, alike) is None

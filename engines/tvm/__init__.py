@@ -1,0 +1,15 @@
+"""`tvm`: Apache TVM (Relax) compiled ahead of time for one CPU and one batch size, tuned with MetaSchedule.
+
+One module per job: `target` (what is compiled for and tuned under), `importer` (torch or ONNX
+into Relax), `build` (the builds, compiled and the fastest shipped), `records` and `tuning`
+(MetaSchedule's records, what is searched), `search` (the first round, the time limit) and
+`race` (the builds racing for the rest of the budget), `conversion` (`convert`, the pipeline),
+`runtime` (`load` and `profile`, TVM's runtime alone). docs/tvm.md tells the measurements behind
+the choices.
+"""
+
+from engines.tvm.conversion import ARTIFACT, convert
+from engines.tvm.runtime import import_runtime, load, profile
+from engines.tvm.target import ARM_CC, host_cpu_name
+
+__all__ = ["ARM_CC", "ARTIFACT", "convert", "host_cpu_name", "import_runtime", "load", "profile"]

@@ -11,8 +11,16 @@ start with the same relative spread.
 Traffic: `steady` is Poisson at `rps`; `spiky` is Poisson at `rps` with bursts of
 `BURST_MULTIPLIER` x `rps` for `BURST_S` seconds every `BURST_PERIOD_S` seconds; a CSV file
 gives arrival times in seconds (one column, sorted) or per-minute counts (`minute,count`, spread
-evenly within each minute). A window of at most `MAX_EVENTS` requests (and `MAX_WALL_S` of
-computing) is simulated and scaled to the duration asked; the result says when a bound was hit.
+evenly within each minute).
+
+Bounded whatever the rate and pattern: a request (`traffic_report`, every row of it and every way of
+serving each row) has one `Budget` of simulated arrivals (`REQUEST_EVENTS`) and of computing
+(`REQUEST_WALL_S`), shared by its simulations. Each simulation covers a window of the duration (all
+of it when the traffic fits, else at least `MIN_WINDOW_S`: one burst period), and when even that
+window holds more arrivals than its share, the arrivals are thinned (each kept with probability
+`kept`, which keeps a Poisson process Poisson) and the counts, instances and bill scaled back by
+`1 / kept`: the row then says it was thinned. Memory follows the events: the arrivals are drawn
+already thinned, never generated in full.
 """
 
 from __future__ import annotations
@@ -36,6 +44,48 @@ BURST_PERIOD_S = 600.0
 MAX_EVENTS = 100_000  # per simulation: a request answers in seconds even for many combinations
 MAX_WALL_S = 5.0
 MAX_RPS = 100_000.0
+REQUEST_EVENTS = 400_000  # simulated arrivals per request, all its rows and ways of serving them together
+REQUEST_WALL_S = 10.0  # computing per request
+MIN_SIMULATION_EVENTS = 5_000  # fewer per simulation says little: rows past that are left out, and said so
+MIN_WINDOW_S = BURST_PERIOD_S  # a shorter window is thinned instead of shortened (one burst, warm pools)
+SIMULATIONS_PER_ROW = 4  # on demand, provisioned at the mean and at the peak, SnapStart
+WALL_CHECK_EVERY = 4096  # arrivals between looks at the clock
+MAX_FILE_ARRIVALS = 10_000_000  # a file of per-minute counts spreads at most this many arrivals
+
+
+@dataclass
+class Budget:
+    """What one request may simulate: `events` arrivals and `wall_s` seconds of computing, for all
+    its simulations; `used` counts the arrivals simulated so far."""
+
+    events: int = REQUEST_EVENTS
+    wall_s: float = REQUEST_WALL_S
+    used: int = 0
+    started: float = field(default_factory=time.perf_counter)
+
+    @property
+    def deadline(self) -> float:
+        return self.started + self.wall_s
+
+    def take(self, events: int) -> int:
+        """Up to `events` of what is left (0: spent)."""
+        granted = max(0, min(events, self.events - self.used))
+        self.used += granted
+        return granted
+
+    def give_back(self, events: int) -> None:
+        self.used -= events
+
+
+@dataclass(frozen=True)
+class Window:
+    """The arrivals simulated: `times` (s) within `window_s` of the duration, each arrival of the
+    traffic kept with probability `kept` (1: not thinned)."""
+
+    times: np.ndarray
+    window_s: float
+    cut_short: bool
+    kept: float = 1.0
 
 
 class TrafficError(ValueError):
@@ -71,37 +121,47 @@ def parse_duration(text: str, name: str) -> float:
 
 
 def arrivals(traffic: Traffic, rng: np.random.Generator) -> tuple[np.ndarray, float, bool]:
-    """Arrival times (s) of the simulated window, the window's length, and whether the event
-    bound cut it short of the duration."""
-    if traffic.pattern in ("steady", "spiky"):
-        mean_rps = traffic.rps
-        if traffic.pattern == "spiky":
-            mean_rps *= 1 + (BURST_MULTIPLIER - 1) * BURST_S / BURST_PERIOD_S
-        window = min(traffic.duration_s, MAX_EVENTS / mean_rps)
-        if traffic.pattern == "spiky":
-            window = max(window, min(traffic.duration_s, BURST_PERIOD_S))  # at least one burst
-        count = rng.poisson(traffic.rps * window)
-        times = np.sort(rng.uniform(0, window, count))
-        if traffic.pattern == "spiky":
-            starts = np.arange(0, window, BURST_PERIOD_S)
-            extra = [
-                np.sort(
-                    rng.uniform(
-                        s,
-                        min(s + BURST_S, window),
-                        rng.poisson(traffic.rps * (BURST_MULTIPLIER - 1) * min(BURST_S, window - s)),
-                    )
-                )
-                for s in starts
-            ]
-            times = np.sort(np.concatenate([times, *extra]))
-        return times[:MAX_EVENTS], window, window < traffic.duration_s
-    times = _from_file(Path(traffic.pattern))
-    window = float(times[-1]) if len(times) else 0.0
-    if len(times) > MAX_EVENTS:
-        window = float(times[MAX_EVENTS - 1])
-        return times[:MAX_EVENTS], window, True
-    return times, max(window, 1.0), False
+    """Arrival times (s) of a simulated window of at most `MAX_EVENTS`, its length, and whether it
+    is shorter than the duration (`window_of`; thinned where even `MIN_WINDOW_S` holds more)."""
+    window = window_of(traffic, rng, MAX_EVENTS)
+    return window.times, window.window_s, window.cut_short
+
+
+def window_of(traffic: Traffic, rng: np.random.Generator, events: int) -> Window:
+    """At most `events` arrivals of `traffic`: the whole duration if it holds no more, else the
+    window that does (at least `MIN_WINDOW_S`), thinned if that window holds more. Only the kept
+    arrivals are ever drawn."""
+    events = max(1, int(events))
+    if traffic.pattern not in ("steady", "spiky"):
+        return _file_window(_from_file(Path(traffic.pattern)), rng, events)
+    spiky = traffic.pattern == "spiky"
+    mean_rps = traffic.rps * (1 + (BURST_MULTIPLIER - 1) * BURST_S / BURST_PERIOD_S if spiky else 1)
+    window = min(traffic.duration_s, max(events / mean_rps, MIN_WINDOW_S))
+    # thinned so the expected count is a little under the share: a Poisson count past it is rare, and then cut
+    kept = min(1.0, 0.95 * events / (mean_rps * window)) if mean_rps * window > events else 1.0
+    rate = traffic.rps * kept
+    times = rng.uniform(0, window, rng.poisson(rate * window))
+    if spiky:
+        extra = [
+            rng.uniform(
+                s, min(s + BURST_S, window), rng.poisson(rate * (BURST_MULTIPLIER - 1) * min(BURST_S, window - s))
+            )
+            for s in np.arange(0, window, BURST_PERIOD_S)
+        ]
+        times = np.concatenate([times, *extra])
+    if len(times) > events:  # an unlucky Poisson draw: keep a uniform subset, the process stays Poisson-like
+        kept *= events / len(times)
+        times = rng.choice(times, events, replace=False)
+    return Window(np.sort(times), window, window < traffic.duration_s, kept)
+
+
+def _file_window(times: np.ndarray, rng: np.random.Generator, events: int) -> Window:
+    """A file's arrivals: all of them, or a uniform thinning of them to `events`."""
+    window = max(float(times[-1]) if len(times) else 0.0, 1.0)
+    if len(times) <= events:
+        return Window(times, window, False)
+    kept = events / len(times)
+    return Window(np.sort(rng.choice(times, events, replace=False)), window, False, kept)
 
 
 def _from_file(path: Path) -> np.ndarray:
@@ -115,6 +175,8 @@ def _from_file(path: Path) -> np.ndarray:
     except ValueError as exc:
         raise TrafficError(f"pattern: {path} has a value that is not a number ({exc})") from None
     if len(values[0]) >= 2:  # minute,count
+        if sum(v[1] for v in values) > MAX_FILE_ARRIVALS:
+            raise TrafficError(f"pattern: {path} counts more than {MAX_FILE_ARRIVALS:,} arrivals")
         times = []
         for minute, count in ((v[0], v[1]) for v in values):
             if count < 0 or count != int(count):
@@ -168,6 +230,7 @@ def simulate(
     cut_short: bool = False,
     provisioned: int = 0,
     max_instances: int | None = None,
+    deadline: float | None = None,
 ) -> PoolResult:
     """Serve the arrivals `times` (s) with a pool of instances (see the module's docstring).
     `provisioned` instances are always initialized: a request takes one of them first, and
@@ -175,6 +238,7 @@ def simulate(
     `max_instances` caps the on-demand pool (an endpoint's workers, `serving/`): a request that
     finds none idle at the cap waits for the first to free up, and its latency includes the wait."""
     started = time.perf_counter()
+    deadline = min(deadline or math.inf, started + MAX_WALL_S)
     warm = draw_latencies(warm_ms, rng, len(times))
     p50 = dict(warm_ms).get(0.5) or float(np.median(warm))
     cold = cold_ms * warm / p50  # the cold start spreads as the warm latency does
@@ -211,10 +275,10 @@ def simulate(
         heapq.heappush(busy, t + latency / 1000)
         alive_s += latency / 1000
         peak = max(peak, len(busy))
-        if i % 65536 == 0 and time.perf_counter() - started > MAX_WALL_S:
+        if i % WALL_CHECK_EVERY == WALL_CHECK_EVERY - 1 and time.perf_counter() > deadline:
             latencies = latencies[: i + 1]
-            window_s, cut_short = float(t), True
-            notes.append(f"stopped after {MAX_WALL_S:.0f} s of simulation at {i + 1:,} requests")
+            window_s, cut_short = max(float(t), 1e-3), True
+            notes.append(f"stopped by the time bound after {time.perf_counter() - started:.1f} s at {i + 1:,} requests")
             break
     alive_s += sum(min(idle_timeout_s, window_s - s) for s in idle)
     result = PoolResult(
@@ -228,31 +292,54 @@ SNAPSTART_RESTORE_MS = 400.0  # assumed: AWS documents sub-second restores; `--s
 
 
 def combination_under_traffic(
-    result: dict, traffic: Traffic, seed: int = 0, snapstart_restore_ms: float = SNAPSTART_RESTORE_MS
+    result: dict,
+    traffic: Traffic,
+    seed: int = 0,
+    snapstart_restore_ms: float = SNAPSTART_RESTORE_MS,
+    budget: Budget | None = None,
 ) -> dict:
     """A measured (or predicted) combination under `traffic`: cold-start share, latency
     percentiles including cold starts, peak instances and the bill over the duration, on demand;
     and the alternatives priced: provisioned concurrency (as many instances as the on-demand pool
-    kept busy at its peak, and as the mean it kept alive) and SnapStart (an estimate)."""
+    kept busy at its peak, and as the mean it kept alive) and SnapStart (an estimate).
+    Its simulations take their arrivals from `budget` (a fresh one: `SIMULATIONS_PER_ROW` x
+    `MAX_EVENTS`); thinned arrivals are scaled back and the row says so (`thinned`, `notes`)."""
+    budget = budget or Budget(events=SIMULATIONS_PER_ROW * MAX_EVENTS, wall_s=SIMULATIONS_PER_ROW * MAX_WALL_S)
     warm = latency_quantiles(result["latency_ms"])
     combo = result["combo"]
     region = (result.get("cost") or {}).get("price_region") or load_prices().default_region
     prices = load_prices().region(region)
     gb = combo["memory_mb"] / 1024
     cold_split = result["cold_start_ms"]
+    share = max(1, (budget.events - budget.used) // SIMULATIONS_PER_ROW)
+    arrived = window_of(traffic, np.random.default_rng(seed), share)  # the same requests for every way of serving
+    kept, window, cut = arrived.kept, arrived.window_s, arrived.cut_short
 
-    times, window, cut = arrivals(
-        traffic, np.random.default_rng(seed)
-    )  # the same requests for every way of serving them
-
-    def run(cold_ms: float, provisioned: int = 0):
+    def run(cold_ms: float, provisioned: int = 0) -> PoolResult | None:
+        """A simulation of the window's arrivals, if the budget still holds them (None: it does not)."""
+        granted = budget.take(len(arrived.times))
+        if granted < len(arrived.times) or (options and time.perf_counter() > budget.deadline):
+            budget.give_back(granted)
+            return None
         rng = np.random.default_rng(seed + 1)  # and the same warm latencies
-        return simulate(times, warm, cold_ms, traffic.idle_timeout_s, rng, window, cut, provisioned=provisioned)
+        pool = simulate(
+            arrived.times,
+            warm,
+            cold_ms,
+            traffic.idle_timeout_s,
+            rng,
+            window,
+            cut,
+            provisioned=provisioned,
+            deadline=budget.deadline,
+        )
+        budget.give_back(len(arrived.times) - pool.requests)  # stopped early by the clock
+        return pool
 
     def figures(
-        pool: PoolResult, option: str, extra_usd: float = 0.0, duration_price: float | None = None, kept: int = 0
+        pool: PoolResult, option: str, extra_usd: float = 0.0, duration_price: float | None = None, kept_n: int = 0
     ) -> dict:
-        scale = traffic.duration_s / pool.window_s if pool.window_s else 0.0
+        scale = traffic.duration_s / pool.window_s / kept if pool.window_s else 0.0
         billed = np.ceil(pool.latencies_ms) / 1000
         on_kept = pool.on_provisioned if pool.on_provisioned is not None else np.zeros(len(billed), dtype=bool)
         compute = float(billed[~on_kept].sum()) * gb * prices.per_gb_second(combo["hardware"])
@@ -261,27 +348,41 @@ def combination_under_traffic(
         requests = pool.requests * scale
         bill = compute * scale + requests * prices.per_million_requests_usd / 1e6 + extra_usd
         p = np.percentile(pool.latencies_ms, [50, 99, 99.9]) if pool.requests else [float("nan")] * 3
+        on_demand_peak = pool.peak_instances if kept == 1 else math.ceil(pool.peak_instances / kept)
         return {
             "option": option,
             "cold_share": pool.cold_share,
             "p50_ms": float(p[0]),
             "p99_ms": float(p[1]),
             "p999_ms": float(p[2]),
-            "peak_instances": pool.peak_instances + kept,
+            "peak_instances": on_demand_peak + kept_n,
             "bill_usd": bill,
             "requests": requests,
         }
 
+    def thinned(instances: int) -> int:
+        """Instances of the full traffic as the thinned simulation holds them."""
+        return instances if kept == 1 else max(1, round(instances * kept))
+
+    options: list[dict] = []
     on_demand = run(cold_split["total"])
-    options = [figures(on_demand, "on demand")]
-    mean_alive = on_demand.instance_seconds / on_demand.window_s if on_demand.window_s else 0.0
+    if on_demand is None:
+        raise TrafficError("the simulation budget of this request is spent: ask for fewer combinations")
+    options.append(figures(on_demand, "on demand"))
+    mean_alive = on_demand.instance_seconds / on_demand.window_s / kept if on_demand.window_s else 0.0
+    peak = on_demand.peak_instances if kept == 1 else math.ceil(on_demand.peak_instances / kept)
+    notes = list(on_demand.notes)
+    left_out = []
     provisioned_prices = prices.provisioned(combo["hardware"])
     if provisioned_prices:
         kept_price, duration_price = provisioned_prices
-        for n in sorted({max(1, math.ceil(mean_alive)), on_demand.peak_instances}):
-            pool = run(cold_split["total"], provisioned=n)
+        for n in sorted({max(1, math.ceil(mean_alive)), peak}):
+            pool = run(cold_split["total"], provisioned=thinned(n))
+            if pool is None:
+                left_out.append(f"provisioned {n}")
+                continue
             options.append(
-                figures(pool, f"provisioned {n}", n * gb * traffic.duration_s * kept_price, duration_price, kept=n)
+                figures(pool, f"provisioned {n}", n * gb * traffic.duration_s * kept_price, duration_price, kept_n=n)
             )
     if (
         prices.snapstart_cache_per_gb_second_usd
@@ -291,23 +392,32 @@ def combination_under_traffic(
         # a snapshot taken after the imports and the model load: a cold start restores it, then answers
         restored_ms = snapstart_restore_ms + cold_split.get("first_inference", 0.0)
         pool = run(restored_ms)
-        scale = traffic.duration_s / pool.window_s if pool.window_s else 0.0
-        fees = (
-            gb * traffic.duration_s * prices.snapstart_cache_per_gb_second_usd
-            + pool.cold_starts * scale * gb * prices.snapstart_restore_per_gb_usd
-        )
-        options.append(
-            {
-                **figures(pool, "SnapStart (estimate)", fees),
-                "assumption": (
-                    f"restore {snapstart_restore_ms:g} ms (assumed) + the first inference "
-                    f"{cold_split.get('first_inference', 0.0):.0f} ms"
-                ),
-            }
-        )
-    notes = list(on_demand.notes)
+        if pool is None:
+            left_out.append("SnapStart")
+        else:
+            scale = traffic.duration_s / pool.window_s / kept if pool.window_s else 0.0
+            fees = (
+                gb * traffic.duration_s * prices.snapstart_cache_per_gb_second_usd
+                + pool.cold_starts * scale * gb * prices.snapstart_restore_per_gb_usd
+            )
+            options.append(
+                {
+                    **figures(pool, "SnapStart (estimate)", fees),
+                    "assumption": (
+                        f"restore {snapstart_restore_ms:g} ms (assumed) + the first inference "
+                        f"{cold_split.get('first_inference', 0.0):.0f} ms"
+                    ),
+                }
+            )
     if on_demand.cut_short and not on_demand.notes:
-        notes.append(f"{on_demand.window_s / 3600:.0f} h simulated ({on_demand.requests:,} requests), scaled")
+        notes.append(f"{on_demand.window_s / 3600:.1f} h simulated ({on_demand.requests:,} requests), scaled")
+    if kept < 1:
+        notes.append(
+            f"thinned: 1 arrival in {1 / kept:,.0f} simulated ({on_demand.requests:,} of "
+            f"{on_demand.requests / kept:,.0f} in {window:,.0f} s), counts and bill scaled back"
+        )
+    if left_out:
+        notes.append(f"not simulated (the request's simulation budget was spent): {', '.join(left_out)}")
     best = options[0]
     return {
         "combination": f"{combo['hardware']}/{combo['optimizer']}/b{combo['batch_size']}/{combo['memory_mb']}MB",
@@ -317,21 +427,38 @@ def combination_under_traffic(
         "options": options,
         "simulated_requests": on_demand.requests,
         "simulated_s": on_demand.window_s,
+        "thinned": kept < 1,
+        "kept": kept,
         "notes": notes,
     }
 
 
-def traffic_report(summary: dict, traffic: Traffic, slo_p99_ms: float | None = None) -> dict:
+def traffic_report(
+    summary: dict, traffic: Traffic, slo_p99_ms: float | None = None, budget: Budget | None = None
+) -> dict:
     """Every timed combination of a run under `traffic`, and the cheapest (combination, way of
     serving it: on demand, provisioned concurrency, SnapStart) whose p99 including cold starts
-    meets the SLO (none given: the cheapest)."""
-    rows = [
-        combination_under_traffic(r, traffic)
+    meets the SLO (none given: the cheapest). All rows share one `budget` (a fresh one: `REQUEST_EVENTS`
+    arrivals, `REQUEST_WALL_S`): each row's simulations get an equal share of at least
+    `MIN_SIMULATION_EVENTS`, and rows past what the budget holds are left out (`left_out` says how many)."""
+    budget = budget or Budget()
+    timed = [
+        r
         for r in summary["results"]
         if not r.get("emulated") and not r.get("host_limited") and r.get("confined") is not False
     ]
-    if not rows:
+    if not timed:
         raise TrafficError("the run has no combination timed as Lambda would run it: nothing to simulate")
+    fits = max(1, (budget.events - budget.used) // (SIMULATIONS_PER_ROW * MIN_SIMULATION_EVENTS))
+    rows = []
+    for i, r in enumerate(timed[:fits]):
+        if rows and time.perf_counter() > budget.deadline:
+            break
+        share = Budget(
+            events=(budget.events - budget.used) // (min(len(timed), fits) - i), wall_s=0, started=budget.deadline
+        )  # this row's equal share of what is left, within the request's deadline
+        rows.append(combination_under_traffic(r, traffic, budget=share))
+        budget.used += share.used
     meeting = [(r, o) for r in rows for o in r["options"] if slo_p99_ms is None or o["p99_ms"] <= slo_p99_ms]
     best = min(meeting, key=lambda ro: (ro[1]["bill_usd"], ro[1]["p99_ms"])) if meeting else None
     pick = f"{best[0]['combination']} ({best[1]['option']})" if best else None
@@ -345,4 +472,8 @@ def traffic_report(summary: dict, traffic: Traffic, slo_p99_ms: float | None = N
         "slo_p99_ms": slo_p99_ms,
         "rows": sorted(rows, key=lambda r: r["bill_usd"]),
         "recommended": pick,
+        "simulated_events": budget.used,
+        "event_budget": budget.events,
+        "thinned": any(r["thinned"] for r in rows),
+        "left_out": len(timed) - len(rows),
     }

@@ -4,11 +4,15 @@ traffic, bursts, arrival files, bounds and bad input."""
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pytest
 
 from core.lambda_model.traffic import (
+    MIN_SIMULATION_EVENTS,
+    SIMULATIONS_PER_ROW,
+    Budget,
     Traffic,
     TrafficError,
     arrivals,
@@ -124,3 +128,34 @@ def result(memory_mb: int = 1769, p50: float = 10.0, cold: float = 500.0, **extr
         "confined": True,
         **extra,
     }
+
+
+def test_spiky_traffic_at_the_highest_rate_stays_within_the_budget_and_says_it_was_thinned():
+    """100,000 req/s with bursts for 30 days: 3.8e11 requests; the request simulates at most its
+    budget of arrivals, every row together, in seconds, and scales the counts back."""
+    budget = Budget(events=200_000)
+    started = time.perf_counter()
+    rows = [result(memory_mb=m) for m in (1024, 1769, 3008)]
+    report = traffic_report({"results": rows}, Traffic(rps=100_000, pattern="spiky"), budget=budget)
+    assert time.perf_counter() - started < 15
+    assert 0 < report["simulated_events"] <= budget.events and report["thinned"]
+    for row in report["rows"]:
+        assert row["thinned"] and any("thinned" in note for note in row["notes"])
+        # scaled back: the month's requests (bursts add 45 %), not the simulated handful
+        assert row["requests"] == pytest.approx(100_000 * 1.45 * 30 * 86400, rel=0.05)
+        assert row["simulated_requests"] < budget.events and row["peak_instances"] > 1000
+
+
+def test_one_budget_for_all_rows_leaves_out_what_it_cannot_hold():
+    many = [result(memory_mb=128 + 64 * i) for i in range(30)]
+    report = traffic_report({"results": many}, Traffic(rps=1000), budget=Budget(events=100_000))
+    assert report["simulated_events"] <= 100_000
+    assert len(report["rows"]) == 100_000 // (SIMULATIONS_PER_ROW * MIN_SIMULATION_EVENTS) and report["left_out"] == 25
+
+
+def test_a_low_rate_is_not_thinned_and_the_budget_does_not_change_it():
+    traffic = Traffic(rps=0.01, pattern="spiky", idle_timeout_s=600, duration_s=30 * 86400)
+    small = traffic_report({"results": [result()]}, traffic, budget=Budget(events=200_000))
+    large = traffic_report({"results": [result()]}, traffic, budget=Budget(events=4_000_000))
+    assert not small["thinned"] and small["rows"] == large["rows"]
+    assert small["rows"][0]["requests"] == small["rows"][0]["simulated_requests"]

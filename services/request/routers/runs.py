@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated
 
 import structlog
 from fastapi import APIRouter, Body, HTTPException, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from core.lambda_model.traffic import Traffic, TrafficError, traffic_report
@@ -137,12 +139,22 @@ def cancel(run_id: RunId, owner: Owner, deps: Deps) -> dict:
     return run_progress(deps.store, record)
 
 
+TRAFFIC_AT_ONCE = threading.BoundedSemaphore(2)  # simulations running at once in this process (memory, CPU)
+TRAFFIC_WAIT_S = 30.0
+
+
 @router.post("/runs/{run_id}/traffic", responses=ERRORS)
-def traffic(run_id: RunId, body: Annotated[TrafficRequest, Body()], owner: Owner, deps: Deps) -> dict:
+async def traffic(run_id: RunId, body: Annotated[TrafficRequest, Body()], owner: Owner, deps: Deps) -> dict:
     """The archived run's combinations under a traffic profile: cold-start share, p50/p99/p99.9
     with cold starts, peak instances and the bill, on demand and with provisioned concurrency
     and SnapStart (an estimate); the cheapest that meets the SLO. 409 while the run is going,
-    422 if it has no combination timed as Lambda would run it."""
+    422 if it has no combination timed as Lambda would run it. Simulated off the event loop, within
+    one budget of events and time for all its rows (thinned and scaled back where the traffic is
+    heavier, `core/lambda_model/traffic.py`), at most `TRAFFIC_AT_ONCE` at a time (503 past `TRAFFIC_WAIT_S`)."""
+    return await run_in_threadpool(_traffic, run_id, body, owner, deps)
+
+
+def _traffic(run_id: str, body: TrafficRequest, owner: str, deps: RequestDeps) -> dict:
     owned_run(deps, run_id, owner)
     summary = load_summary(deps.store, run_id)
     if summary is None:
@@ -151,9 +163,16 @@ def traffic(run_id: RunId, body: Annotated[TrafficRequest, Body()], owner: Owner
         profile = Traffic(
             rps=body.rps, pattern=body.pattern, idle_timeout_s=body.idle_timeout_s, duration_s=body.duration_s
         )
+    except TrafficError as exc:
+        raise invalid(("body",), str(exc)) from None
+    if not TRAFFIC_AT_ONCE.acquire(timeout=TRAFFIC_WAIT_S):
+        raise HTTPException(503, "too many traffic simulations at once: try again", headers={"Retry-After": "10"})
+    try:
         return traffic_report(summary, profile, body.slo_p99_ms)
     except TrafficError as exc:
         raise invalid(("body",), str(exc)) from None
+    finally:
+        TRAFFIC_AT_ONCE.release()
 
 
 @router.get(

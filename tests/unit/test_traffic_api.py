@@ -1,0 +1,23 @@
+"""`POST /runs/{id}/traffic` at the heaviest traffic answers within the request's simulation budget,
+off the event loop, and says it thinned."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from tests.unit.test_request_api import ALICE, client, deps, fake_summary, run_body, stored_model  # noqa: F401
+
+
+def test_spiky_traffic_at_the_highest_rate_over_a_month_is_bounded(client, deps, stored_model):  # noqa: F811
+    run_id = client.post("/runs", headers=ALICE, json=run_body(*stored_model)).json()["run_id"]
+    deps.store.put_bytes(f"runs/{run_id}/summary.json", json.dumps(fake_summary(run_id)).encode())
+    started = time.perf_counter()
+    answer = client.post(
+        f"/runs/{run_id}/traffic", headers=ALICE, json={"rps": 100_000, "pattern": "spiky", "duration_s": 30 * 86400}
+    )
+    assert answer.status_code == 200, answer.text
+    report = answer.json()
+    assert time.perf_counter() - started < 20
+    assert report["simulated_events"] <= report["event_budget"] and report["thinned"]
+    assert len(report["rows"]) == 3 and all(r["thinned"] for r in report["rows"])

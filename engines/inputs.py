@@ -26,16 +26,19 @@ def model_inputs(
     *,
     user_inputs: Path | None = None,
     signature: ModelSignature | None = None,
+    sample: int = 0,
 ) -> dict[str, np.ndarray]:
-    """The model's inputs at `batch`, named and ordered as its signature declares them."""
+    """The model's inputs at `batch`, named and ordered as its signature declares them. `sample`
+    picks another batch of them: the workload's examples of that seed, or the user's rows from
+    `sample * batch` on (cycling)."""
     signature = signature or read_signature(model_path, model.format)
     module = workload_module(model.workload)
     if user_inputs is not None:
         from workloads.custom import inputs_from_npz
 
-        arrays, roles = inputs_from_npz(user_inputs, batch), {}
+        arrays, roles = inputs_from_npz(user_inputs, batch, start=sample * batch), {}
     else:
-        arrays, roles = module.example_inputs(batch, list(model.input_size)), module.INPUT_ROLES
+        arrays, roles = module.example_inputs(batch, list(model.input_size), seed=sample), module.INPUT_ROLES
     sources = bind(
         signature,
         {k: (v.shape, str(v.dtype)) for k, v in arrays.items()},

@@ -1,10 +1,19 @@
-"""How closely an optimized engine's outputs match `base`'s, as one score in 0..1 plus details."""
+"""How closely an optimized engine's outputs match `base`'s, as one score in 0..1 plus details.
+
+A score rests on what it was judged on: `samples` (how many inputs) and `inputs` (`synthetic`:
+the workload's made-up examples; `user`: the user's own `--inputs`). At least
+`AGREEMENT_SAMPLES` samples whatever the batch size: at batch 1, 32 batches (`over_batches`).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+
+AGREEMENT_SAMPLES = 32  # an agreement is judged on at least this many samples, whatever the batch size
+SYNTHETIC, USER = "synthetic", "user"  # what an agreement's inputs were
 
 
 @dataclass
@@ -12,9 +21,17 @@ class Agreement:
     score: float  # 0..1, compared against the run's minimum agreement
     metric: str  # what the score is
     details: dict[str, float] = field(default_factory=dict)
+    samples: int | None = None  # how many samples the score rests on
+    inputs: str | None = None  # SYNTHETIC or USER
 
     def as_dict(self) -> dict:
-        return {"score": self.score, "metric": self.metric, **self.details}
+        basis = {"samples": self.samples, "inputs": self.inputs} if self.samples is not None else {}
+        return {"score": self.score, "metric": self.metric, **self.details, **basis}
+
+
+def batches_for(batch: int, samples: int = AGREEMENT_SAMPLES) -> int:
+    """How many batches of `batch` hold at least `samples` samples."""
+    return max(1, -(-samples // max(1, batch)))
 
 
 def max_abs_diff(reference: list[np.ndarray], outputs: list[np.ndarray]) -> float:
@@ -24,3 +41,32 @@ def max_abs_diff(reference: list[np.ndarray], outputs: list[np.ndarray]) -> floa
             for r, o in zip(reference, outputs, strict=True)
         )
     )
+
+
+def over_batches(
+    judge: Callable[[list[np.ndarray], list[np.ndarray]], Agreement],
+    references: list[list[np.ndarray]],
+    outputs: list[list[np.ndarray]],
+    *,
+    samples: int,
+    inputs: str,
+) -> Agreement:
+    """The workload's `judge` over several batches as one: each output joined along the batch
+    axis and judged once (a lowest cosine is the lowest over every sample, a top-1 the share of
+    all samples); where the batches' outputs do not join (their shapes differ past the batch
+    axis, or they have none), each batch is judged and the lowest score kept."""
+    joined = None
+    if references and all(len(r) == len(references[0]) for r in [*references, *outputs]):
+        try:
+            joined = (
+                [np.concatenate([np.asarray(r[i]) for r in references]) for i in range(len(references[0]))],
+                [np.concatenate([np.asarray(o[i]) for o in outputs]) for i in range(len(references[0]))],
+            )
+        except ValueError:  # scalars, or shapes that differ past the batch axis
+            joined = None
+    if joined is not None:
+        agreement = judge(*joined)
+    else:
+        agreement = min((judge(r, o) for r, o in zip(references, outputs, strict=True)), key=lambda a: a.score)
+    agreement.samples, agreement.inputs = samples, inputs
+    return agreement

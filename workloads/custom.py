@@ -56,11 +56,11 @@ def sample_shapes(path: Path, batch: int) -> dict[str, tuple[tuple[int, ...], st
     return {name: ((batch, *shape[1:]), dtype) for name, (shape, dtype) in check_npz(path).items()}
 
 
-def inputs_from_npz(path: Path, batch: int) -> dict[str, np.ndarray]:
+def inputs_from_npz(path: Path, batch: int, start: int = 0) -> dict[str, np.ndarray]:
     check_npz(path)
     with np.load(path, allow_pickle=False) as npz:
         arrays = {name: npz[name] for name in npz.files}
-    rows = np.arange(batch) % next(iter(arrays.values())).shape[0]
+    rows = (start + np.arange(batch)) % next(iter(arrays.values())).shape[0]
     return {name: np.ascontiguousarray(value[rows]) for name, value in arrays.items()}
 
 

@@ -31,17 +31,30 @@ def input_shapes(batch: int, input_size: list[int]) -> dict[str, tuple[tuple[int
     return {"input_ids": ((batch, seq), "int64"), "attention_mask": ((batch, seq), "int64")}
 
 
+CLS, SEP, PAD = 101, 102, 0  # BERT's WordPiece ids
+FIRST_WORD = 1996  # BERT's uncased vocabulary lists its words from here, most frequent first ("the", ...)
+ZIPF_EXPONENT = 1.1  # word frequencies in English text fall off about as 1 / rank
+
+
 def example_inputs(batch: int, input_size: list[int], seed: int = 0) -> dict[str, np.ndarray]:
-    """Random token ids; every sample but the first has some padding at its end."""
+    """Token ids that look like tokenized text: `[CLS]`, words drawn with a frequency-shaped
+    (Zipf) distribution over the vocabulary's word ids, `[SEP]`, then padding (mask 0). Lengths
+    vary per sample (log-normal around a quarter of the sequence, as sentences are short
+    beside a model's sequence length), so most samples are padded, as real batches are."""
     (seq,) = input_size
     rng = np.random.default_rng(seed)
-    ids = rng.integers(1000, VOCAB_SIZE, size=(batch, seq), dtype=np.int64)
-    ids[:, 0] = 101  # [CLS]
-    mask = np.ones((batch, seq), dtype=np.int64)
-    for row in range(1, batch):
-        length = max(1, seq - int(rng.integers(0, max(1, seq // 2))))
-        mask[row, length:] = 0
-        ids[row, length:] = 0
+    words = VOCAB_SIZE - FIRST_WORD
+    ids = np.full((batch, seq), PAD, dtype=np.int64)
+    mask = np.zeros((batch, seq), dtype=np.int64)
+    for row in range(batch):
+        length = int(np.clip(round(rng.lognormal(np.log(max(2.0, seq / 4)), 0.6)), min(3, seq), seq))
+        ranks = rng.zipf(ZIPF_EXPONENT, size=length)
+        ranks = np.where(ranks > words, rng.integers(1, words + 1, size=length), ranks)  # the long tail, uniform
+        ids[row, :length] = FIRST_WORD + ranks - 1
+        ids[row, 0] = CLS
+        if length > 1:
+            ids[row, length - 1] = SEP
+        mask[row, :length] = 1
     return {"input_ids": ids, "attention_mask": mask}
 
 
@@ -74,10 +87,19 @@ def agreement(reference: list[np.ndarray], outputs: list[np.ndarray]) -> Agreeme
     )
 
 
-def build_example_model(input_size: list[int] | None = None):
+OUTLIER_SCALE = 100.0  # a pretrained BERT's outlier channels reach a hundred times the others' magnitude
+
+
+def build_example_model(input_size: list[int] | None = None, outlier_channels: int = 0, attention_scale: float = 1.0):
     """A 4-layer BERT-style encoder (hidden 256, 4 heads, vocab 30522), seeded, in eval mode.
 
-    `input_size` ([sequence length]) only bounds the position table, which holds 512."""
+    `input_size` ([sequence length]) only bounds the position table, which holds 512. With
+    `outlier_channels`, that many hidden channels of every LayerNorm are scaled by
+    `OUTLIER_SCALE`: the outlier features of pretrained BERTs, which random weights lack and
+    which cost static int8 (activation ranges calibrated per tensor) most of its agreement.
+    `attention_scale` scales the query and key weights: above about 5 the attention is peaked
+    as a trained model's is (at 1, random weights attend almost uniformly, and an attention
+    quantized flat goes unnoticed)."""
     import math
 
     import torch
@@ -144,4 +166,12 @@ def build_example_model(input_size: list[int] | None = None):
                 module.weight.normal_(0.0, 0.02)
             if isinstance(module, nn.Linear):
                 module.bias.zero_()
+        for module in model.modules():
+            if isinstance(module, SelfAttention):
+                module.qkv.weight[: 2 * HIDDEN] *= attention_scale
+        if outlier_channels:  # a large constant in a few channels of the residual stream, scaled back by LayerNorm
+            channels = torch.randperm(HIDDEN, generator=torch.Generator().manual_seed(1))[:outlier_channels]
+            for layer in model.layers:
+                layer.ffn[2].bias[channels] = OUTLIER_SCALE
+                layer.norm2.weight[channels] = 1.0 / OUTLIER_SCALE
     return model.eval()

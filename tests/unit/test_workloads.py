@@ -31,7 +31,23 @@ def test_nlp_inputs():
     assert ids.shape == mask.shape == (4, 16)
     assert ids.dtype == mask.dtype == np.int64
     assert set(np.unique(mask)) <= {0, 1}
-    assert mask[0].all() and (ids < nlp.VOCAB_SIZE).all() and (ids >= 0).all()
+    assert (ids < nlp.VOCAB_SIZE).all() and (ids >= 0).all()
+    assert (ids[:, 0] == nlp.CLS).all() and mask[:, 0].all()  # every sample starts with [CLS]
+
+
+def test_nlp_inputs_look_like_text():
+    """[CLS] words [SEP] then padding, lengths varied, word ids frequency-shaped (Zipf): the
+    most frequent ids recur, as "the" and "of" do in tokenized text."""
+    inputs = nlp.example_inputs(32, [128])
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    lengths = mask.sum(axis=1)
+    assert len(set(lengths.tolist())) > 8 and lengths.max() < 128  # varied, padded
+    for row, length in zip(ids, lengths, strict=True):
+        assert row[length - 1] == nlp.SEP and (row[length:] == nlp.PAD).all()
+    assert (np.diff(mask, axis=1) <= 0).all()  # ones then zeros
+    words = ids[mask.astype(bool) & (ids != nlp.CLS) & (ids != nlp.SEP)]
+    _, counts = np.unique(words, return_counts=True)
+    assert counts.max() >= 0.05 * words.size  # the most frequent word is common, as "the" is
 
 
 def test_nlp_agreement_detects_perturbation():

@@ -5,7 +5,11 @@ prints these tables; the API serves them (`GET /runs/{id}/profiles`) and the pag
 
 from __future__ import annotations
 
+from typing import Any
+
 from core.profiles import side_by_side
+from report.table import as_summary
+from schemas.documents import RunSummary, SummaryResult
 
 TOP_OPERATORS = 5  # operators listed per optimizer under the table
 PROFILED_OPTIMIZERS = ("base", "onnx", "tvm", "onnx_int8")
@@ -15,35 +19,44 @@ class NotProfilable(Exception):
     """This combination cannot be profiled (failed, unknown, emulated, no profiler): the message says why."""
 
 
-def profilable(result: dict) -> str | None:
+def profilable(result: SummaryResult | dict[str, Any]) -> str | None:
     """Why a run's result cannot be profiled here, or None if it can."""
-    if result.get("predicted"):
+    if not isinstance(result, SummaryResult):
+        result = SummaryResult.model_validate(result)
+    if result.predicted:
         return "it was predicted, not measured"
-    if result.get("emulated"):
+    if result.emulated:
         return "it ran under emulation: a profile of emulated code says nothing about Lambda"
-    if result["combo"]["optimizer"] not in PROFILED_OPTIMIZERS:
-        return f"no profiler for {result['combo']['optimizer']}"
+    if result.combo.optimizer.value not in PROFILED_OPTIMIZERS:
+        return f"no profiler for {result.combo.optimizer.value}"
     return None
 
 
-def chosen_results(summary: dict, combo_key: str | None) -> list[dict]:
-    """The run's results to profile: all profilable ones, or the one `combo_key` names
-    (NotProfilable naming why when it failed, is unknown to the run or cannot be profiled)."""
+def chosen_results(summary: RunSummary | dict[str, Any], combo_key: str | None) -> list[dict[str, Any]]:
+    """The run's results to profile (each as stored in the summary): all profilable ones, or the
+    one `combo_key` names (NotProfilable naming why when it failed, is unknown to the run or
+    cannot be profiled)."""
+    summary = as_summary(summary)
     if combo_key is None:
-        chosen = [r for r in summary["results"] if profilable(r) is None]
+        chosen = [_stored(r) for r in summary.results if profilable(r) is None]
         if not chosen:
-            raise NotProfilable(f"run {summary['run_id']} has no natively measured combination to profile")
+            raise NotProfilable(f"run {summary.run_id} has no natively measured combination to profile")
         return chosen
-    for result in summary["results"]:
-        if result["combo_key"] == combo_key:
+    for result in summary.results:
+        if result.combo_key == combo_key:
             why = profilable(result)
             if why:
                 raise NotProfilable(f"combination {combo_key} cannot be profiled: {why}")
-            return [result]
-    for failure in summary.get("failures", []):
-        if failure["combo_key"] == combo_key:
-            raise NotProfilable(f"combination {combo_key} failed ({failure['reason']}): there is nothing to profile")
-    raise NotProfilable(f"run {summary['run_id']} has no combination {combo_key}")
+            return [_stored(result)]
+    for failure in summary.failures:
+        if failure.combo_key == combo_key:
+            raise NotProfilable(f"combination {combo_key} failed ({failure.reason}): there is nothing to profile")
+    raise NotProfilable(f"run {summary.run_id} has no combination {combo_key}")
+
+
+def _stored(result: SummaryResult) -> dict[str, Any]:
+    """A summary's row as stored: what a profiling request carries to the measuring process."""
+    return result.model_dump(mode="json", exclude_unset=True)
 
 
 def profile_tables(profiles: list[dict], trace_url=lambda profile: None) -> list[dict]:

@@ -14,89 +14,104 @@ threshold and meeting its p99 SLO, if it has one. Every other result is listed u
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
+from schemas.combos import Combo
+from schemas.documents import BreakEven, Candidate, Criteria, Recommendation, SummaryResult
+
+
+def rows(results: Iterable[SummaryResult | dict[str, Any]]) -> list[SummaryResult]:
+    """`results` as typed rows (stored result dicts are validated once, here)."""
+    return [r if isinstance(r, SummaryResult) else SummaryResult.model_validate(r) for r in results]
+
 
 def recommend(
-    results: list[dict], *, slo_p99_ms: float | None, min_agreement: float, balance_weight: float = 0.5
-) -> dict:
-    """The recommendation for a run's `results` (stored result dicts with `combo`,
-    `latency_ms`, `agreement`, `cost`); combinations are named by their labels."""
+    results: Iterable[SummaryResult | dict[str, Any]],
+    *,
+    slo_p99_ms: float | None,
+    min_agreement: float,
+    balance_weight: float = 0.5,
+) -> Recommendation:
+    """The recommendation for a run's `results` (rows of a summary, or stored result dicts
+    with `combo`, `latency_ms`, `agreement`, `cost`); combinations are named by their labels."""
+    results = rows(results)
     candidates, excluded = [], {}
     for result in results:
         why = exclusion(result, slo_p99_ms=slo_p99_ms, min_agreement=min_agreement)
         if why:
-            excluded[label(result)] = why
+            excluded[result.label] = why
         else:
             candidates.append(result)
-    recommendation = {
-        "fastest": None,
-        "cheapest": None,
-        "balanced": None,
-        "pareto": [],
-        "candidates": {},
-        "excluded": excluded,
-        "criteria": {
-            "slo_p99_ms": slo_p99_ms,
-            "min_agreement": min_agreement,
-            "balance_weight": balance_weight,
-            "fastest_by": "p99",
-        },
-        "disturbed": sorted(label(r) for r in results if (r.get("load") or {}).get("disturbed")),
-    }
+    criteria = Criteria(
+        slo_p99_ms=slo_p99_ms, min_agreement=min_agreement, balance_weight=balance_weight, fastest_by="p99"
+    )
+    disturbed = sorted(r.label for r in results if r.disturbed)
     if not candidates:
-        return recommendation
-    p99 = {label(r): r["latency_ms"]["p99"] for r in candidates}
-    cost = {label(r): r["cost"]["per_million_inferences_usd"] for r in candidates}
+        return Recommendation(
+            fastest=None,
+            cheapest=None,
+            balanced=None,
+            pareto=[],
+            candidates={},
+            excluded=excluded,
+            criteria=criteria,
+            disturbed=disturbed,
+        )
+    p99 = {r.label: r.latency_ms.p99 for r in candidates}
+    cost = {r.label: r.cost.per_million_inferences_usd for r in candidates}
     scores = balance_scores(p99, cost, balance_weight)
-    recommendation.update(
+    return Recommendation(
         fastest=min(p99, key=lambda k: (p99[k], cost[k])),
         cheapest=min(cost, key=lambda k: (cost[k], p99[k])),
         balanced=min(scores, key=lambda k: (scores[k], p99[k], cost[k])),
         pareto=pareto_front(p99, cost),
         candidates={
-            k: {"p99_ms": p99[k], "per_million_inferences_usd": cost[k], "balance_score": scores[k]}
+            k: Candidate(p99_ms=p99[k], per_million_inferences_usd=cost[k], balance_score=scores[k])
             for k in sorted(p99, key=p99.get)
         },
+        excluded=excluded,
+        criteria=criteria,
+        disturbed=disturbed,
     )
-    return recommendation
 
 
-def exclusion(result: dict, *, slo_p99_ms: float | None, min_agreement: float) -> str | None:
+def exclusion(result: SummaryResult | dict[str, Any], *, slo_p99_ms: float | None, min_agreement: float) -> str | None:
     """Why `result` cannot be recommended, or None if it can."""
-    if result.get("emulated"):
+    (result,) = rows([result])
+    if result.emulated:
         return "timed under emulation: neither its latency nor its cost is real"
-    if result.get("host_limited"):
+    if result.host_limited:
         return (
-            f"host-limited: Lambda gives {result['combo']['memory_mb']} MB {result.get('vcpus') or 0:.1f} vCPUs, "
-            f"this host has {result.get('vcpus_available')}: measured with fewer, not costed"
+            f"host-limited: Lambda gives {result.combo.memory_mb} MB {result.vcpus or 0:.1f} vCPUs, "
+            f"this host has {result.vcpus_available}: measured with fewer, not costed"
         )
-    if result.get("confined") is False:
-        return f"unconfined: not measured as Lambda would run it ({result.get('confinement_reason')})"
-    load = result.get("load") or {}
-    if load.get("disturbed"):
+    if result.confined is False:
+        return f"unconfined: not measured as Lambda would run it ({result.confinement_reason})"
+    if result.disturbed:
         return (
-            f"disturbed: other work used {load.get('other_busy_cores', 0):.1f} cores while it was measured; "
+            f"disturbed: other work used {result.load.other_busy_cores or 0:.1f} cores while it was measured; "
             "measure again"
         )
-    agreement = (result.get("agreement") or {}).get("score")
-    if agreement is None:
+    if result.agreement is None:
         return "no agreement with base was measured"
+    agreement = result.agreement.score
     if agreement < min_agreement:
-        metric = result["agreement"].get("metric", "agreement")
         return (
-            f"agrees with base only {agreement:.4f} ({metric}), below the threshold {min_agreement}"
+            f"agrees with base only {agreement:.4f} ({result.agreement.metric}), below the threshold {min_agreement}"
             f"{divergence_detail(result)}"
         )
-    if not (result.get("cost") or {}).get("per_million_inferences_usd"):
+    if result.cost is None or not result.cost.per_million_inferences_usd:
         return "no cost (no price for it)"
-    if slo_p99_ms is not None and result["latency_ms"]["p99"] > slo_p99_ms:
-        return f"p99 {result['latency_ms']['p99']:.1f} ms above the SLO of {slo_p99_ms:g} ms"
+    if slo_p99_ms is not None and result.latency_ms.p99 > slo_p99_ms:
+        return f"p99 {result.latency_ms.p99:.1f} ms above the SLO of {slo_p99_ms:g} ms"
     return None
 
 
-def divergence_detail(result: dict) -> str:
+def divergence_detail(result: SummaryResult) -> str:
     """Where a result's outputs first diverge (`divergence`, found when it was measured), as the
     end of its exclusion's reason; empty if it has none."""
-    divergence = result.get("divergence")
+    divergence = result.divergence
     if not divergence:
         return ""
     if divergence.get("node"):
@@ -134,12 +149,12 @@ def pareto_front(p99: dict[str, float], cost: dict[str, float]) -> list[str]:
     return front
 
 
-def label(result: dict) -> str:
-    c = result["combo"]
-    return f"{c['hardware']}/{c['optimizer']}/b{c['batch_size']}/{c['memory_mb']}MB"
+def label(result: SummaryResult | dict[str, Any]) -> str:
+    """The combination label of a result (`Combo.label`)."""
+    return result.label if isinstance(result, SummaryResult) else Combo.model_validate(result["combo"]).label
 
 
-def with_break_even(results: list[dict], region: str) -> list[dict]:
+def with_break_even(results: Iterable[SummaryResult | dict[str, Any]], region: str) -> list[SummaryResult]:
     """The measured results, each tuned one (`tvm`) with `break_even`: after how many inferences
     its tuning time, priced as the build's compute, is repaid by its faster inference against
     the fastest engine without tuning at the same hardware, batch and memory size (by p50);
@@ -147,45 +162,40 @@ def with_break_even(results: list[dict], region: str) -> list[dict]:
     from core.profiles import break_even
     from schemas.cost import UnknownPriceRegion, build_cost_usd, inference_cost_usd, load_prices
 
-    untuned: dict[tuple, dict] = {}
+    results = rows(results)
+    untuned: dict[tuple, SummaryResult] = {}
     for result in results:
-        c = result["combo"]
-        where = (c["hardware"], c["batch_size"], c["memory_mb"])
+        c = result.combo
+        where = (c.hardware, c.batch_size, c.memory_mb)
         if (
-            c["optimizer"] not in TUNED_OPTIMIZERS
-            and not result.get("predicted")
-            and (where not in untuned or result["latency_ms"]["p50"] < untuned[where]["latency_ms"]["p50"])
+            c.optimizer not in TUNED_OPTIMIZERS
+            and not result.predicted
+            and (where not in untuned or result.latency_ms.p50 < untuned[where].latency_ms.p50)
         ):
             untuned[where] = result
     out, table = [], load_prices()  # once, not twice per tuned result
     for result in results:
-        c = result["combo"]
-        best = untuned.get((c["hardware"], c["batch_size"], c["memory_mb"]))
-        if c["optimizer"] not in TUNED_OPTIMIZERS or best is None or result.get("predicted"):
+        c = result.combo
+        best = untuned.get((c.hardware, c.batch_size, c.memory_mb))
+        if c.optimizer not in TUNED_OPTIMIZERS or best is None or result.predicted:
             out.append(result)
             continue
-        tuned_ms, untuned_ms = result["latency_ms"]["p50"], best["latency_ms"]["p50"]
+        tuned_ms, untuned_ms = result.latency_ms.p50, best.latency_ms.p50
         try:
-            tuning_usd = build_cost_usd(result.get("tuning_s") or 0.0, region, table)
-            saved = inference_cost_usd(
-                untuned_ms - tuned_ms, c["memory_mb"], c["hardware"], c["batch_size"], region, table
-            )
+            tuning_usd = build_cost_usd(result.tuning_s or 0.0, region, table)
+            saved = inference_cost_usd(untuned_ms - tuned_ms, c.memory_mb, c.hardware, c.batch_size, region, table)
         except UnknownPriceRegion:
             out.append(result)
             continue
-        out.append(
-            {
-                **result,
-                "break_even": break_even(
-                    tuning_s=result.get("tuning_s") or 0.0,
-                    tuning_usd=tuning_usd,
-                    tuned_ms=tuned_ms,
-                    untuned_ms=untuned_ms,
-                    saved_usd_per_inference=saved,
-                    untuned=label(best),
-                ),
-            }
+        payoff = break_even(
+            tuning_s=result.tuning_s or 0.0,
+            tuning_usd=tuning_usd,
+            tuned_ms=tuned_ms,
+            untuned_ms=untuned_ms,
+            saved_usd_per_inference=saved,
+            untuned=best.label,
         )
+        out.append(result.model_copy(update={"break_even": BreakEven.model_validate(payoff)}))
     return out
 
 

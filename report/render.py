@@ -6,27 +6,29 @@ from __future__ import annotations
 import csv
 import html
 import io
+from typing import Any
 
-from report.recommendation import label as combination_label
-from report.table import COLUMNS, RECOMMENDATION_KINDS, format_cell, summary_rows
+from report.table import COLUMNS, RECOMMENDATION_KINDS, as_summary, format_cell, summary_rows
+from schemas.documents import Recommendation, RunSummary
 from schemas.reasons import decisive
 
 TRAFFIC_ROWS = 5  # the email prices the Pareto front (at most this many) under the request's traffic
 
 
-def traffic_lines(summary: dict) -> list[str]:
+def traffic_lines(summary: RunSummary | dict[str, Any]) -> list[str]:
     """The run's Pareto front under the traffic the request named (`core/lambda_model/traffic.py`): each
     combination's cheapest way of serving it, and the cheapest that meets the SLO."""
     from core.lambda_model.traffic import Traffic, TrafficError, traffic_report
 
-    profile = (summary.get("request") or {}).get("traffic")
+    summary = as_summary(summary)
+    profile = summary.request.get("traffic")
     if not profile:
         return []
-    front = set((summary.get("recommendation") or {}).get("pareto") or [])
-    results = [r for r in summary.get("results", []) if combination_label(r) in front][:TRAFFIC_ROWS]
-    slo = (summary.get("request") or {}).get("slo_p99_ms")
+    front = set(summary.recommendation.pareto if summary.recommendation else [])
+    results = [r.model_dump(mode="json", exclude_unset=True) for r in summary.results if r.label in front]
+    slo = summary.request.get("slo_p99_ms")
     try:
-        report = traffic_report({"results": results}, Traffic(**profile), slo)
+        report = traffic_report({"results": results[:TRAFFIC_ROWS]}, Traffic(**profile), slo)
     except TrafficError as exc:
         return [f"Under your traffic: {exc}"]
     lines = [
@@ -45,39 +47,44 @@ def traffic_lines(summary: dict) -> list[str]:
     return lines
 
 
-def check_lines(recommendation: dict) -> list[str]:
+def check_lines(recommendation: Recommendation | None) -> list[str]:
     """What checking the predicted picks found (`predict` runs), one line each."""
     lines = []
-    for check in recommendation.get("checks") or []:
-        measured = f", measured {format_cell('p50_ms', check['measured_p50_ms'])} ms" if check.get("measured") else ""
+    for check in (recommendation.checks if recommendation else None) or []:
+        measured = f", measured {format_cell('p50_ms', check.measured_p50_ms)} ms" if check.measured else ""
         lines.append(
-            f"checked the {', '.join(check['picked_as'])} pick {check['combination']}: predicted p50 "
-            f"{format_cell('p50_ms', check['predicted_p50_ms'])} ms{measured}: {check['verdict']}"
+            f"checked the {', '.join(check.picked_as)} pick {check.combination}: predicted p50 "
+            f"{format_cell('p50_ms', check.predicted_p50_ms)} ms{measured}: {check.verdict}"
         )
     return lines
 
 
-def email_message(summary: dict, results_url: str) -> dict[str, str]:
+def picks(recommendation: Recommendation | None) -> list[tuple[str, str | None]]:
+    """(kind, label or None) of each recommendation kind."""
+    return [(kind, recommendation.pick(kind)) for kind in RECOMMENDATION_KINDS] if recommendation else []
+
+
+def email_message(summary: RunSummary | dict[str, Any], results_url: str) -> dict[str, str]:
     """`{"subject", "text", "html"}` of a run's email, from its stored summary. It links the
     results (`{results_url}/runs/{run_id}/results`, for the API key holder) and the page
     that shows them (`{results_url}/#run={run_id}`)."""
-    run_id, status = summary["run_id"], summary["status"]
+    summary = as_summary(summary)
+    run_id, status = summary.run_id, summary.status
     results_link = f"{results_url.rstrip('/')}/runs/{run_id}/results"
     page_link = f"{results_url.rstrip('/')}/#run={run_id}"
     rows = summary_rows(summary)
-    recommendation = summary.get("recommendation") or {}
-    picks = [(kind, recommendation[kind]) for kind in RECOMMENDATION_KINDS if kind in recommendation]
-    failures = [(f["label"], f"{f['stage']}: {decisive(f['reason'])}") for f in summary.get("failures", [])]
-    measured = len(summary.get("results", []))
-    model = summary.get("model") or {}
+    recommendation = summary.recommendation
+    picked = picks(recommendation)
+    excluded = recommendation.excluded if recommendation else {}
+    failures = [(f.label, f"{f.stage.value}: {decisive(f.reason)}") for f in summary.failures]
+    measured = len(summary.results)
+    model = summary.model
     headline = f"Run {run_id} is {status}: {measured} combination(s) measured, {len(failures)} failed."
-    model_line = (
-        f"Model {model.get('sha256', '?')[:12]} ({model.get('workload', '?')}, input {model.get('input_size', '?')})."
-    )
-    best = next((label for _, label in picks if label), None)
+    model_line = f"Model {model.sha256[:12]} ({model.workload.value}, input {model.input_size})."
+    best = next((label for _, label in picked if label), None)
     subject = f"AYCI run {run_id[:8]}: {status}" + (f", fastest {best}" if best else "")
 
-    cells = [[format_cell(key, row.get(key)) for key, _ in COLUMNS] for row in rows]
+    cells = [[format_cell(key, row.cell(key)) for key, _ in COLUMNS] for row in rows]
     headers = [title for _, title in COLUMNS]
     widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
     text_table = [" | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
@@ -86,9 +93,9 @@ def email_message(summary: dict, results_url: str) -> dict[str, str]:
 
     text = [headline, model_line, ""]
     text.append("Recommendation:")
-    text += [f"  {kind}: {label or 'none qualifies'}" for kind, label in picks] or ["  none"]
+    text += [f"  {kind}: {label or 'none qualifies'}" for kind, label in picked] or ["  none"]
     text += [f"  {line}" for line in check_lines(recommendation)]
-    text += [f"  not recommended {label}: {why}" for label, why in (recommendation.get("excluded") or {}).items()]
+    text += [f"  not recommended {label}: {why}" for label, why in excluded.items()]
     under_traffic = traffic_lines(summary)
     text += ["", *under_traffic] if under_traffic else []
     text += ["", *text_table, ""]
@@ -108,14 +115,11 @@ def email_message(summary: dict, results_url: str) -> dict[str, str]:
         for r in cells
     )
     rec_html = (
-        "".join(f"<li><b>{e(kind)}</b>: {e(label or 'none qualifies')}</li>" for kind, label in picks)
+        "".join(f"<li><b>{e(kind)}</b>: {e(label or 'none qualifies')}</li>" for kind, label in picked)
         or "<li>none</li>"
     )
     rec_html += "".join(f"<li>{e(line)}</li>" for line in check_lines(recommendation))
-    rec_html += "".join(
-        f"<li>not recommended {e(label)}: {e(why)}</li>"
-        for label, why in (recommendation.get("excluded") or {}).items()
-    )
+    rec_html += "".join(f"<li>not recommended {e(label)}: {e(why)}</li>" for label, why in excluded.items())
     fail_html = (
         "<h3>Failed combinations</h3><ul>"
         + "".join(f"<li><b>{e(label)}</b>: {e(reason)}</li>" for label, reason in failures)
@@ -139,33 +143,31 @@ def email_message(summary: dict, results_url: str) -> dict[str, str]:
     return {"subject": subject, "text": "\n".join(text), "html": body}
 
 
-def results_document(summary: dict, results_url: str) -> dict:
+def results_document(summary: RunSummary | dict[str, Any], results_url: str) -> dict[str, Any]:
     """The results as JSON: the table rows (the same as the CLI's and the email's), the
     recommendation, the Pareto front and the failures."""
-    rows = summary_rows(summary)
-    recommendation = summary.get("recommendation") or {}
+    summary = as_summary(summary)
+    recommendation = summary.recommendation
     return {
-        "run_id": summary["run_id"],
-        "status": summary["status"],
-        "archived_at": summary.get("archived_at"),
-        "model": summary.get("model"),
+        "run_id": summary.run_id,
+        "status": summary.status,
+        "archived_at": summary.archived_at,
+        "model": summary.model.model_dump(mode="json", exclude_unset=True),
         "columns": [{"key": key, "title": title} for key, title in COLUMNS],
-        "rows": rows,
-        "recommendation": recommendation,
-        "recommended": {kind: recommendation[kind] for kind in RECOMMENDATION_KINDS if recommendation.get(kind)},
-        "pareto_front": recommendation.get("pareto", []),  # the archiver's, over the candidates
-        "failures": [
-            {"combination": f["label"], "stage": f["stage"], "reason": f["reason"]} for f in summary.get("failures", [])
-        ],
+        "rows": [row.model_dump(mode="json", exclude_unset=True) for row in summary_rows(summary)],
+        "recommendation": recommendation.model_dump(mode="json", exclude_unset=True) if recommendation else {},
+        "recommended": {kind: label for kind, label in picks(recommendation) if label},
+        "pareto_front": recommendation.pareto if recommendation else [],  # the archiver's, over the candidates
+        "failures": [{"combination": f.label, "stage": f.stage.value, "reason": f.reason} for f in summary.failures],
         "results_url": results_url,
     }
 
 
-def results_csv(summary: dict) -> str:
+def results_csv(summary: RunSummary | dict[str, Any]) -> str:
     """The table rows as CSV, one column per table column, raw numbers (not rounded)."""
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow([key for key, _ in COLUMNS])
     for row in summary_rows(summary):
-        writer.writerow(["" if row.get(key) is None else row[key] for key, _ in COLUMNS])
+        writer.writerow(["" if row.cell(key) is None else row.cell(key) for key, _ in COLUMNS])
     return out.getvalue()

@@ -14,25 +14,26 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from report.render import check_lines
-from report.table import COLUMNS, RECOMMENDATION_KINDS, format_cell, summary_rows
+from report.render import check_lines, picks
+from report.table import COLUMNS, as_summary, format_cell, summary_rows
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
     from core.planning import Plan
+    from schemas.documents import RunSummary, TableRow
     from schemas.signature import ModelSignature
 
 ALWAYS_SHOWN = ("combination", "status")
 STATUS_WORDS = ("measured", "predicted", "failed")
 
 
-def shown_columns(rows: list[dict]) -> list[tuple[str, str]]:
+def shown_columns(rows: list[TableRow]) -> list[tuple[str, str]]:
     """The table's columns that have something to show in at least one row."""
     return [
         (key, title)
         for key, title in COLUMNS
-        if key in ALWAYS_SHOWN or any(row.get(key) not in (None, "") for row in rows)
+        if key in ALWAYS_SHOWN or any(row.cell(key) not in (None, "") for row in rows)
     ]
 
 
@@ -41,38 +42,40 @@ def label_column(table: Table, title: str, labels: list[str]) -> None:
     table.add_column(title, no_wrap=True, overflow="ignore", min_width=max([len(title), *map(len, labels)]))
 
 
-def results_table(summary: dict) -> Table:
+def results_table(summary: RunSummary | dict) -> Table:
     """The run's table: one row per combination (`report.table.summary_rows`), the columns
     with something to show."""
+    summary = as_summary(summary)
     rows = summary_rows(summary)
     columns = shown_columns(rows)
-    table = Table(title=f"run {summary['run_id']}: {summary['status']}")
+    table = Table(title=f"run {summary.run_id}: {summary.status}")
     for key, title in columns:
         if key == "combination":
-            label_column(table, title, [row["combination"] for row in rows])
+            label_column(table, title, [row.combination for row in rows])
         elif key == "status":
             label_column(table, title, list(STATUS_WORDS))
         else:
             table.add_column(title, overflow="fold")
     for row in rows:
-        table.add_row(*(format_cell(key, row.get(key)) for key, _ in columns))
+        table.add_row(*(format_cell(key, row.cell(key)) for key, _ in columns))
     return table
 
 
-def recommendation_lines(summary: dict) -> list[Text]:
+def recommendation_lines(summary: RunSummary | dict) -> list[Text]:
     """The recommendation under the table: each pick, the Pareto front, what checking the
     predicted picks found, what was not recommended and why."""
-    rec = summary.get("recommendation") or {}
-    lines = [f"{kind}: {rec[kind] or 'none qualifies'}" for kind in RECOMMENDATION_KINDS if kind in rec]
-    if rec.get("pareto"):
-        lines.append(f"pareto front (p99 against cost): {', '.join(rec['pareto'])}")
+    rec = as_summary(summary).recommendation
+    lines = [f"{kind}: {label or 'none qualifies'}" for kind, label in picks(rec)]
+    if rec and rec.pareto:
+        lines.append(f"pareto front (p99 against cost): {', '.join(rec.pareto)}")
     lines += check_lines(rec)
-    lines += [f"  not recommended {label}: {why}" for label, why in (rec.get("excluded") or {}).items()]
+    lines += [f"  not recommended {label}: {why}" for label, why in (rec.excluded if rec else {}).items()]
     return [Text(line) for line in lines]
 
 
-def print_report(summary: dict, console: Console) -> None:
+def print_report(summary: RunSummary | dict, console: Console) -> None:
     """The table and the recommendation on a `rich` console (the CLI)."""
+    summary = as_summary(summary)
     console.print(results_table(summary))
     for line in recommendation_lines(summary):
         console.print(line)

@@ -134,13 +134,22 @@ class Flexible(BaseModel):
     model_config = ConfigDict(extra="allow", ser_json_inf_nan="constants")
 
 
-class LatencyStats(Flexible):
-    """Warm latency in ms over `iterations` samples; `billed_ms_mean` is the mean of the
-    samples each rounded up to 1 ms, as Lambda bills them."""
+class Latency(Flexible):
+    """Latency in ms: what every result has, a predicted one included."""
 
     p50: float
     p90: float
     p99: float
+    mean: float | None = None
+    billed_ms_mean: float | None = None
+    p99_samples: int | None = None
+    p99_estimate: bool = False  # fewer samples than a p99 needs: the p99 is an estimate
+
+
+class LatencyStats(Latency):
+    """Warm latency in ms over `iterations` samples; `billed_ms_mean` is the mean of the
+    samples each rounded up to 1 ms, as Lambda bills them."""
+
     mean: float
     min: float
     max: float
@@ -152,14 +161,19 @@ class LatencyStats(Flexible):
     billed_ms_mean: float
 
 
-class ColdStart(Flexible):
+class ColdStartTotal(Flexible):
+    """A cold start's total in ms: what every result has, a predicted one included."""
+
+    total: float
+
+
+class ColdStart(ColdStartTotal):
     """A cold start split, in ms, from the process's spawn to its first answer."""
 
     process_start: float
     imports: float
     model_load: float
     first_inference: float
-    total: float
     model_load_compiles: bool = False
 
 
@@ -169,6 +183,47 @@ class Agreement(Flexible):
 
     score: float
     metric: str
+    max_abs_diff: float | None = None
+
+
+class MachineLoad(Flexible):
+    """The machine's load around one measurement (`measuring/machine_load.py load_report`)."""
+
+    host_cores: int | None = None
+    loadavg_1m_before: float | None = None
+    loadavg_1m_after: float | None = None
+    cpu_pressure_avg10_before: float | None = None
+    cpu_pressure_avg10_after: float | None = None
+    other_busy_cores: float | None = None  # average cores busy with other work during the measurement
+    disturbed: bool = False  # other work took cores the measurement needed
+
+
+class Environment(Flexible):
+    """Where a result was measured (`measuring/environment.py`): CPU, cores, kernel, cgroup,
+    Python, library and AYCI versions."""
+
+    cpu_model: str | None = None
+    cpu_flags: list[str] = []
+    host_cores: int | None = None
+    kernel: str | None = None
+    cgroup: str | None = None
+    ayci_version: str | None = None
+    python: str | None = None
+    machine: str | None = None
+    libraries: dict[str, str | None] = {}
+
+
+class Cost(Flexible):
+    """A result's cost on Lambda (`schemas/cost.py cost_block`), priced for one region."""
+
+    per_million_inferences_usd: float
+    billed_ms_per_request: float | None = None
+    per_request_usd: float | None = None
+    cold_start_billed_ms: int | None = None
+    cold_start_usd: float | None = None
+    architecture: str | None = None
+    price_region: str | None = None
+    price_date: str | None = None
 
 
 class MeasurementReport(Flexible):
@@ -185,15 +240,15 @@ class MeasurementReport(Flexible):
     vcpus: float | None = None
     lock_wait_s: float | None = None
     measurement_s: float | None = None
-    load: dict[str, Any] | None = None
+    load: MachineLoad | None = None
     cgroup_peak_mb: float | None = None
     cpu_throttled_share: float | None = None
     host_limited: bool = False  # the memory size's vCPU share is more than this host has
     vcpus_available: int | None = None
-    environment: dict[str, Any] | None = None  # CPU, cores, kernel, cgroup, Python, library and AYCI versions
+    environment: Environment | None = None
 
 
-class MeasuredResult(Document):
+class MeasuredResult(MeasurementReport, Document):
     """One measured combination: the measurement report plus what was measured and its cost."""
 
     combo_key: str
@@ -206,25 +261,13 @@ class MeasuredResult(Document):
     tuning_s: float = 0.0
     artifact_key: str
     emulated: bool = False
-    cold_start_ms: ColdStart
-    latency_ms: LatencyStats
-    warmup_iterations: int
-    agreement: Agreement
-    peak_rss_mb: float
-    confined: bool = True
-    confinement_reason: str | None = None
-    threads: int | None = None
-    vcpus: float | None = None
-    lock_wait_s: float | None = None
-    measurement_s: float | None = None
-    load: dict[str, Any] | None = None
-    cgroup_peak_mb: float | None = None
-    cpu_throttled_share: float | None = None
-    host_limited: bool = False
-    vcpus_available: int | None = None
-    environment: dict[str, Any] | None = None
-    cost: dict[str, Any] | None = None
+    cost: Cost | None = None
     profile_key: str | None = None  # its profiled pass (`CombinationProfile`), when the run asked for one
+    conversion: dict[str, Any] | None = None  # what the conversion chose and why (onnx_int8: its recipes' figures)
+
+    @property
+    def label(self) -> str:
+        return self.combo.label
 
     def inference_done(self, *, result_key: str, reused: bool) -> InferenceDone:
         """The `InferenceDone` this result stands for: the one place it is built from a result."""
@@ -302,6 +345,168 @@ class PickChecks(Document):
     decided_by: str  # the event whose handling decided the checks (it alone emits them)
 
 
+class Prediction(Flexible):
+    """How a predicted row was predicted (`core/lambda_model/prediction.py`)."""
+
+    regime: str
+    beyond_measured_range: bool = False
+    basis: str = ""
+    anchors: list[int] = []  # the measured memory sizes it was predicted from
+
+
+class Interval(Flexible):
+    """A prediction's interval (about 95 %): [low, high] of p50, p99 and the cold start, in ms."""
+
+    level: str | None = None
+    p50: list[float]
+    p99: list[float]
+    cold_start_ms: list[float] | None = None
+
+
+class BreakEven(Flexible):
+    """After how many inferences a tuned engine's tuning is repaid (`core/profiles.py break_even`)."""
+
+    tuning_s: float
+    tuning_usd: float | None = None
+    against: str  # the fastest untuned combination at the same hardware, batch and memory size
+    against_p50_ms: float | None = None
+    tuned_p50_ms: float | None = None
+    saved_ms_per_inference: float | None = None
+    saved_usd_per_inference: float | None = None
+    inferences: int | None = None  # None: never (not faster)
+
+
+class PredictionCheck(Flexible):
+    """A predicted pick measured before its run closed: what was predicted, beside the measurement."""
+
+    predicted_p50_ms: float
+    predicted_p99_ms: float
+    interval: Interval
+    within_interval: bool
+
+
+class SummaryResult(Flexible):
+    """A row of `RunSummary.results`: a measured result (a `MeasuredResult` with `reused`,
+    priced for the run's region) or a predicted one (`predicted`, `prediction`, `interval`:
+    fewer latency and cold start figures). Every field but the combination and its latency
+    may be missing from a result written by an older AYCI."""
+
+    combo_key: str | None = None
+    combo: Combo
+    model: ModelRef | None = None
+    run_id: str | None = None
+    latency_ms: Latency
+    cold_start_ms: ColdStartTotal | None = None
+    peak_rss_mb: float | None = None
+    agreement: Agreement | None = None
+    cost: Cost | None = None
+    load: MachineLoad | None = None
+    environment: Environment | None = None
+    emulated: bool = False
+    confined: bool = True
+    confinement_reason: str | None = None
+    host_limited: bool = False
+    threads: int | None = None
+    vcpus: float | None = None
+    vcpus_available: int | None = None
+    tuning_s: float = 0.0
+    reused: bool = False
+    predicted: bool = False
+    prediction: Prediction | None = None
+    interval: Interval | None = None
+    check: PredictionCheck | None = None
+    break_even: BreakEven | None = None
+    engine_settings: dict[str, Any] | None = None
+    engine_tuning: dict[str, Any] | None = None
+    divergence: dict[str, Any] | None = None  # where the outputs first diverge from base's (when they disagree)
+    document_version: int | None = None  # a measured row's: the `MeasuredResult` version it was upcast to
+
+    @property
+    def label(self) -> str:
+        return self.combo.label
+
+    @property
+    def disturbed(self) -> bool:
+        return self.load is not None and self.load.disturbed
+
+
+class Candidate(Flexible):
+    p99_ms: float
+    per_million_inferences_usd: float
+    balance_score: float
+
+
+class Criteria(Flexible):
+    slo_p99_ms: float | None = None
+    min_agreement: float
+    balance_weight: float = 0.5
+    fastest_by: str = "p99"
+
+
+class PickCheckReport(Flexible):
+    """What checking one predicted pick found (`predict` runs)."""
+
+    combination: str
+    picked_as: list[str]
+    predicted_p50_ms: float
+    predicted_p99_ms: float
+    interval: Interval
+    measured: bool
+    verdict: str
+    measured_p50_ms: float | None = None
+    measured_p99_ms: float | None = None
+    within_interval: bool | None = None
+
+
+class Recommendation(Flexible):
+    """Which combination to deploy (`report/recommendation.py`); combinations named by their labels."""
+
+    fastest: str | None = None
+    cheapest: str | None = None
+    balanced: str | None = None
+    pareto: list[str] = []
+    candidates: dict[str, Candidate] = {}
+    excluded: dict[str, str] = {}  # label -> why it cannot be recommended
+    criteria: Criteria | None = None
+    disturbed: list[str] = []
+    checks: list[PickCheckReport] | None = None
+
+    def pick(self, kind: str) -> str | None:
+        """The label picked as `kind` (fastest, cheapest, balanced)."""
+        return getattr(self, kind)
+
+    def with_checks(self, checks: list[PickCheckReport | dict[str, Any]]) -> Recommendation:
+        """This recommendation with what checking its predicted picks found."""
+        return self.model_copy(update={"checks": [PickCheckReport.model_validate(c) for c in checks]})
+
+
+class TableRow(Flexible):
+    """A row of the run report's table (`report/table.py summary_rows`): the CLI, the API's
+    JSON and CSV, the email and the web page show these. A failed combination's row sets only
+    `combination`, `combo_key`, `status` and `note` (`model_dump(exclude_unset=True)`)."""
+
+    combination: str
+    combo_key: str | None = None
+    status: Literal["measured", "predicted", "failed"]
+    predicted: bool = False
+    interval: str | None = None
+    p50_interval: list[float] | None = None
+    p99_interval: list[float] | None = None
+    p50_ms: float | None = None
+    p90_ms: float | None = None
+    p99_ms: float | None = None
+    cold_start_ms: float | None = None
+    peak_rss_mb: float | None = None
+    cost_per_million_usd: float | None = None
+    cold_start_usd: float | None = None
+    agreement: float | None = None
+    agreement_metric: str | None = None
+    note: str = ""
+
+    def cell(self, key: str) -> Any:
+        return getattr(self, key, None)
+
+
 class FailedCombination(Flexible):
     combo_key: str
     combo: Combo
@@ -314,16 +519,34 @@ class _ArchivedBy(BaseModel):  # the one field `RunSummary.archived_by_in` reads
     archived_by: str | None = None
 
 
+def _summary_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """v1 -> v2: v2 is typed (`SummaryResult`, `Recommendation`), and its recommendation always
+    lists the disturbed results: one written before AYCI listed them gets the list from its rows."""
+    results = data.get("results") or []
+    recommendation = data.get("recommendation")
+    if isinstance(recommendation, dict) and "disturbed" not in recommendation:
+        recommendation = {
+            **recommendation,
+            "disturbed": sorted(
+                Combo.model_validate(r["combo"]).label for r in results if ((r.get("load") or {}).get("disturbed"))
+            ),
+        }
+    return {**data, "recommendation": recommendation}
+
+
 class RunSummary(Document):
+    VERSION: ClassVar[int] = 2
+    UPCASTERS: ClassVar[dict[int, Callable[[dict[str, Any]], dict[str, Any]]]] = {1: _summary_v1_to_v2}
+
     run_id: str
     status: Literal["complete", "partial", "failed"]
     archived_at: str
     closed_at_deadline: bool
     model: ModelRef
     request: dict[str, Any]
-    results: list[dict[str, Any]]  # MeasuredResult documents, each with `reused`, priced for the run's region
+    results: list[SummaryResult]  # measured results, each with `reused`, priced for the run's region, and predicted
     failures: list[FailedCombination]
-    recommendation: dict[str, Any] | None = None
+    recommendation: Recommendation | None = None
     archived_by: str | None = None  # the id of the event whose handling wrote this summary
 
     @staticmethod

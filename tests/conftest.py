@@ -222,7 +222,7 @@ def archived_summary(
         "request": {},
         "results": results,
         "failures": [{"combo_key": f"k{i}", "combo": _combo_of(f["label"]), **f} for i, f in enumerate(failures)],
-        "recommendation": recommend(results, slo_p99_ms=None, min_agreement=0.99),
+        "recommendation": recommend(results, slo_p99_ms=None, min_agreement=0.99).model_dump(mode="json"),
     }
 
 

@@ -44,7 +44,7 @@ from report.recommendation import with_break_even
 from schemas import keys
 from schemas.combos import Hardware, Optimizer, artifact_key, combo_key
 from schemas.cost import UnknownPriceRegion, cost_block
-from schemas.documents import FailedCombination, Outcome, PickChecks, ReusedOutcomes, RunSummary
+from schemas.documents import FailedCombination, Outcome, PickChecks, Recommendation, ReusedOutcomes, RunSummary
 from schemas.events import (
     STORED,
     ComboFailed,
@@ -220,7 +220,7 @@ def _archive(
         balance_weight=request.balance_weight,
     )
     if plan.predicted:
-        recommendation["checks"] = check_report
+        recommendation = recommendation.with_checks(check_report)
     results = results + predicted_rows
     summary = RunSummary(
         run_id=run_id,
@@ -276,7 +276,7 @@ def _pick_checks(run_id: str, deps: ArchiverDeps) -> PickChecks | None:
 
 
 def _check_picks(
-    event: Envelope, plan: RunPlanned, recommendation: dict, predicted_rows: list[dict], deps: ArchiverDeps
+    event: Envelope, plan: RunPlanned, recommendation: Recommendation, predicted_rows: list[dict], deps: ArchiverDeps
 ) -> list[Payload] | None:
     """If the recommendation picks predicted sizes this host can measure as Lambda would (up to 2
     vCPUs, natively), measure them before closing: the checks are written once (the event that
@@ -287,7 +287,7 @@ def _check_picks(
     by_label = {combination_label(r): r for r in predicted_rows}
     kinds: dict[str, list[str]] = {}
     for kind in RECOMMENDATION_KINDS:
-        row = by_label.get(recommendation.get(kind) or "")
+        row = by_label.get(recommendation.pick(kind) or "")
         if row is not None and lambda_threads(row["combo"]["memory_mb"]) <= 2 and not row.get("emulated"):
             kinds.setdefault(row["combo_key"], []).append(kind)
     if not kinds:

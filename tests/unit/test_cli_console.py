@@ -33,7 +33,7 @@ def rendered(renderable, width: int) -> str:
 def test_results_table_leaves_out_empty_columns_and_keeps_labels_whole():
     results = [measured_result(LONG, p99=12.0, cost=0.5), measured_result("arm/onnx/b1/1769MB", p99=30.0, cost=0.9)]
     summary = archived_summary(
-        "r1", "complete", results, [{"label": "intel/tvm/b1/512MB", "stage": "x", "reason": "y"}]
+        "r1", "complete", results, [{"label": "intel/tvm/b1/512MB", "stage": "converter", "reason": "y"}]
     )
     for width in (200, 90, 60):  # however narrow the console, the label stays on one line
         text = rendered(results_table(summary), width)

@@ -92,10 +92,10 @@ def test_the_table_says_host_limited_and_estimated_tails():
     summary = archived_summary(
         "run-1", "complete", [limited, measured_result("intel/onnx/b1/1769MB", p99=5.0, cost=1.0)], []
     )
-    (row,) = [r for r in summary_rows(summary) if r["combination"] == "intel/onnx/b1/10240MB"]
+    (row,) = [r for r in summary_rows(summary) if r.combination == "intel/onnx/b1/10240MB"]
     assert (
-        "host-limited: needs 5.8 vCPUs, host has 2; not costed" in row["note"]
-        and "p99 an estimate (40 samples)" in row["note"]
+        "host-limited: needs 5.8 vCPUs, host has 2; not costed" in row.note
+        and "p99 an estimate (40 samples)" in row.note
     )
     assert "host-limited" in results_csv(summary)
     assert summary["recommendation"]["fastest"] == "intel/onnx/b1/1769MB"
@@ -110,7 +110,7 @@ def test_the_table_says_how_far_a_quantized_model_s_outputs_moved():
     summary = archived_summary(
         "run-1", "complete", [int8, measured_result("intel/onnx/b1/1769MB", p99=5.0, cost=1.0)], []
     )
-    rows = {r["combination"]: r["note"] for r in summary_rows(summary)}
+    rows = {r.combination: r.note for r in summary_rows(summary)}
     assert "quantized: outputs differ from base by up to 0.0023" in rows["intel/onnx_int8/b1/1769MB"]
     assert "quantized" not in rows["intel/onnx/b1/1769MB"]
 

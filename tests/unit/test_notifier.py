@@ -168,9 +168,17 @@ def test_the_email_prices_the_pareto_front_under_the_requests_traffic():
     summary = {
         "run_id": "r" * 36,
         "status": "complete",
+        "archived_at": "2026-01-01T00:00:00+00:00",
+        "closed_at_deadline": False,
         "results": [result],
         "failures": [],
-        "model": {},
+        "model": {
+            "sha256": "ab" * 32,
+            "size_bytes": 1000,
+            "format": "pt2",
+            "workload": "image_classification",
+            "input_size": [32, 32],
+        },
         "request": {
             "traffic": {"rps": 0.5, "pattern": "spiky", "idle_timeout_s": 600, "duration_s": 86400},
             "slo_p99_ms": None,

@@ -28,12 +28,12 @@ RESULTS = [
 
 def test_fastest_cheapest_balanced_and_pareto():
     rec = recommend(RESULTS, slo_p99_ms=None, min_agreement=0.99, balance_weight=0.5)
-    assert rec["fastest"] == "intel/onnx/b1/3538MB"
-    assert rec["cheapest"] == "intel/onnx/b1/885MB"
+    assert rec.fastest == "intel/onnx/b1/3538MB"
+    assert rec.cheapest == "intel/onnx/b1/885MB"
     # normalised over the candidates: 1769 MB is (0.18 p99, 0.125 cost): the most balanced
-    assert rec["balanced"] == "intel/onnx/b1/1769MB"
-    assert rec["pareto"] == ["intel/onnx/b1/3538MB", "intel/onnx/b1/1769MB", "intel/onnx/b1/885MB"]
-    assert set(rec["candidates"]) == {
+    assert rec.balanced == "intel/onnx/b1/1769MB"
+    assert rec.pareto == ["intel/onnx/b1/3538MB", "intel/onnx/b1/1769MB", "intel/onnx/b1/885MB"]
+    assert set(rec.candidates) == {
         "intel/base/b1/1769MB",
         "intel/onnx/b1/1769MB",
         "intel/onnx/b1/3538MB",
@@ -43,43 +43,40 @@ def test_fastest_cheapest_balanced_and_pareto():
 
 def test_excluded_say_why():
     rec = recommend(RESULTS, slo_p99_ms=None, min_agreement=0.99)
-    assert "below the threshold 0.99" in rec["excluded"]["intel/tvm/b1/1769MB"]
-    assert "emulation" in rec["excluded"]["arm/onnx/b1/1769MB"]
-    assert len(rec["excluded"]) == 2
+    assert "below the threshold 0.99" in rec.excluded["intel/tvm/b1/1769MB"]
+    assert "emulation" in rec.excluded["arm/onnx/b1/1769MB"]
+    assert len(rec.excluded) == 2
 
 
 def test_balance_weight_moves_the_balanced_pick():
+    assert recommend(RESULTS, slo_p99_ms=None, min_agreement=0.99, balance_weight=1.0).balanced == "intel/onnx/b1/885MB"
     assert (
-        recommend(RESULTS, slo_p99_ms=None, min_agreement=0.99, balance_weight=1.0)["balanced"] == "intel/onnx/b1/885MB"
-    )
-    assert (
-        recommend(RESULTS, slo_p99_ms=None, min_agreement=0.99, balance_weight=0.0)["balanced"]
-        == "intel/onnx/b1/3538MB"
+        recommend(RESULTS, slo_p99_ms=None, min_agreement=0.99, balance_weight=0.0).balanced == "intel/onnx/b1/3538MB"
     )
 
 
 def test_slo_excludes_the_slow_ones():
     rec = recommend(RESULTS, slo_p99_ms=25, min_agreement=0.99)
-    assert rec["cheapest"] == "intel/onnx/b1/1769MB"
-    assert "above the SLO of 25 ms" in rec["excluded"]["intel/onnx/b1/885MB"]
-    assert "above the SLO" in rec["excluded"]["intel/base/b1/1769MB"]
+    assert rec.cheapest == "intel/onnx/b1/1769MB"
+    assert "above the SLO of 25 ms" in rec.excluded["intel/onnx/b1/885MB"]
+    assert "above the SLO" in rec.excluded["intel/base/b1/1769MB"]
 
 
 def test_lower_agreement_threshold_admits_more():
     rec = recommend(RESULTS, slo_p99_ms=None, min_agreement=0.4)
-    assert rec["fastest"] == rec["cheapest"] == rec["balanced"] == "intel/tvm/b1/1769MB"
-    assert rec["pareto"] == ["intel/tvm/b1/1769MB"]
+    assert rec.fastest == rec.cheapest == rec.balanced == "intel/tvm/b1/1769MB"
+    assert rec.pareto == ["intel/tvm/b1/1769MB"]
 
 
 def test_nothing_qualifies():
     rec = recommend(RESULTS, slo_p99_ms=0.5, min_agreement=0.99)
-    assert rec["fastest"] is rec["cheapest"] is rec["balanced"] is None
-    assert rec["pareto"] == [] and len(rec["excluded"]) == len(RESULTS)
+    assert rec.fastest is rec.cheapest is rec.balanced is None
+    assert rec.pareto == [] and len(rec.excluded) == len(RESULTS)
 
 
 def test_a_result_without_cost_is_not_recommended():
     rec = recommend([result("onnx", 1769, p99=10, cost=None)], slo_p99_ms=None, min_agreement=0.99)
-    assert rec["fastest"] is None and "no cost" in rec["excluded"]["intel/onnx/b1/1769MB"]
+    assert rec.fastest is None and "no cost" in rec.excluded["intel/onnx/b1/1769MB"]
 
 
 def test_disturbed_measurements_are_listed_and_never_recommended():
@@ -88,8 +85,8 @@ def test_disturbed_measurements_are_listed_and_never_recommended():
         slo_p99_ms=None,
         min_agreement=0.99,
     )
-    assert rec["disturbed"] == ["intel/onnx/b1/1769MB"] and rec["fastest"] == "intel/base/b1/1769MB"
-    assert rec["excluded"]["intel/onnx/b1/1769MB"].startswith("disturbed: other work used")
+    assert rec.disturbed == ["intel/onnx/b1/1769MB"] and rec.fastest == "intel/base/b1/1769MB"
+    assert rec.excluded["intel/onnx/b1/1769MB"].startswith("disturbed: other work used")
 
 
 def test_host_limited_and_unconfined_sizes_are_never_recommended():
@@ -98,11 +95,9 @@ def test_host_limited_and_unconfined_sizes_are_never_recommended():
     limited = result("onnx", 10240, p99=1, cost=0.01) | {"host_limited": True, "vcpus": 5.79, "vcpus_available": 2}
     unconfined = result("onnx", 3538, p99=2, cost=0.02) | {"confined": False, "confinement_reason": "no cgroup v2 here"}
     rec = recommend([limited, unconfined, result("onnx", 1769, p99=10, cost=1)], slo_p99_ms=None, min_agreement=0.99)
-    assert rec["fastest"] == rec["cheapest"] == rec["balanced"] == "intel/onnx/b1/1769MB"
-    assert "host-limited: Lambda gives 10240 MB 5.8 vCPUs, this host has 2" in rec["excluded"]["intel/onnx/b1/10240MB"]
-    assert (
-        rec["excluded"]["intel/onnx/b1/3538MB"] == "unconfined: not measured as Lambda would run it (no cgroup v2 here)"
-    )
+    assert rec.fastest == rec.cheapest == rec.balanced == "intel/onnx/b1/1769MB"
+    assert "host-limited: Lambda gives 10240 MB 5.8 vCPUs, this host has 2" in rec.excluded["intel/onnx/b1/10240MB"]
+    assert rec.excluded["intel/onnx/b1/3538MB"] == "unconfined: not measured as Lambda would run it (no cgroup v2 here)"
 
 
 def test_balance_scores_are_normalised():

@@ -12,9 +12,8 @@ import platform
 import subprocess
 import sys
 
+from engines.tvm.target import DEFAULT_ARM_CPU
 from schemas.combos import Hardware, Optimizer
-
-DEFAULT_ARM_CPU = "neoverse-n1"  # Graviton2
 
 
 def target_cpu(

@@ -4,12 +4,23 @@ One module per job: `target` (what is compiled for and tuned under), `importer` 
 into Relax), `build` (the builds, compiled and the fastest shipped), `records` and `tuning`
 (MetaSchedule's records, what is searched), `search` (the first round, the time limit) and
 `race` (the builds racing for the rest of the budget), `conversion` (`convert`, the pipeline),
-`runtime` (`load` and `profile`, TVM's runtime alone). docs/tvm.md tells the measurements behind
-the choices.
+`runtime` (`load` and `profile`, TVM's runtime alone), `logs` (TVM's output to a log file, the
+tuning's progress as structlog events). docs/tvm.md tells the measurements behind the choices.
 """
 
 from engines.tvm.conversion import ARTIFACT, convert
+from engines.tvm.logs import PROGRESS_EVENT, send_output_to
 from engines.tvm.runtime import import_runtime, load, profile
 from engines.tvm.target import ARM_CC, host_cpu_name
 
-__all__ = ["ARM_CC", "ARTIFACT", "convert", "host_cpu_name", "import_runtime", "load", "profile"]
+__all__ = [
+    "ARM_CC",
+    "ARTIFACT",
+    "PROGRESS_EVENT",
+    "convert",
+    "host_cpu_name",
+    "import_runtime",
+    "load",
+    "profile",
+    "send_output_to",
+]

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from engines import Conversion, ConversionError, ConversionJob
+from engines.tvm import logs
 from engines.tvm.build import choose_variant, prepare
 from engines.tvm.importer import import_model
 from engines.tvm.records import Tuning
@@ -27,6 +28,7 @@ from engines.tvm.tuning import tune
 from schemas.reasons import whole
 
 ARTIFACT = "model.so"
+LOG_FILE = "tvm.log"  # beside out_dir, unless the caller names the run's log (`logs.send_output_to`)
 
 
 def convert(job: ConversionJob) -> Conversion:
@@ -39,31 +41,8 @@ def convert(job: ConversionJob) -> Conversion:
     spec = target_spec(hardware, target_cpu)
     tune_spec = tuning_target_spec(hardware, target_cpu)
 
-    job.progress("tvm: importing the model")
-    import tvm  # noqa: F401  (the compiler: imported only on the conversion side)
-
-    from engines.inputs import conversion_inputs
-
-    examples = conversion_inputs(job)  # their shapes are compiled in
-    variants = prepare(import_model(job, examples), spec, measured=job.tuning_trials > 0)
-
-    tuning = tune(variants, job, tune_spec) if job.tuning_trials > 0 else Tuning()
-    job.progress("tvm: compiling")
-    try:
-        chosen, executable, scheduled = choose_variant(variants, spec, tune_spec, tuning.database, examples, job)
-        out = Path(job.out_dir) / ARTIFACT
-        if hardware == "arm":
-            from tvm.support.cc import cross_compiler
-
-            executable.export_library(str(out), fcompile=cross_compiler(ARM_CC))
-        else:
-            executable.export_library(str(out))
-    except ConversionError:
-        raise
-    except Exception as exc:
-        raise ConversionError(f"TVM failed to compile the model: {whole(exc)}") from exc
-    finally:
-        tuning.close()
+    with logs.captured(Path(job.out_dir).parent / LOG_FILE):
+        tuning, chosen, scheduled = _build(job, hardware, spec, tune_spec)
 
     total = time.perf_counter() - started
     details = {
@@ -93,3 +72,33 @@ def convert(job: ConversionJob) -> Conversion:
     return Conversion(
         artifact_file=ARTIFACT, conversion_s=total - tuning.seconds, tuning_s=tuning.seconds, details=details
     )
+
+
+def _build(job: ConversionJob, hardware: str, spec: dict, tune_spec: dict):
+    """Import, tune and compile into `out_dir/model.so`: the tuning, the build shipped, its kernels."""
+    job.progress("tvm: importing the model")
+    import tvm  # noqa: F401  (the compiler: imported only on the conversion side)
+
+    from engines.inputs import conversion_inputs
+
+    examples = conversion_inputs(job)  # their shapes are compiled in
+    variants = prepare(import_model(job, examples), spec, measured=job.tuning_trials > 0)
+
+    tuning = tune(variants, job, tune_spec) if job.tuning_trials > 0 else Tuning()
+    job.progress("tvm: compiling")
+    try:
+        chosen, executable, scheduled = choose_variant(variants, spec, tune_spec, tuning.database, examples, job)
+        out = Path(job.out_dir) / ARTIFACT
+        if hardware == "arm":
+            from tvm.support.cc import cross_compiler
+
+            executable.export_library(str(out), fcompile=cross_compiler(ARM_CC))
+        else:
+            executable.export_library(str(out))
+    except ConversionError:
+        raise
+    except Exception as exc:
+        raise ConversionError(f"TVM failed to compile the model: {whole(exc)}") from exc
+    finally:
+        tuning.close()
+    return tuning, chosen, scheduled

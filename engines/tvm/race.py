@@ -103,3 +103,16 @@ def kernels_that_matter(costs: list, tasks: list) -> list[int]:
         if any(cost >= 0.01 * total and same_kernel(task, kernel) for kernel, cost in costs)
     ]
     return chosen or list(range(len(tasks)))
+
+
+def best_estimate_ms(database, uses: dict) -> float | None:
+    """The fastest build's time as the records estimate it, in ms (`kernel_costs`, a kernel
+    every build runs alike left out when it has no record); None while no build has a record
+    of each of its kernels."""
+    alike = run_alike(uses, list(uses)) if len(uses) > 1 else []
+    estimates = [
+        1000 * sum(cost for _, cost in costs)
+        for build in uses
+        if (costs := kernel_costs(database, uses[build], alike)) is not None
+    ]
+    return min(estimates, default=None)

@@ -11,9 +11,11 @@ would end past it; the rounds are then sized for the trials the limit fits at TR
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from engines import ConversionJob
-from engines.tvm.race import race
+from engines.tvm import logs
+from engines.tvm.race import best_estimate_ms, race
 from engines.tvm.records import MIN_TRIALS_PER_TASK, MODULE_EQUALITY, Records, Tuning
 from engines.tvm.target import host_num_cores
 
@@ -109,16 +111,9 @@ def search(job, records: Records, extracted, uses, budget, scratch, tune_spec, s
     `job.tuning_time_limit_s` after `started` (`TimeLimit`); records go to `records`, whose
     meta then counts the trials measured and the trials asked for.
 
-    With one build, one search. With several (`nhwc` and `nhwc-winograd`), a race: a first
-    round over the tasks of every build; then, in chunks of a quarter of the budget, each build's
-    time is estimated from the records (its kernels' best times x calls, `kernel_costs`), a
-    build more than RACE_MARGIN behind the best stops being tuned, and the chunk goes to the
-    kernels that matter of the builds still in; once one is left, the rest of the budget goes
-    to it. Measured on ResNet-18 b1 at 600 trials: one search over both builds spent 260 of its
-    trials on direct 3x3 convolutions that the shipped Winograd build does not run; and deciding
-    after the first round alone picked the wrong build in one search of four (estimated 44.6 ms
-    direct against 49.0 Winograd; the direct build then ran 1.15x behind ONNX Runtime, where
-    Winograd builds ran 0.88-0.95), so a build close behind stays in the race."""
+    With one build, one search. With several (`nhwc` and `nhwc-winograd`), a first round of one
+    round per task over the tasks of every build, then the race for the rest (`race.race`;
+    docs/tvm.md has why)."""
     from tvm.s_tir import meta_schedule as ms
 
     # The heaviest kernels first, as many as the budget tunes at MIN_TRIALS_PER_TASK each: the
@@ -146,13 +141,17 @@ def search(job, records: Records, extracted, uses, budget, scratch, tune_spec, s
     strategy = time_limited(
         ms.search_strategy.EvolutionarySearch(population_size=128, init_min_unmeasured=32, genetic_num_iters=2), limit
     )
-    contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
-        extracted, work_dir=scratch, strategy=strategy, num_threads=host_num_cores(), seed=0
-    )
+    with logs.meta_schedule_logs():  # its task tables go to the log file, not the terminal
+        contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
+            extracted, work_dir=scratch, strategy=strategy, num_threads=host_num_cores(), seed=0
+        )
     cores = host_num_cores()
     # One cost model for every stage: each starts with what the ones before measured.
     cost_model = ms.cost_model.CostModel.create("xgb", num_tuning_cores=cores, tree_method="auto")
-    progress = _progress_callback(job, budget, records.have, measured)
+    context = _progress_context(job)
+    progress = _progress_callback(
+        job, budget, records.have, measured, lambda: best_estimate_ms(records.database, uses), context
+    )
 
     def run(chosen: list[int], trials: int, trials_per_round: int, trials_per_task: int | None = None) -> None:
         ms.tune.tune_tasks(
@@ -205,6 +204,13 @@ def search(job, records: Records, extracted, uses, budget, scratch, tune_spec, s
             f"tvm: the tuning time limit ({job.tuning_time_limit_s:.0f} s) ended the search after "
             f"{records.have + measured[0]} of {records.have + budget} trials"
         )
+    logs.progress(
+        records.have + measured[0],
+        records.have + budget,
+        best_estimate_ms(records.database, uses),
+        finished=True,
+        **context,
+    )
     records.write_meta(tune_spec, measured[0], budget, len(contexts))
     return Tuning(
         records.database,
@@ -228,8 +234,28 @@ def _task_cost(task) -> float:
         return 0.0
 
 
-def _progress_callback(job: ConversionJob, budget: int, already: int, measured: list[int]):
-    """Reports the trials done (at most every 5 s) and counts them in `measured[0]`."""
+def _progress_context(job: ConversionJob) -> dict:
+    """What a progress event says of the conversion it belongs to."""
+    hardware = str(getattr(job.hardware, "value", job.hardware))
+    return {
+        "label": f"{hardware}/tvm/b{job.batch_size}",  # the combinations this artifact serves, bar their memory
+        "model_sha256": getattr(job.model, "sha256", None),
+        "hardware": hardware,
+        "batch_size": job.batch_size,
+    }
+
+
+def _progress_callback(
+    job: ConversionJob,
+    budget: int,
+    already: int,
+    measured: list[int],
+    estimate: Callable[[], float | None],
+    context: dict,
+):
+    """Counts the trials measured in `measured[0]`; after every batch, a `tvm.tuning.progress`
+    event (`logs.progress`; the estimate of the model's time is refreshed at most every 5 s), and
+    at most every 5 s a progress message."""
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
@@ -238,13 +264,16 @@ def _progress_callback(job: ConversionJob, budget: int, already: int, measured: 
         def __init__(self) -> None:
             super().__init__()
             self.last = 0.0
+            self.best_ms: float | None = None
 
         def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
             measured[0] += len(measure_candidates)
             now = time.monotonic()
             if now - self.last > 5 or measured[0] >= budget:
                 self.last = now
+                self.best_ms = estimate()
                 job.progress(f"tvm: tuned {already + measured[0]}/{already + budget} trials")
+            logs.progress(already + measured[0], already + budget, self.best_ms, **context)
 
     return ReportProgress()
 

@@ -8,7 +8,7 @@ import logging
 
 from pydantic import ValidationError
 
-from ayci.cli import cancel, coldstart, endpoint, inspect, loadtest, plan, profile, replay, run, serve, traffic
+from ayci.cli import cancel, coldstart, endpoint, export, inspect, loadtest, plan, profile, replay, run, serve, traffic
 from ayci.cli.common import validation_message
 from ayci.cli.console import UsageError, err
 from ayci.cli.options import executing, serving
@@ -33,6 +33,7 @@ def parser() -> argparse.ArgumentParser:
     traffic.register(sub)
     coldstart.register(sub)
     profile.register(sub)
+    export.register(sub)
     endpoints = serving()
     endpoint.register(sub, endpoints)
     loadtest.register(sub, endpoints)

@@ -64,6 +64,34 @@ def export_run(store: ObjectStore, run_id: str, out_dir: Path, combination: str 
         raise ExportError("the model was stored before AYCI read signatures: submit it again to export it")
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ExportError(f"{out_dir} is not empty")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        deployment = _write(store, summary, result, artifact_key, manifest, info, out_dir, run_id)
+    except BaseException:
+        for child in out_dir.iterdir():  # it was empty: leave nothing half-written
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+        raise
+    log.info(
+        "exported",
+        run_id=run_id,
+        combination=deployment.combination,
+        packaging=deployment.packaging,
+        serving=deployment.serving.option,
+        unzipped_mb=round(deployment.unzipped_bytes / 2**20, 1),
+    )
+    return deployment
+
+
+def _write(
+    store: ObjectStore,
+    summary: RunSummary,
+    result: SummaryResult,
+    artifact_key: str,
+    manifest: ArtifactManifest,
+    info: ModelInfo,
+    out_dir: Path,
+    run_id: str,
+) -> Deployment:
     function = out_dir / "function"
     function.mkdir(parents=True, exist_ok=True)
     artifact = function / manifest.artifact_file

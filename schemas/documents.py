@@ -395,6 +395,7 @@ class SummaryResult(Flexible):
     combo: Combo
     model: ModelRef | None = None
     run_id: str | None = None
+    artifact_key: str | None = None  # a measured row's artifact
     latency_ms: Latency
     cold_start_ms: ColdStartTotal | None = None
     peak_rss_mb: float | None = None

@@ -91,9 +91,9 @@ class Endpoint:
         spec = WorkerSpec(
             optimizer=model.optimizer,
             artifact_path=str(model.artifact_path),
-            threads=result.get("threads") or 1,
+            threads=result.threads or 1,
             memory_mb=model.memory_mb,
-            settings=result.get("engine_settings"),
+            settings=result.engine_settings,
             reference_path=str(model.reference_path),
             confine=self.confine,
         )

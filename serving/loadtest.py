@@ -121,8 +121,9 @@ def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app) -> dict:
     for name, model in endpoint.models.items():
         mine = [r for r in requests if r["model"] == name]
         observed = observed_figures(mine, samples, name, state[name])
+        stored = model.result.model_dump(mode="json", exclude_unset=True)  # as the run's summary has it
         predicted = predicted_figures(
-            model.result,
+            stored,
             [r["t"] for r in mine],
             plan,
             endpoint.policy.idle_s,
@@ -134,7 +135,7 @@ def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app) -> dict:
             "run_id": model.run_id,
             "observed": observed,
             "predicted": predicted,
-            "comparison": compare(observed, predicted, model.result),
+            "comparison": compare(observed, predicted, stored),
         }
     plot(requests, samples, plan, out_dir / "loadtest.png")
     report["plot"] = str(out_dir / "loadtest.png")

@@ -10,10 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.ports import NotFound
-from report.recommendation import label as combination_label
 from schemas import keys
-from schemas.combos import ModelRef, reference_key
-from schemas.documents import ArtifactManifest, ModelInfo, RunSummary
+from schemas.combos import Optimizer, reference_key
+from schemas.documents import ArtifactManifest, ModelInfo, RunSummary, SummaryResult
 from schemas.signature import ModelSignature
 
 
@@ -27,23 +26,23 @@ class ServedModel:
     run_id: str
     label: str  # the combination served
     chosen_by: str  # "recommended (balanced)", "chosen", ...
-    result: dict  # the measured result
+    result: SummaryResult  # the measured result, as the run's summary has it
     signature: ModelSignature | None
     artifact_path: Path
     reference_path: Path
 
     @property
     def memory_mb(self) -> int:
-        return self.result["combo"]["memory_mb"]
+        return self.result.combo.memory_mb
 
     @property
     def optimizer(self) -> str:
-        return self.result["combo"]["optimizer"]
+        return self.result.combo.optimizer.value
 
     @property
     def fixed_batch(self) -> int | None:
         """TVM compiles for the combination's batch: only that batch runs."""
-        return self.result["combo"]["batch_size"] if self.optimizer == "tvm" else None
+        return self.result.combo.batch_size if self.result.combo.optimizer == Optimizer.tvm else None
 
     def public(self) -> dict:
         return {
@@ -52,38 +51,36 @@ class ServedModel:
             "combination": self.label,
             "chosen_by": self.chosen_by,
             "memory_mb": self.memory_mb,
-            "threads": self.result.get("threads") or 1,
+            "threads": self.result.threads or 1,
             "inputs": [s.model_dump(include={"name", "dtype", "dims"}) for s in self.signature.inputs]
             if self.signature
             else None,
             "measured": {
-                "p50_ms": self.result["latency_ms"]["p50"],
-                "p99_ms": self.result["latency_ms"]["p99"],
-                "cold_start_ms": self.result["cold_start_ms"]["total"],
+                "p50_ms": self.result.latency_ms.p50,
+                "p99_ms": self.result.latency_ms.p99,
+                "cold_start_ms": self.result.cold_start_ms.total if self.result.cold_start_ms else None,
             },
         }
 
 
-def servable(result: dict) -> str | None:
+def servable(result: SummaryResult) -> str | None:
     """Why a measured result cannot be served on this machine, or None."""
-    if result.get("predicted"):
+    if result.predicted:
         return "predicted, not measured"
-    if result.get("emulated"):
+    if result.emulated:
         return "its hardware runs here only under emulation"
-    if not result.get("artifact_key"):
+    if not result.artifact_key:
         return "no artifact stored"
     return None
 
 
-def pick(summary: dict, chosen: str | None) -> tuple[dict, str]:
+def pick(summary: RunSummary, chosen: str | None) -> tuple[SummaryResult, str]:
     """The result to serve of a run and why it was picked."""
-    run_id = summary["run_id"]
-    measured = {combination_label(r): r for r in summary["results"] if servable(r) is None}
+    run_id = summary.run_id
+    measured = {r.label: r for r in summary.results if servable(r) is None}
     if not measured:
-        failures = "; ".join(
-            f"{f.get('label') or combination_label(f)}: {f['reason']}" for f in summary.get("failures", [])[:3]
-        )
-        reasons = "; ".join(f"{combination_label(r)}: {servable(r)}" for r in summary["results"])
+        failures = "; ".join(f"{f.label}: {f.reason}" for f in summary.failures[:3])
+        reasons = "; ".join(f"{r.label}: {servable(r)}" for r in summary.results)
         raise NotServable(
             f"run {run_id} has no measured combination to serve ({reasons or failures or 'it has no results'})"
         )
@@ -93,11 +90,12 @@ def pick(summary: dict, chosen: str | None) -> tuple[dict, str]:
                 f"run {run_id} has no measured combination {chosen} (it has {', '.join(sorted(measured))})"
             )
         return measured[chosen], "chosen"
-    recommendation = summary.get("recommendation") or {}
+    recommendation = summary.recommendation
     for kind in ("balanced", "fastest"):
-        if recommendation.get(kind) in measured:
-            return measured[recommendation[kind]], f"recommended ({kind})"
-    fastest = min(measured.values(), key=lambda r: r["latency_ms"]["p99"])
+        label = recommendation.pick(kind) if recommendation else None
+        if label in measured:
+            return measured[label], f"recommended ({kind})"
+    fastest = min(measured.values(), key=lambda r: r.latency_ms.p99)
     return fastest, "the lowest measured p99 (the run recommends none)"
 
 
@@ -105,27 +103,27 @@ def served_model(store, spec: str, work_dir: Path) -> ServedModel:
     """`RUN_ID` or `RUN_ID:LABEL` as a model to serve, its files copied under `work_dir`."""
     run_id, _, chosen = spec.partition(":")
     try:
-        summary = RunSummary.read(store.get_bytes(keys.summary(run_id))).to_dict()
+        summary = RunSummary.read(store.get_bytes(keys.summary(run_id)))
     except NotFound:
         raise NotServable(f"no archived run {run_id}") from None
     result, chosen_by = pick(summary, chosen or None)
-    model = ModelRef.model_validate(result["model"])
+    model = result.model or summary.model
     try:
         info = ModelInfo.read(store.get_bytes(keys.model_info(model.sha256)))
-        manifest = ArtifactManifest.read(store.get_bytes(keys.manifest(result["artifact_key"])))
+        manifest = ArtifactManifest.read(store.get_bytes(keys.manifest(result.artifact_key)))
     except NotFound as exc:
         raise NotServable(f"run {run_id}: {exc} is no longer stored") from None
     folder = work_dir / run_id
     folder.mkdir(parents=True, exist_ok=True)
     artifact = folder / manifest.artifact_file
-    store.get_file(keys.artifact_file(result["artifact_key"], manifest.artifact_file), artifact)
+    store.get_file(keys.artifact_file(result.artifact_key, manifest.artifact_file), artifact)
     reference = folder / "reference.npz"
-    store.get_file(keys.reference(reference_key(model, result["combo"]["batch_size"])), reference)
+    store.get_file(keys.reference(reference_key(model, result.combo.batch_size)), reference)
     name = f"{model.workload.value.replace('_', '-')}-{model.sha256[:8]}"
     return ServedModel(
         name=name,
         run_id=run_id,
-        label=combination_label(result),
+        label=result.label,
         chosen_by=chosen_by,
         result=result,
         signature=info.signature,

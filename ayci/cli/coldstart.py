@@ -11,6 +11,8 @@ from pathlib import Path
 from ayci.cli.common import archived_summary, settings_of, warn_if_unconfined
 from ayci.cli.console import UsageError, err, terminal
 from ayci.cli.options import DATA_DIR_HELP
+from schemas.combos import ModelFormat, Optimizer
+from schemas.documents import SummaryResult
 
 
 def register(sub) -> None:
@@ -25,43 +27,42 @@ def register(sub) -> None:
     coldstart.set_defaults(func=cmd_coldstart)
 
 
-def levers_of(result: dict) -> bool:
+def levers_of(result: SummaryResult) -> bool:
     """Whether the levers apply: measured natively, `onnx`, or `base` on a .pt2."""
-    optimizer = result["combo"]["optimizer"]
+    optimizer = result.combo.optimizer
     return (
-        not result.get("predicted")
-        and not result.get("emulated")
-        and optimizer in ("onnx", "base")
-        and not (optimizer == "base" and result["model"]["format"] == "onnx")
+        not result.predicted
+        and not result.emulated
+        and result.model is not None
+        and optimizer in (Optimizer.onnx, Optimizer.base)
+        and not (optimizer == Optimizer.base and result.model.format == ModelFormat.onnx)
     )
 
 
 def cmd_coldstart(args: argparse.Namespace) -> int:
     from ayci.bootstrap import local_store
     from measuring.levers import base_variants, measure_levers, onnx_variants
-    from report.recommendation import label as combination_label
     from report.studies import coldstart_tables
-    from schemas.combos import ModelRef
     from services.inference.profiling import fetch_measured
 
     settings = settings_of(args)
     store = local_store(settings)
     summary = archived_summary(store, args.run_id, settings)
-    chosen = [r for r in summary["results"] if levers_of(r)]
+    chosen = [r for r in summary.results if levers_of(r)]
     if not chosen:
         raise UsageError(f"run {args.run_id} has no natively measured onnx or base (.pt2) combination to try levers on")
     warn_if_unconfined()
     report = {}
     for result in chosen:
-        combo, model, label = result["combo"], ModelRef.model_validate(result["model"]), combination_label(result)
+        combo, model, label = result.combo, result.model, result.label
         err.print(f"{label}: preparing the variants ...")
         with tempfile.TemporaryDirectory(prefix="ayci-levers-") as tmp:
             work = Path(tmp)
-            artifact, reference = fetch_measured(store, result, work)
-            threads = result.get("threads") or 1
+            artifact, reference = fetch_measured(store, result.model_dump(mode="json", exclude_unset=True), work)
+            threads = result.threads or 1
             variants = (
                 onnx_variants(artifact, threads, work)
-                if combo["optimizer"] == "onnx"
+                if combo.optimizer == Optimizer.onnx
                 else base_variants(artifact, work)
             )
             err.print(f"{label}: measuring {len(variants)} variants x {args.repeat} cold starts ...")
@@ -69,7 +70,7 @@ def cmd_coldstart(args: argparse.Namespace) -> int:
                 variants,
                 workload=model.workload.value,
                 reference=reference,
-                memory_mb=combo["memory_mb"],
+                memory_mb=combo.memory_mb,
                 repeat=args.repeat,
             )
     if args.json:

@@ -169,9 +169,9 @@ def say_impossible(plan) -> None:
             err.print(f"  {planned.combo.label}: {planned.reason}", markup=False)
 
 
-def archived_summary(store: ObjectStore, run_id: str, settings: Settings) -> dict:
+def archived_summary(store: ObjectStore, run_id: str, settings: Settings) -> RunSummary:
     """A finished run's summary (a UsageError if there is none)."""
     try:
-        return RunSummary.read(store.get_bytes(keys.summary(run_id))).to_dict()
+        return RunSummary.read(store.get_bytes(keys.summary(run_id)))
     except NotFound:
         raise UsageError(f"no archived run {run_id} under {settings.data_dir}") from None

@@ -53,7 +53,7 @@ class TuningBar:
         self.progress.update(self.task, completed=done, total=total, description=description, note=note)
 
 
-def follow_embedded(app, run_id: str, total: int, what: str) -> dict:
+def follow_embedded(app, run_id: str, total: int, what: str) -> RunSummary:
     """Drive the run whose first events are published on the embedded default, with progress
     shown; returns its summary."""
     err.print(f"run {run_id}: {total} combinations of {what}", highlight=False, soft_wrap=True)
@@ -75,7 +75,7 @@ def follow_embedded(app, run_id: str, total: int, what: str) -> dict:
         app.bus.observers.append(observe)
         with listening(TUNING_PROGRESS, TuningBar(progress).update):
             app.bus.run_until_idle()
-    return RunSummary.read(app.store.get_bytes(keys.summary(run_id))).to_dict()
+    return RunSummary.read(app.store.get_bytes(keys.summary(run_id)))
 
 
 @contextlib.contextmanager
@@ -110,7 +110,7 @@ def stack_settings(settings: Settings, outputs, stack: str) -> Settings:
     return settings.model_copy(update={"bucket": outputs.bucket, "bus_name": outputs.bus_name, "queue_prefix": stack})
 
 
-def follow_store(store, run_id: str, combo_keys: list[str], timeout_s: float, processes=None) -> dict:
+def follow_store(store, run_id: str, combo_keys: list[str], timeout_s: float, processes=None) -> RunSummary:
     """Wait for a run on the real path, showing its progress (one listing of its outcomes a
     second); returns its summary. A service process that dies is restarted."""
     err.print(f"run {run_id}: {len(combo_keys)} combinations", highlight=False, soft_wrap=True)
@@ -125,4 +125,4 @@ def follow_store(store, run_id: str, combo_keys: list[str], timeout_s: float, pr
                 err.print(f"[yellow]{name} died: restarted it (log: {processes.log_dir / (name + '.log')})[/yellow]")
             time.sleep(1)
         progress.update(task, completed=len(combo_keys))
-    return RunSummary.read(store.get_bytes(keys.summary(run_id))).to_dict()
+    return RunSummary.read(store.get_bytes(keys.summary(run_id)))

@@ -59,8 +59,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
             summary = follow_embedded(app, envelopes[0].run_id, len(combo_keys), what)
         print_report(summary, terminal.out(REPORT_WIDTH))
         if not args.localstack:
-            err.print(
-                f"results: {settings.data_dir / keys.summary(summary['run_id'])}", highlight=False, soft_wrap=True
-            )
+            err.print(f"results: {settings.data_dir / keys.summary(summary.run_id)}", highlight=False, soft_wrap=True)
     err.print(log.where(), highlight=False, soft_wrap=True)
-    return EXIT_STATUS[summary["status"]]
+    return EXIT_STATUS[summary.status]

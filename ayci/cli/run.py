@@ -102,7 +102,7 @@ def run_embedded(
         from ayci.cli.profile import profile_run
 
         profile_run(app.store, settings, run_id, None, runs=PROFILE_RUNS, only_missing=True)
-    return EXIT_STATUS[summary["status"]]
+    return EXIT_STATUS[summary.status]
 
 
 def run_on_localstack(
@@ -127,4 +127,4 @@ def run_on_localstack(
         combos = [combo_key(model, c) for c in measured_combos(request)]
         summary = follow_store(wiring.store, run_id, combos, args.timeout, processes)
     print_report(summary, terminal.out(REPORT_WIDTH))
-    return EXIT_STATUS[summary["status"]]
+    return EXIT_STATUS[summary.status]

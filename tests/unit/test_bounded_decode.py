@@ -30,6 +30,8 @@ from adapters.uploads import LocalUploader
 from ayci.bootstrap import request_limits
 from ayci.settings import Settings
 from schemas import keys
+from schemas.combos import Combo
+from schemas.documents import Latency, SummaryResult
 from schemas.signature import ModelSignature, TensorSpec
 from services.request.app import RequestDeps, create_app, parse_api_keys
 from serving import app as serving_app
@@ -202,7 +204,10 @@ def endpoint_at(tmp_path, **app_options):
         run_id="r",
         label="intel/onnx/b1/1024MB",
         chosen_by="chosen",
-        result={"combo": {"memory_mb": 1024, "optimizer": "onnx", "batch_size": 1}},
+        result=SummaryResult(
+            combo=Combo(hardware="intel", optimizer="onnx", batch_size=1, memory_mb=1024),
+            latency_ms=Latency(p50=1.0, p90=1.0, p99=1.0),
+        ),
         signature=ModelSignature(
             format="onnx",
             inputs=[TensorSpec(name="x", dtype="float32", dims=[1, 3, 8, 8])],

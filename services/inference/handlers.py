@@ -35,6 +35,7 @@ from schemas.cost import cost_block
 from schemas.cost import default_region as default_price_region
 from schemas.documents import ArtifactManifest, MeasuredResult, RunRecord
 from schemas.events import (
+    STORED,
     ComboFailed,
     Envelope,
     FailureStage,
@@ -144,7 +145,7 @@ def _asks_profile(store: ObjectStore, run_id: str) -> bool:
     archiver has not stored it yet, from the run record the API wrote at submission (neither
     stored reads as no)."""
     try:
-        return RunPlanned.model_validate_json(store.get_bytes(keys.plan(run_id))).request.profile
+        return RunPlanned.model_validate_json(store.get_bytes(keys.plan(run_id)), context=STORED).request.profile
     except NotFound:
         pass
     try:

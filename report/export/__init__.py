@@ -2,7 +2,7 @@
 API's `GET /runs/{id}/export`): `deployment` decides (memory, architecture, timeout, serving,
 requirements, packaging), `bundle` writes the folder; `function/` is the handler it ships."""
 
-from report.export.bundle import export_run, folder_zip
+from report.export.bundle import export_run, write_folder_zip
 from report.export.deployment import Deployment, ExportError
 
-__all__ = ["Deployment", "ExportError", "export_run", "folder_zip"]
+__all__ = ["Deployment", "ExportError", "export_run", "write_folder_zip"]

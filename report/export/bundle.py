@@ -25,7 +25,6 @@ The artifact's bytes are copied from the store; nothing here loads the model.
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 import zipfile
@@ -145,14 +144,13 @@ def _write(
     return deployment
 
 
-def folder_zip(folder: Path) -> bytes:
-    """`folder`'s files in a zip (paths relative to it)."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+def write_folder_zip(folder: Path, archive_path: Path) -> Path:
+    """`folder`'s files zipped into `archive_path` (paths relative to `folder`), streamed from disk."""
+    with zipfile.ZipFile(archive_path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
         for path in sorted(folder.rglob("*")):
             if path.is_file():
                 archive.write(path, path.relative_to(folder).as_posix())
-    return buffer.getvalue()
+    return archive_path
 
 
 def _example_shapes(reference: Path, inputs: list) -> list[list[int]]:

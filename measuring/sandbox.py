@@ -39,7 +39,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import structlog
@@ -49,6 +49,7 @@ from measuring.confinement import (
     ConfinementUnavailable,
     MeasurementGroup,
     Outcome,
+    find_hierarchy,
     unavailable_reason,
 )
 from measuring.confinement import Limits as GroupLimits
@@ -74,6 +75,8 @@ PASSED_VARIABLES = (
     "AYCI_ARM_SYSROOT",
     "AYCI_TVM_KEEP_LOGS",
 )
+SANDBOX_CPU_SHARES = 256  # cgroup v1: a quarter of one ordinary process's weight
+SANDBOX_CPU_WEIGHT = 25  # cgroup v2: the sandboxes' parent, a quarter of the default 100
 MEMORY_SIGNS = ("MemoryError", "bad_alloc", "Cannot allocate memory", "Failed to allocate", "out of memory")
 
 log = structlog.get_logger()
@@ -158,7 +161,8 @@ def _reach() -> list[list[str]]:
 def environment(threads: int | None = 1, home: Path | None = None, extra: dict | None = None) -> dict[str, str]:
     """A child's whole environment: built from an allow-list, never copied from this process's
     (which may hold AWS credentials, API keys, AYCI settings). `threads` sizes every library's
-    thread pool (None: the libraries' own defaults); `home` is the child's working folder (HOME, TMPDIR and the caches there)."""
+    thread pool (None: the libraries' own defaults); `home` is the child's working folder (HOME,
+    TMPDIR and the caches there)."""
     env = {name: os.environ[name] for name in PASSED_VARIABLES if name in os.environ}
     env.setdefault("LANG", "C.UTF-8")
     home_dir = str(home) if home is not None else tempfile.gettempdir()
@@ -313,11 +317,28 @@ def _group_for(limits: SandboxLimits) -> tuple[MeasurementGroup | None, str | No
     reason = unavailable_reason()
     if reason is None:
         try:
+            hierarchy = find_hierarchy()
+            if hierarchy.version == 2:  # beside the measurements' parent (whose weight is the highest), not in it
+                sandboxes = hierarchy.cpu_parent.parent / "ayci-sandbox"
+                hierarchy = replace(hierarchy, cpu_parent=sandboxes, memory_parent=sandboxes)
             vcpus = limits.vcpus if limits.vcpus is not None else float(os.cpu_count() or 1)
-            return MeasurementGroup.create(GroupLimits(memory_mb=limits.memory_mb, vcpus=vcpus)), None
-        except ConfinementUnavailable as exc:
+            group = MeasurementGroup.create(GroupLimits(memory_mb=limits.memory_mb, vcpus=vcpus), hierarchy)
+            _yield_cpu(group)
+            return group, None
+        except (ConfinementUnavailable, OSError) as exc:
             reason = str(exc)
     return None, reason
+
+
+def _yield_cpu(group: MeasurementGroup) -> None:
+    """A sandbox that is not a measurement yields the CPU to everything else (the API server
+    first): a measurement's group has the highest weight so that nothing disturbs its timing, a
+    conversion's must not starve the process that answers users."""
+    if group.hierarchy.version == 2:
+        (group.cpu_dir.parent / "cpu.weight").write_text(str(SANDBOX_CPU_WEIGHT))
+        (group.cpu_dir / "cpu.weight").write_text("100")
+    else:
+        (group.cpu_dir / "cpu.shares").write_text(str(SANDBOX_CPU_SHARES))
 
 
 def command(

@@ -168,6 +168,30 @@ def read_reference(path: str) -> tuple[dict, list]:
     return inputs, [reference[f"output:{i}"] for i in range(sum(k.startswith("output:") for k in reference.files))]
 
 
+def judged_agreement(judge, run, reference_path: str, ref_outputs: list, outputs: list):
+    """Agreement on every batch the reference holds (the timed one and its `check{j}:` batches:
+    at least 32 samples whatever the batch size), judged as one; it says what it rests on
+    (`samples`, `inputs`: synthetic or the user's). A reference stored before it held checks
+    is judged on its one batch."""
+    import numpy as np
+
+    from workloads.agreement import over_batches
+
+    reference = np.load(reference_path)
+    references, produced = [list(ref_outputs)], [[np.asarray(o) for o in outputs]]
+    checks = sorted({int(k.split(":")[0][5:]) for k in reference.files if k.startswith("check")})
+    for j in checks:
+        prefix = f"check{j}:"
+        inputs = {k.split(":", 2)[2]: reference[k] for k in reference.files if k.startswith(prefix + "input:")}
+        count = sum(k.startswith(prefix + "output:") for k in reference.files)
+        references.append([reference[f"{prefix}output:{i}"] for i in range(count)])
+        produced.append([np.asarray(o) for o in run(inputs)])
+    first = np.shape(ref_outputs[0]) if ref_outputs else ()
+    samples = int(reference["basis:samples"]) if "basis:samples" in reference.files else (first[0] if first else 1)
+    inputs_kind = str(reference["basis:inputs"]) if "basis:inputs" in reference.files else None
+    return over_batches(judge, references, produced, samples=samples, inputs=inputs_kind)
+
+
 TUNING_BUDGET_S = 8.0  # all candidates together (the default is always tried), at most half the time cap
 TUNING_TIMING_S = 1.0  # timing per candidate (less with a short time cap), at least TUNING_MIN_SAMPLES samples
 TUNING_MIN_SAMPLES = 5
@@ -288,8 +312,6 @@ def main(spec_path: str, spawned_at: float) -> dict:
     t_imports = time.time()
     from pathlib import Path
 
-    import numpy as np
-
     artifact = Path(spec["artifact_path"])
     engine = engines.module(spec["optimizer"])
     engine.import_runtime(artifact)
@@ -307,7 +329,9 @@ def main(spec_path: str, spawned_at: float) -> dict:
     t_done = time.time()
     from workloads import workload_module
 
-    agreement = workload_module(spec["workload"]).agreement(ref_outputs, [np.asarray(o) for o in outputs])
+    agreement = judged_agreement(
+        workload_module(spec["workload"]).agreement, run, spec["reference_path"], ref_outputs, outputs
+    )
     warmup_iterations = warm_up(run, inputs, cap_s=float(spec["time_cap_s"]) / 4)
     latency = measure_warm(run, inputs, int(spec["min_iterations"]), float(spec["time_cap_s"]))
     peak_mb = peak_rss_mb()  # before looking for where outputs diverge: that is not serving

@@ -76,6 +76,12 @@ def recommend(
     )
 
 
+def recipes_detail(result: SummaryResult) -> str:
+    """onnx_int8: what every int8 recipe scored ("; int8 recipes: static QDQ 0.18, ...")."""
+    summary = (getattr(result, "conversion", None) or {}).get("recipe_summary")
+    return f"; int8 recipes: {summary}" if summary else ""
+
+
 def exclusion(result: SummaryResult | dict[str, Any], *, slo_p99_ms: float | None, min_agreement: float) -> str | None:
     """Why `result` cannot be recommended, or None if it can."""
     (result,) = rows([result])
@@ -99,7 +105,7 @@ def exclusion(result: SummaryResult | dict[str, Any], *, slo_p99_ms: float | Non
     if agreement < min_agreement:
         return (
             f"agrees with base only {agreement:.4f} ({result.agreement.metric}), below the threshold {min_agreement}"
-            f"{divergence_detail(result)}"
+            f"{divergence_detail(result)}{recipes_detail(result)}"
         )
     if result.cost is None or not result.cost.per_million_inferences_usd:
         return "no cost (no price for it)"

@@ -56,6 +56,8 @@ def summary_rows(summary: RunSummary | dict[str, Any]) -> list[TableRow]:
                 cold_start_usd=cost.cold_start_usd if cost else None,
                 agreement=r.agreement.score if r.agreement else None,
                 agreement_metric=r.agreement.metric if r.agreement else None,
+                agreement_basis=agreement_basis(r),
+                recipe=(r.conversion or {}).get("recipe_summary"),
                 note=", ".join(_notes(r)),
             )
         )
@@ -106,6 +108,12 @@ def _notes(result: SummaryResult) -> list[str]:
     agreement = result.agreement
     if result.combo.optimizer == Optimizer.onnx_int8 and agreement and agreement.max_abs_diff is not None:
         notes.append(f"quantized: outputs differ from base by up to {agreement.max_abs_diff:.3g}")
+    conversion = result.conversion or {}
+    if conversion.get("recipe_summary"):  # onnx_int8: the recipe chosen and what every recipe scored
+        met = "" if conversion.get("meets_minimum", True) else f"no int8 recipe meets {conversion['min_agreement']}: "
+        notes.append(f"int8 recipes: {met}{conversion['recipe_summary']}")
+    if agreement_basis(result):
+        notes.append(f"agreement on {agreement_basis(result)}")
     if result.reused:
         notes.append("reused")
     if result.emulated:
@@ -121,6 +129,15 @@ def _notes(result: SummaryResult) -> list[str]:
     if result.disturbed:
         notes.append(f"disturbed: other work used {result.load.other_busy_cores:.1f} cores")
     return notes
+
+
+def agreement_basis(result: SummaryResult) -> str | None:
+    """What a result's agreement rests on: "32 synthetic samples", "40 of your samples"."""
+    agreement = result.agreement
+    if agreement is None or agreement.samples is None:
+        return None
+    kind = {"user": "of your", "synthetic": "synthetic"}.get(agreement.inputs or "", "")
+    return f"{agreement.samples} {kind} sample{'s' if agreement.samples != 1 else ''}".replace("  ", " ")
 
 
 def _interval_cell(interval: Interval) -> str:

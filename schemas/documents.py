@@ -184,6 +184,8 @@ class Agreement(Flexible):
     score: float
     metric: str
     max_abs_diff: float | None = None
+    samples: int | None = None  # how many samples the score rests on
+    inputs: str | None = None  # what they were: "synthetic" (the workload's) or "user" (the user's --inputs)
 
 
 class MachineLoad(Flexible):
@@ -420,6 +422,7 @@ class SummaryResult(Flexible):
     engine_settings: dict[str, Any] | None = None
     engine_tuning: dict[str, Any] | None = None
     divergence: dict[str, Any] | None = None  # where the outputs first diverge from base's (when they disagree)
+    conversion: dict[str, Any] | None = None  # what the conversion chose (onnx_int8: its recipes' figures)
     document_version: int | None = None  # a measured row's: the `MeasuredResult` version it was upcast to
 
     @property
@@ -502,6 +505,8 @@ class TableRow(Flexible):
     cold_start_usd: float | None = None
     agreement: float | None = None
     agreement_metric: str | None = None
+    agreement_basis: str | None = None  # what the agreement rests on: "32 synthetic samples"
+    recipe: str | None = None  # onnx_int8: the recipe chosen and every recipe's agreement
     note: str = ""
 
     def cell(self, key: str) -> Any:

@@ -65,8 +65,10 @@ def compute_reference(
 def reference_outputs(
     model_path: str, model_json: str, batch: int, out_path: str, inputs_path: str | None = None
 ) -> None:
-    """In the sandbox: the base model run once on the workload's (or the user's) inputs for
-    `batch`, saved to `out_path`."""
+    """In the sandbox: the base model run on the workload's (or the user's) inputs for `batch`,
+    saved to `out_path`: the batch the measurement times, and as many more batches
+    (`check{j}:input:`/`check{j}:output:`) as agreement needs to rest on at least
+    `AGREEMENT_SAMPLES` samples, with what they are (`basis:inputs`, `basis:samples`)."""
     import tempfile
 
     import numpy as np
@@ -75,6 +77,7 @@ def reference_outputs(
     from engines import ConversionJob
     from engines.inputs import model_inputs
     from schemas.combos import ModelRef, Optimizer
+    from workloads.agreement import SYNTHETIC, USER, batches_for
 
     model = ModelRef.model_validate_json(model_json)
     user_inputs = Path(inputs_path) if inputs_path else None
@@ -90,10 +93,23 @@ def reference_outputs(
             out_dir=Path(tmp),
         )
         conversion = base.convert(job)
-        outputs = base.load(Path(tmp) / conversion.artifact_file, threads=1)(inputs)
+        run = base.load(Path(tmp) / conversion.artifact_file, threads=1)
+        outputs = run(inputs)
+        # agreement rests on at least AGREEMENT_SAMPLES samples: more batches (`check{j}:`) beside the timed one
+        checks = {}
+        for j in range(1, batches_for(batch)):
+            more = model_inputs(model, Path(model_path), batch, user_inputs=user_inputs, sample=j)
+            checks |= {f"check{j}:input:{k}": v for k, v in more.items()}
+            checks |= {f"check{j}:output:{i}": np.asarray(o) for i, o in enumerate(run(more))}
+    samples = batches_for(batch) * batch
+    if user_inputs is not None:
+        with np.load(user_inputs, allow_pickle=False) as npz:
+            samples = min(samples, int(npz[npz.files[0]].shape[0]))
     with open(out_path, "wb") as out:
         np.savez(
             out,
             **{f"input:{k}": v for k, v in inputs.items()},
             **{f"output:{i}": np.asarray(o) for i, o in enumerate(outputs)},
+            **checks,
+            **{"basis:inputs": np.array(USER if user_inputs else SYNTHETIC), "basis:samples": np.array(samples)},
         )

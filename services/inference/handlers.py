@@ -114,6 +114,7 @@ def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload | D
             "conversion_s": converted.conversion_s,
             "tuning_s": converted.tuning_s,
             "artifact_key": converted.artifact_key,
+            "conversion": _conversion_details(deps.store, converted.artifact_key),
             "emulated": emulated,
             **report,
             # a size measured with fewer vCPUs than Lambda gives it is never costed as if it were that size
@@ -128,8 +129,8 @@ def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload | D
         bound.info(
             "measurement_host_limited", vcpus_needed=round(result.vcpus or 0, 2), vcpus_available=result.vcpus_available
         )
-    if (result.load or {}).get("disturbed"):
-        bound.info("measurement_disturbed", other_busy_cores=round(result.load["other_busy_cores"], 2))
+    if result.load is not None and result.load.disturbed:
+        bound.info("measurement_disturbed", other_busy_cores=round(result.load.other_busy_cores or 0.0, 2))
     lat = result.latency_ms
     bound.info("measurement_done", p50_ms=round(lat.p50, 2), p99_ms=round(lat.p99, 2), iterations=lat.iterations)
     if not emulated and _asks_profile(deps.store, event.run_id) and _profile(deps, result.to_dict(), bound):
@@ -152,6 +153,15 @@ def _asks_profile(store: ObjectStore, run_id: str) -> bool:
         return bool((RunRecord.read(store.get_bytes(keys.run_record(run_id))).request or {}).get("profile"))
     except (NotFound, SchemaError):
         return False
+
+
+def _conversion_details(store: ObjectStore, artifact_key: str) -> dict | None:
+    """What the artifact's conversion chose (onnx_int8: the recipe and every recipe's figures),
+    from its manifest; None where it says nothing."""
+    try:
+        return ArtifactManifest.read(store.get_bytes(keys.manifest(artifact_key))).details or None
+    except (NotFound, SchemaError):
+        return None
 
 
 def _profile(deps: InferenceDeps, result: dict, bound) -> bool:

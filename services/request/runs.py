@@ -76,9 +76,9 @@ def cancel_run(store: ObjectStore, record: dict, now) -> Envelope | None:
     return Envelope.wrap(closing, run_id=run_id, producer="request")
 
 
-def load_summary(store: ObjectStore, run_id: str) -> dict | None:
+def load_summary(store: ObjectStore, run_id: str) -> RunSummary | None:
     try:
-        return RunSummary.read(store.get_bytes(keys.summary(run_id))).to_dict()
+        return RunSummary.read(store.get_bytes(keys.summary(run_id)))
     except NotFound:
         return None
 
@@ -111,15 +111,15 @@ def run_progress(store: ObjectStore, record: dict) -> dict:
             entry.update(state="failed", reason=f"{outcome.stage.value}: {outcome.reason}")
         entries.append(entry)
     if summary:  # the archiver's word is final (e.g. combinations failed at the deadline)
-        failed = {f["combo_key"]: f for f in summary["failures"]}
+        failed = {f.combo_key: f for f in summary.failures}
         for entry in entries:
             if entry["combo_key"] in failed and entry["state"] == "queued":
                 f = failed[entry["combo_key"]]
-                entry.update(state="failed", reason=f"{f['stage']}: {f['reason']}")
+                entry.update(state="failed", reason=f"{f.stage.value}: {f.reason}")
     counts = {state: sum(e["state"] == state for e in entries) for state in ("queued", "measured", "failed")}
     return {
         "run_id": run_id,
-        "status": summary["status"] if summary else "running",
+        "status": summary.status if summary else "running",
         "submitted_at": record["submitted_at"],
         "total": len(entries),
         **counts,

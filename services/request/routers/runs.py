@@ -20,6 +20,7 @@ from report import results_csv, results_document
 from report.profiles import NotProfilable, chosen_results, profilable, profile_tables
 from schemas import keys
 from schemas.combos import Combo
+from schemas.documents import RunSummary
 from schemas.events import Envelope, ProfileRequested, RequestSubmitted
 from schemas.signature import ModelSignature
 from services.request.auth import Owner
@@ -168,7 +169,7 @@ def _traffic(run_id: str, body: TrafficRequest, owner: str, deps: RequestDeps) -
     if not TRAFFIC_AT_ONCE.acquire(timeout=TRAFFIC_WAIT_S):
         raise HTTPException(503, "too many traffic simulations at once: try again", headers={"Retry-After": "10"})
     try:
-        return traffic_report(summary, profile, body.slo_p99_ms)
+        return traffic_report(summary.to_dict(), profile, body.slo_p99_ms)
     except TrafficError as exc:
         raise invalid(("body",), str(exc)) from None
     finally:
@@ -195,7 +196,7 @@ def get_results(run_id: RunId, owner: Owner, request: Request, deps: Deps) -> Re
     return JSONResponse(results_document(summary, f"{deps.limits.results_url}/runs/{run_id}/results"))
 
 
-def _profiled(deps: RequestDeps, run_id: str, owner: str) -> dict:
+def _profiled(deps: RequestDeps, run_id: str, owner: str) -> RunSummary:
     """The archived run (404 if none: unknown, another owner's, or still running)."""
     owned_run(deps, run_id, owner)
     summary = load_summary(deps.store, run_id)
@@ -263,7 +264,13 @@ def get_profiles(run_id: RunId, owner: Owner, deps: Deps) -> dict:
     optimizer's time per operator group, its top operators and the link to its trace."""
     summary = _profiled(deps, run_id, owner)
     profiles = [
-        p.to_dict() for p in (stored_profile(deps.store, r) for r in summary["results"] if profilable(r) is None) if p
+        p.to_dict()
+        for p in (
+            stored_profile(deps.store, {"combo_key": r.combo_key, "run_id": r.run_id})
+            for r in summary.results
+            if profilable(r) is None
+        )
+        if p
     ]
     return {
         "run_id": run_id,

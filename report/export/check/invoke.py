@@ -46,6 +46,50 @@ class FakeContext:
         return int(max(0.0, self._deadline - time.monotonic()) * 1000)
 
 
+def runtime_interface():
+    """`invoke(handler_function, event) -> answer` through awslambdaric's runtime interface (what
+    Lambda's Python runtime runs: the event's JSON bytes unmarshalled, a `LambdaContext` built
+    from the invocation's headers, the answer marshalled to JSON), or None without awslambdaric.
+    Only the runtime API's HTTP client is replaced, by one that keeps the posted answer."""
+    try:
+        from awslambdaric import bootstrap
+        from awslambdaric.lambda_runtime_marshaller import LambdaMarshaller
+    except ImportError:
+        return None
+
+    class Client:
+        marshaller = LambdaMarshaller()
+        posted: tuple = ()
+
+        def post_invocation_result(self, invoke_id, result, content_type, *_) -> None:
+            self.posted = ("result", result, content_type)
+
+        def post_invocation_error(self, invoke_id, error, xray_fault, *_) -> None:
+            self.posted = ("error", error, xray_fault)
+
+    def invoke(handler_function, event: dict) -> dict:
+        client = Client()
+        bootstrap.handle_event_request(
+            client,
+            handler_function,
+            str(uuid.uuid4()),
+            json.dumps(event).encode(),
+            "application/json",
+            None,
+            None,
+            "arn:aws:lambda:us-east-1:123456789012:function:inference",
+            int(time.time() * 1000) + 30_000,
+            None,
+            bootstrap.StandardLogSink(),
+        )
+        kind, body, _ = client.posted
+        if kind != "result":
+            raise RuntimeError(f"the runtime interface reports an error: {body}")
+        return json.loads(body)
+
+    return invoke
+
+
 def rest_event(body: str, *, base64_encoded: bool = False, content_type: str = "application/json") -> dict:
     """An API Gateway REST API (v1) proxy event."""
     return {
@@ -123,8 +167,16 @@ def main() -> int:
     report["warm_p50_ms"] = float(np.percentile(warm, 50)) if warm else None
     report["warm_p99_ms"] = float(np.percentile(warm, 99)) if warm else None
     report["session_p50_ms"] = float(np.percentile(session_warm, 50)) if session_warm else None
-    report["agreement"] = _agreement(handler, context, inputs, expected, npy_event, np)
-    report["bad_requests"] = _bad_requests(handler, context, inputs, np)
+    through = runtime_interface()
+    report["runtime_interface"] = "awslambdaric" if through else "direct call"
+
+    def call(event: dict) -> dict:
+        if through is not None:
+            return through(handler.lambda_handler, event)
+        return handler.lambda_handler(json.loads(json.dumps(event)), FakeContext(context.memory_limit_in_mb))
+
+    report["agreement"] = _agreement(call, inputs, expected, npy_event, np)
+    report["bad_requests"] = _bad_requests(call, inputs, np)
     print(json.dumps(report))
     return 0
 
@@ -150,7 +202,7 @@ def _outputs_of(answer: dict, np) -> list:
     return [np.asarray(value) for value in document["outputs"].values()]
 
 
-def _agreement(handler, context, inputs: dict, expected: list, npy_event: dict, np) -> dict:
+def _agreement(call, inputs: dict, expected: list, npy_event: dict, np) -> dict:
     """Each kind of event's largest difference from base's outputs (None: shapes differ)."""
     as_json = json.dumps({"inputs": {name: value.tolist() for name, value in inputs.items()}})
     buffer = io.BytesIO()
@@ -164,7 +216,7 @@ def _agreement(handler, context, inputs: dict, expected: list, npy_event: dict, 
     }
     found = {}
     for kind, event in events.items():
-        answer = handler.lambda_handler(event, context)
+        answer = call(event)
         status = answer.get("statusCode", 200)
         if status != 200:
             found[kind] = {
@@ -181,7 +233,7 @@ def _agreement(handler, context, inputs: dict, expected: list, npy_event: dict, 
     return found
 
 
-def _bad_requests(handler, context, inputs: dict, np) -> dict:
+def _bad_requests(call, inputs: dict, np) -> dict:
     """How the function answers what it must refuse: status and reason, by case."""
     name, value = next(iter(inputs.items()))
     pickled = io.BytesIO()
@@ -211,7 +263,7 @@ def _bad_requests(handler, context, inputs: dict, np) -> dict:
     }
     found = {}
     for case, event in cases.items():
-        answer = handler.lambda_handler(event, context)
+        answer = call(event)
         found[case] = {"status": answer["statusCode"], "error": json.loads(answer["body"]).get("error")}
     return found
 

@@ -25,7 +25,7 @@ def traffic_lines(summary: RunSummary | dict[str, Any]) -> list[str]:
     if not profile:
         return []
     front = set(summary.recommendation.pareto if summary.recommendation else [])
-    results = [r.model_dump(mode="json", exclude_unset=True) for r in summary.results if r.label in front]
+    results = [r for r in summary.results if r.label in front]
     slo = summary.request.get("slo_p99_ms")
     try:
         report = traffic_report({"results": results[:TRAFFIC_ROWS]}, Traffic(**profile), slo)

@@ -165,6 +165,7 @@ class ColdStartTotal(Flexible):
     """A cold start's total in ms: what every result has, a predicted one included."""
 
     total: float
+    first_inference: float | None = None  # a measured one's first answer (a predicted one has only the total)
 
 
 class ColdStart(ColdStartTotal):

@@ -44,7 +44,7 @@ def cmd_traffic(args: argparse.Namespace) -> int:
             duration_s=parse_duration(args.duration, "duration"),
         )
         summary = archived_summary(local_store(settings), args.run_id, settings)
-        report = traffic_report(summary.to_dict(), traffic, args.slo)
+        report = traffic_report(summary, traffic, args.slo)
     except TrafficError as exc:
         raise UsageError(str(exc)) from None
     if args.json:

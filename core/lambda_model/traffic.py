@@ -37,6 +37,7 @@ import numpy as np
 
 from core.lambda_model.prediction import draw_latencies, latency_quantiles
 from schemas.cost import load_prices
+from schemas.documents import RunSummary, SummaryResult
 
 BURST_MULTIPLIER = 10.0
 BURST_S = 30.0
@@ -291,8 +292,13 @@ def simulate(
 SNAPSTART_RESTORE_MS = 400.0  # assumed: AWS documents sub-second restores; `--snapstart-restore-ms` replaces it
 
 
+def _row(result: SummaryResult | dict) -> SummaryResult:
+    """A summary's row, typed (a stored row's dict is validated)."""
+    return result if isinstance(result, SummaryResult) else SummaryResult.model_validate(result)
+
+
 def combination_under_traffic(
-    result: dict,
+    result: SummaryResult | dict,
     traffic: Traffic,
     seed: int = 0,
     snapstart_restore_ms: float = SNAPSTART_RESTORE_MS,
@@ -305,12 +311,13 @@ def combination_under_traffic(
     Its simulations take their arrivals from `budget` (a fresh one: `SIMULATIONS_PER_ROW` x
     `MAX_EVENTS`); thinned arrivals are scaled back and the row says so (`thinned`, `notes`)."""
     budget = budget or Budget(events=SIMULATIONS_PER_ROW * MAX_EVENTS, wall_s=SIMULATIONS_PER_ROW * MAX_WALL_S)
-    warm = latency_quantiles(result["latency_ms"])
-    combo = result["combo"]
-    region = (result.get("cost") or {}).get("price_region") or load_prices().default_region
+    result = _row(result)
+    warm = latency_quantiles(result.latency_ms.model_dump(exclude_unset=True))
+    combo = result.combo
+    region = (result.cost.price_region if result.cost else None) or load_prices().default_region
     prices = load_prices().region(region)
-    gb = combo["memory_mb"] / 1024
-    cold_split = result["cold_start_ms"]
+    gb = combo.memory_mb / 1024
+    cold_split = result.cold_start_ms
     share = max(1, (budget.events - budget.used) // SIMULATIONS_PER_ROW)
     arrived = window_of(traffic, np.random.default_rng(seed), share)  # the same requests for every way of serving
     kept, window, cut = arrived.kept, arrived.window_s, arrived.cut_short
@@ -342,7 +349,7 @@ def combination_under_traffic(
         scale = traffic.duration_s / pool.window_s / kept if pool.window_s else 0.0
         billed = np.ceil(pool.latencies_ms) / 1000
         on_kept = pool.on_provisioned if pool.on_provisioned is not None else np.zeros(len(billed), dtype=bool)
-        compute = float(billed[~on_kept].sum()) * gb * prices.per_gb_second(combo["hardware"])
+        compute = float(billed[~on_kept].sum()) * gb * prices.per_gb_second(combo.hardware)
         if duration_price is not None:
             compute += float(billed[on_kept].sum()) * gb * duration_price
         requests = pool.requests * scale
@@ -365,7 +372,7 @@ def combination_under_traffic(
         return instances if kept == 1 else max(1, round(instances * kept))
 
     options: list[dict] = []
-    on_demand = run(cold_split["total"])
+    on_demand = run(cold_split.total)
     if on_demand is None:
         raise TrafficError("the simulation budget of this request is spent: ask for fewer combinations")
     options.append(figures(on_demand, "on demand"))
@@ -373,11 +380,11 @@ def combination_under_traffic(
     peak = on_demand.peak_instances if kept == 1 else math.ceil(on_demand.peak_instances / kept)
     notes = list(on_demand.notes)
     left_out = []
-    provisioned_prices = prices.provisioned(combo["hardware"])
+    provisioned_prices = prices.provisioned(combo.hardware)
     if provisioned_prices:
         kept_price, duration_price = provisioned_prices
         for n in sorted({max(1, math.ceil(mean_alive)), peak}):
-            pool = run(cold_split["total"], provisioned=thinned(n))
+            pool = run(cold_split.total, provisioned=thinned(n))
             if pool is None:
                 left_out.append(f"provisioned {n}")
                 continue
@@ -387,10 +394,10 @@ def combination_under_traffic(
     if (
         prices.snapstart_cache_per_gb_second_usd
         and prices.snapstart_restore_per_gb_usd
-        and "first_inference" in cold_split
+        and cold_split.first_inference is not None
     ):
         # a snapshot taken after the imports and the model load: a cold start restores it, then answers
-        restored_ms = snapstart_restore_ms + cold_split.get("first_inference", 0.0)
+        restored_ms = snapstart_restore_ms + cold_split.first_inference
         pool = run(restored_ms)
         if pool is None:
             left_out.append("SnapStart")
@@ -405,7 +412,7 @@ def combination_under_traffic(
                     **figures(pool, "SnapStart (estimate)", fees),
                     "assumption": (
                         f"restore {snapstart_restore_ms:g} ms (assumed) + the first inference "
-                        f"{cold_split.get('first_inference', 0.0):.0f} ms"
+                        f"{cold_split.first_inference:.0f} ms"
                     ),
                 }
             )
@@ -420,8 +427,8 @@ def combination_under_traffic(
         notes.append(f"not simulated (the request's simulation budget was spent): {', '.join(left_out)}")
     best = options[0]
     return {
-        "combination": f"{combo['hardware']}/{combo['optimizer']}/b{combo['batch_size']}/{combo['memory_mb']}MB",
-        "predicted": bool(result.get("predicted")),
+        "combination": result.label,
+        "predicted": result.predicted,
         **{k: best[k] for k in ("cold_share", "p50_ms", "p99_ms", "p999_ms", "peak_instances", "bill_usd", "requests")},
         "mean_instances": mean_alive,
         "options": options,
@@ -434,7 +441,7 @@ def combination_under_traffic(
 
 
 def traffic_report(
-    summary: dict, traffic: Traffic, slo_p99_ms: float | None = None, budget: Budget | None = None
+    summary: RunSummary | dict, traffic: Traffic, slo_p99_ms: float | None = None, budget: Budget | None = None
 ) -> dict:
     """Every timed combination of a run under `traffic`, and the cheapest (combination, way of
     serving it: on demand, provisioned concurrency, SnapStart) whose p99 including cold starts
@@ -442,11 +449,8 @@ def traffic_report(
     arrivals, `REQUEST_WALL_S`): each row's simulations get an equal share of at least
     `MIN_SIMULATION_EVENTS`, and rows past what the budget holds are left out (`left_out` says how many)."""
     budget = budget or Budget()
-    timed = [
-        r
-        for r in summary["results"]
-        if not r.get("emulated") and not r.get("host_limited") and r.get("confined") is not False
-    ]
+    results = summary.results if isinstance(summary, RunSummary) else map(_row, summary["results"])
+    timed = [r for r in results if not r.emulated and not r.host_limited and r.confined is not False]
     if not timed:
         raise TrafficError("the run has no combination timed as Lambda would run it: nothing to simulate")
     fits = max(1, (budget.events - budget.used) // (SIMULATIONS_PER_ROW * MIN_SIMULATION_EVENTS))

@@ -169,7 +169,7 @@ def _traffic(run_id: str, body: TrafficRequest, owner: str, deps: RequestDeps) -
     if not TRAFFIC_AT_ONCE.acquire(timeout=TRAFFIC_WAIT_S):
         raise HTTPException(503, "too many traffic simulations at once: try again", headers={"Retry-After": "10"})
     try:
-        return traffic_report(summary.to_dict(), profile, body.slo_p99_ms)
+        return traffic_report(summary, profile, body.slo_p99_ms)
     except TrafficError as exc:
         raise invalid(("body",), str(exc)) from None
     finally:

@@ -20,13 +20,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from adapters.memory_store import MemoryStore
 from schemas import keys
-from schemas.combos import Combo, Matrix, ModelRef, combo_key
+from schemas.combos import Combo, Matrix, ModelRef, Tuning, combo_key
 from schemas.events import Envelope, InferenceDone, RequestSubmitted, RunPlanned
 from services.archiver.handlers import ArchiverDeps, on_inference_done, on_run_planned
 from tests.conftest import measured_result
 
 MODEL = ModelRef(sha256="ab" * 32, size_bytes=1000, format="pt2", workload="image_classification", input_size=[32, 32])
 MEMORY = [128 * i for i in range(1, 81)]
+TUNING = Tuning(trials=0)  # the requests' budget is beside the point: only the archiver's work is timed
 
 
 def plan_of(n: int) -> dict[str, Combo]:
@@ -36,7 +37,7 @@ def plan_of(n: int) -> dict[str, Combo]:
             for batch in (1, 2, 4, 8):
                 for memory in MEMORY:
                     combo = Combo(hardware=hardware, optimizer=optimizer, batch_size=batch, memory_mb=memory)
-                    combos[combo_key(MODEL, combo)] = combo
+                    combos[combo_key(MODEL, combo, TUNING)] = combo
                     if len(combos) == n:
                         return combos
     raise ValueError(n)

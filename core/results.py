@@ -45,9 +45,9 @@ class StoredResult(NamedTuple):
 
 def latest_result(store: ObjectStore, combo_key: str) -> StoredResult | None:
     """The latest stored result of `combo_key`, or None if there is none or it is stale: of
-    another measurement version, without the environment it was measured in, or unreadable
-    (measure again). One read: a result of the current measurement version was written by
-    `keep_result`, so its version exists."""
+    another measurement version, without the environment it was measured in, unreadable, or
+    disturbed or unconfined (`untrusted_reason`): measure again. One read: a result of the current
+    measurement version was written by `keep_result`, so its version exists."""
     try:
         return _fresh(combo_key, store.get_bytes(keys.result(combo_key)))
     except NotFound:
@@ -64,7 +64,22 @@ def _fresh(combo_key: str, stored: bytes | dict[str, Any]) -> StoredResult | Non
     if latest.measurement_version != MEASUREMENT_VERSION or latest.environment is None:
         log.info("stored_result_stale", combo_key=combo_key, measurement_version=latest.measurement_version)
         return None
+    if untrusted := untrusted_reason(latest):
+        log.info("stored_result_not_reused", combo_key=combo_key, run_id=latest.run_id, reason=untrusted)
+        return None
     return StoredResult(keys.result_version(combo_key, latest.run_id), document)
+
+
+def untrusted_reason(result: MeasuredResult) -> str | None:
+    """Why a stored result is no measurement another request may take as its own (None: it is one):
+    other work disturbed it, or it ran unconfined (not as the memory size's CPU share and memory
+    cap). Every request expects a confined, undisturbed measurement: such a result is measured again.
+    How it was built (a tvm artifact's tuning budget) is in its key (`schemas/combos.combo_key`)."""
+    if result.load is not None and result.load.disturbed:
+        return "disturbed: other work took cores the measurement needed"
+    if not result.confined:
+        return f"unconfined: {result.confinement_reason or 'not confined to its memory size'}"
+    return None
 
 
 LOOKUPS = 16  # concurrent reads of stored results

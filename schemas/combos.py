@@ -141,14 +141,41 @@ class Combo(Frozen):
         return f"{self.hardware.value}/{self.optimizer.value}/b{self.batch_size}/{self.memory_mb}MB"
 
 
+class Tuning(Frozen):
+    """The TVM tuning budget a tvm artifact is built with (`RequestSubmitted.tuning`): MetaSchedule
+    trials and the time limit of the search. Part of a tvm artifact's and result's keys, so an
+    untuned (or less tuned) artifact or result never stands in for a more tuned one."""
+
+    trials: int = Field(ge=0)
+    time_limit_s: float | None = None
+
+    def key_fields(self) -> dict:
+        # with no trials there is no search: its time limit changes nothing
+        return {"tuning_trials": self.trials, "tuning_time_limit_s": self.time_limit_s if self.trials else None}
+
+
+class TuningMissing(ValueError):
+    """A tvm key asked for without the tuning budget it is built with."""
+
+
+def _tuning(combo: Combo, tuning: Tuning | None) -> dict:
+    """The tuning budget's fields of a key: tvm's only (keys of other optimizers stay as they were)."""
+    if combo.optimizer != Optimizer.tvm:
+        return {}
+    if tuning is None:
+        raise TuningMissing(f"{combo.label}: a tvm key names the tuning budget (tuning=request.tuning)")
+    return tuning.key_fields()
+
+
 def _digest(fields: dict) -> str:
     canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
-def combo_key(model: ModelRef, combo: Combo) -> str:
+def combo_key(model: ModelRef, combo: Combo, tuning: Tuning | None = None) -> str:
     """The key of one measured result: `results/{combo_key}.json`. The engine's library
-    versions are part of it: after an upgrade nothing measured before is reused."""
+    versions are part of it: after an upgrade nothing measured before is reused; so is a tvm
+    combination's tuning budget (`tuning`, required for tvm: `TuningMissing` without it)."""
     return _digest(
         {
             "model": model.sha256,
@@ -161,13 +188,15 @@ def combo_key(model: ModelRef, combo: Combo) -> str:
             "measurement": MEASUREMENT_VERSION,
             "libraries": engine_versions(combo.optimizer.value, model.format.value),
             **_inputs(model),
+            **_tuning(combo, tuning),
         }
     )
 
 
-def artifact_key(model: ModelRef, combo: Combo, target_cpu: str) -> str:
+def artifact_key(model: ModelRef, combo: Combo, target_cpu: str, tuning: Tuning | None = None) -> str:
     """The key of a converted artifact. Memory size never changes an artifact, and a
-    `base` artifact serves every batch size."""
+    `base` artifact serves every batch size; a tvm artifact's tuning budget does (`tuning`,
+    required for tvm)."""
     return _digest(
         {
             "model": model.sha256,
@@ -179,6 +208,7 @@ def artifact_key(model: ModelRef, combo: Combo, target_cpu: str) -> str:
             "target_cpu": target_cpu,
             "libraries": engine_versions(combo.optimizer.value, model.format.value),
             **_inputs(model),
+            **_tuning(combo, tuning),
         }
     )
 

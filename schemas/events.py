@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from schemas.combos import PREDICT_MIN_SIZES, Combo, Matrix, ModelRef
+from schemas.combos import PREDICT_MIN_SIZES, Combo, Matrix, ModelRef, Tuning
 from schemas.cost import default_region as default_price_region
 from schemas.cost import load_prices
 
@@ -91,6 +91,11 @@ class RequestSubmitted(Payload):
     predict: bool = False
     traffic: TrafficProfile | None = None
     profile: bool = False  # profile each measured combination after its measurement (services/inference/profiling.py)
+
+    @property
+    def tuning(self) -> Tuning:
+        """The TVM tuning budget this request's tvm artifacts are built with (part of their keys)."""
+        return Tuning(trials=self.tuning_trials, time_limit_s=TUNING_TIME_LIMIT_S)
 
     @model_validator(mode="after")
     def _enough_sizes_to_predict(self) -> RequestSubmitted:

@@ -42,7 +42,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if planned is not None:
             return envelopes, list(planned.combos)
         request = envelopes[0].payload
-        return envelopes, [combo_key(request.model, c) for c in measured_combos(request)]
+        return envelopes, [combo_key(request.model, c, request.tuning) for c in measured_combos(request)]
 
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     with run_log(settings.data_dir.parent / "logs" / f"replay-{stamp}.log", terminal, verbose=args.verbose) as log:

@@ -124,7 +124,7 @@ def run_on_localstack(
         request = build_request(args, model)
         say_impossible(plan_of(request, model_path, inputs_path, wiring.store))
         submit_run(wiring.store, wiring.publisher, request, run_id)
-        combos = [combo_key(model, c) for c in measured_combos(request)]
+        combos = [combo_key(model, c, request.tuning) for c in measured_combos(request)]
         summary = follow_store(wiring.store, run_id, combos, args.timeout, processes)
     print_report(summary, terminal.out(REPORT_WIDTH))
     return EXIT_STATUS[summary.status]

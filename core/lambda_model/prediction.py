@@ -380,7 +380,7 @@ def predict_run(
             except NoPrediction as exc:
                 models[family] = str(exc)
         model = models[family]
-        key = combo_key(request.model, combo)
+        key = combo_key(request.model, combo, request.tuning)
         base = {"combo_key": key, "combo": combo.model_dump(mode="json"), "label": combo.label}
         if isinstance(model, str):
             refused.append({**base, "reason": f"no prediction: {model}"})

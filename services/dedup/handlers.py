@@ -57,8 +57,8 @@ def on_request_submitted(event: Envelope, deps: DedupDeps) -> list[Payload]:
     model = request.model
     model_stored = deps.store.exists(keys.model(model.sha256))
     measured, predicted = measured_and_predicted(request)
-    measured_keys = {combo_key(model, c): c for c in measured}
-    predicted_keys = {combo_key(model, c): c for c in predicted}
+    measured_keys = {combo_key(model, c, request.tuning): c for c in measured}
+    predicted_keys = {combo_key(model, c, request.tuning): c for c in predicted}
     impossible = impossible_combos(deps.store, request, measured_keys | predicted_keys) if model_stored else {}
     # the stored results (from the model's result packs, then by key); a stored result is
     # reused rather than predicted
@@ -94,7 +94,7 @@ def on_request_submitted(event: Envelope, deps: DedupDeps) -> list[Payload]:
         if key in stored:
             continue
         target_cpu = deps.target_cpu(combo.hardware, combo.optimizer)
-        art_key = artifact_key(model, combo, target_cpu)
+        art_key = artifact_key(model, combo, target_cpu, request.tuning)
         # an artifact serves its combination only with the base outputs for its batch: `base`
         # serves every batch, and the converter is the one that computes a batch's reference
         if deps.store.exists(keys.manifest(art_key)) and deps.store.exists(

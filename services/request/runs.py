@@ -22,7 +22,7 @@ def record_run(store: ObjectStore, run_id: str, request: RequestSubmitted) -> bo
         run_id=run_id,
         owner=request.owner,
         submitted_at=datetime.now(UTC).isoformat(),
-        combos={combo_key(request.model, c): c for c in measured_combos(request)},
+        combos={combo_key(request.model, c, request.tuning): c for c in measured_combos(request)},
         request=request.model_dump(mode="json"),
     )
     return store.put_bytes(keys.run_record(run_id), record.to_bytes(), if_absent=True)

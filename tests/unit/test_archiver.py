@@ -43,7 +43,7 @@ def request(batches=(1, 2), email="user@example.com") -> RequestSubmitted:
 
 
 def planned(req: RequestSubmitted) -> Envelope:
-    combos = {combo_key(MODEL, c): c for c in req.matrix.combos()}
+    combos = {combo_key(MODEL, c, req.tuning): c for c in req.matrix.combos()}
     plan = RunPlanned(model=MODEL, combos=combos, deadline=datetime.now(UTC) + timedelta(hours=1), request=req)
     return Envelope.wrap(plan, run_id=RUN, producer="dedup")
 

@@ -3,7 +3,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from schemas.combos import Combo, Matrix, ModelRef, artifact_key, combo_key
+from schemas.combos import Combo, Matrix, ModelRef, Tuning, artifact_key, combo_key
 from schemas.events import ComboFailed, Envelope, RequestSubmitted, RunPlanned, SchemaError
 
 MODEL = ModelRef(sha256="a" * 64, size_bytes=10, format="pt2", workload="image_classification", input_size=[224, 224])
@@ -101,7 +101,7 @@ def test_not_json_is_a_schema_error():
 def test_matrix_expands_every_combination():
     combos = MATRIX.combos()
     assert len(combos) == 3 * 2 * 1
-    assert len({combo_key(MODEL, c) for c in combos}) == 6
+    assert len({combo_key(MODEL, c, Tuning(trials=600, time_limit_s=900)) for c in combos}) == 6
 
 
 def test_base_artifact_does_not_depend_on_batch_but_onnx_does():

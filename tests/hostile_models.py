@@ -131,7 +131,7 @@ def hanging_onnx() -> bytes:
     return _onnx(graph)
 
 
-def calibration_bomb_onnx(side: int = 6000, layers: int = 8) -> bytes:
+def calibration_bomb_onnx(side: int = 8000, layers: int = 8) -> bytes:
     """A tiny model whose int8 calibration takes gigabytes: the mean of the input expanded to a
     side x side intermediate, then `layers` elementwise steps. Inference frees each intermediate
     as it goes (~2 of them alive); calibration makes every one an output and holds them all."""
@@ -305,7 +305,7 @@ def symlink_tar(folder: Path, marker: Path) -> Path:
 _ZEROS = bytes(16 << 20)
 
 
-def zip_bomb(folder: Path, marker: Path, gigabytes: int = 4) -> Path:
+def zip_bomb(folder: Path, marker: Path, gigabytes: int = 2) -> Path:
     """An ONNX bundle of a few MB whose external data file unpacks to `gigabytes` GB of zeros."""
     path = folder / "bomb.zip"
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
@@ -316,7 +316,7 @@ def zip_bomb(folder: Path, marker: Path, gigabytes: int = 4) -> Path:
     return path
 
 
-def tar_bomb(folder: Path, marker: Path, gigabytes: int = 4) -> Path:
+def tar_bomb(folder: Path, marker: Path, gigabytes: int = 2) -> Path:
     """The same as a gzipped tar: a few MB that unpack to `gigabytes` GB."""
     path = folder / "bomb.tar.gz"
 
@@ -356,8 +356,8 @@ CORPUS = [
     Hostile("legacy pickled .pt", "a torch.save pickle", legacy_pt, "refused"),
     Hostile("path-traversal zip", "an entry climbing out of the unpack folder", traversal_zip, "refused"),
     Hostile("symlink tar", "external data linked to a host file; a write through a link", symlink_tar, "refused"),
-    Hostile("zip bomb", "4 GB of zeros in a few MB", zip_bomb, "refused"),
-    Hostile("tar bomb", "4 GB of zeros in a few MB, gzipped tar", tar_bomb, "refused"),
+    Hostile("zip bomb", "2 GB of zeros in a few MB", zip_bomb, "refused"),
+    Hostile("tar bomb", "2 GB of zeros in a few MB, gzipped tar", tar_bomb, "refused"),
     Hostile(
         "external data in a subgraph",
         "an If branch's tensor read from ../../../../etc/hostname",
@@ -372,7 +372,7 @@ CORPUS = [
     ),
     Hostile(
         "int8 calibration blow-up",
-        "every 6000x6000 intermediate held by calibration",
+        "every 8000x8000 intermediate held by calibration",
         _writer("calibration_bomb.onnx", calibration_bomb_onnx),
         "contained",
     ),

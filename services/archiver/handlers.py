@@ -44,7 +44,16 @@ from report.recommendation import with_break_even
 from schemas import keys
 from schemas.combos import Hardware, Optimizer, artifact_key, combo_key
 from schemas.cost import UnknownPriceRegion, cost_block
-from schemas.documents import FailedCombination, Outcome, PickChecks, Recommendation, ReusedOutcomes, RunSummary
+from schemas.documents import (
+    FailedCombination,
+    Outcome,
+    PickChecks,
+    PredictionCheck,
+    Recommendation,
+    ReusedOutcomes,
+    RunSummary,
+    SummaryResult,
+)
 from schemas.events import (
     STORED,
     ComboFailed,
@@ -121,7 +130,7 @@ def on_deadline_reached(event: Envelope, deps: ArchiverDeps) -> list[Payload | D
         if deadline.request is None:
             return []
         request = deadline.request  # the run was never planned: plan it from its request, to end it
-        combos = {combo_key(request.model, c, request.tuning): c for c in measured_combos(request)}
+        combos = {combo_key(request.model, c): c for c in measured_combos(request)}
         _keep_plan(
             event.run_id,
             RunPlanned(model=request.model, combos=combos, deadline=deadline.deadline, request=request),
@@ -317,7 +326,7 @@ def _check_picks(
                 model=plan.model,
                 combo=combo,
                 combo_key=key,
-                artifact_key=artifact_key(plan.model, combo, target_cpu, plan.request.tuning),
+                artifact_key=artifact_key(plan.model, combo, target_cpu),
                 target_cpu=target_cpu,
                 tuning_trials=plan.request.tuning_trials,
             )
@@ -333,13 +342,13 @@ def _with_checks(
     report = []
     checked_keys = set()
     for (key, combo), (outcome, result) in zip(checks.combos.items(), checked, strict=True):
-        guess = checks.predicted[key]
+        guess = SummaryResult.model_validate(checks.predicted[key])
         entry = {
             "combination": combo.label,
             "picked_as": checks.kinds.get(key, []),
-            "predicted_p50_ms": guess["latency_ms"]["p50"],
-            "predicted_p99_ms": guess["latency_ms"]["p99"],
-            "interval": guess["interval"],
+            "predicted_p50_ms": guess.latency_ms.p50,
+            "predicted_p99_ms": guess.latency_ms.p99,
+            "interval": guess.interval,
         }
         checked_keys.add(key)
         if result is None:
@@ -349,9 +358,10 @@ def _with_checks(
             )
             continue
         measured = priced_for_region({**result, "reused": outcome.reused}, region)
-        p50, p99 = measured["latency_ms"]["p50"], measured["latency_ms"]["p99"]
-        low50, high50 = guess["interval"]["p50"]
-        low99, high99 = guess["interval"]["p99"]
+        latency = SummaryResult.model_validate(measured).latency_ms
+        p50, p99 = latency.p50, latency.p99
+        low50, high50 = guess.interval.p50
+        low99, high99 = guess.interval.p99
         within = low50 <= p50 <= high50 and low99 <= p99 <= high99
         verdict = (
             "measured within the predicted interval"
@@ -359,12 +369,12 @@ def _with_checks(
             else f"measured outside the predicted interval (p50 {p50:.2f} ms against {low50:.2f}-{high50:.2f}, "
             f"p99 {p99:.2f} ms against {low99:.2f}-{high99:.2f}): re-ranked with the measurement"
         )
-        measured["check"] = {
-            "predicted_p50_ms": guess["latency_ms"]["p50"],
-            "predicted_p99_ms": guess["latency_ms"]["p99"],
-            "interval": guess["interval"],
-            "within_interval": within,
-        }
+        measured["check"] = PredictionCheck(
+            predicted_p50_ms=guess.latency_ms.p50,
+            predicted_p99_ms=guess.latency_ms.p99,
+            interval=guess.interval,
+            within_interval=within,
+        )
         results.append(measured)
         report.append(
             {
@@ -380,15 +390,16 @@ def _with_checks(
 
 
 def _announcement(summary: RunSummary) -> RunArchived:
-    data = summary.to_dict()  # as stored (JSON): whatever models the summary's parts are read into
+    recommendation = summary.recommendation
     return RunArchived(
-        status=RunStatus(data["status"]),
+        status=RunStatus(summary.status),
         summary_key=keys.summary(summary.run_id),
-        succeeded=len(data["results"]),
-        failed=len(data["failures"]),
-        failures={f["label"]: f"{f['stage']}: {f['reason']}" for f in data["failures"]},
-        recommendation=data.get("recommendation"),
-        email=(data.get("request") or {}).get("email"),
+        succeeded=len(summary.results),
+        failed=len(summary.failures),
+        failures={f.label: f"{f.stage.value}: {f.reason}" for f in summary.failures},
+        # the event carries it as stored (JSON)
+        recommendation=recommendation.model_dump(mode="json", exclude_unset=True) if recommendation else None,
+        email=summary.request.get("email"),
     )
 
 
@@ -445,9 +456,9 @@ def _ensure_pack(summary: RunSummary, deps: ArchiverDeps) -> None:
     the run measured, read again from their stored versions."""
     archived_at = datetime.fromisoformat(summary.archived_at)
     measured_keys = [
-        keys.result_version(r["combo_key"], r.get("run_id") or summary.run_id)
-        for r in summary.to_dict()["results"]
-        if not r.get("reused") and not r.get("predicted") and r.get("combo_key")
+        keys.result_version(r.combo_key, r.run_id or summary.run_id)
+        for r in summary.results
+        if not r.reused and not r.predicted and r.combo_key
     ]
     pack_key = keys.result_pack(summary.model.sha256, archived_at, summary.run_id)
     if not measured_keys or deps.store.exists(pack_key):

@@ -81,7 +81,7 @@ def on_run_archived(event: Envelope, deps: NotifierDeps) -> list[Payload]:
         deps.store.put_bytes(keys.email(event.run_id), _record(state="not_sent", reason=why), if_absent=True)
         log.info("email_not_sent", run_id=event.run_id, reason=why)
         return []
-    summary = RunSummary.read(deps.store.get_bytes(archived.summary_key)).to_dict()
+    summary = RunSummary.read(deps.store.get_bytes(archived.summary_key))
     email = email_message(summary, deps.results_url)  # composed before claiming: a failure here claims nothing
     claim = _claim(deps.store, event.run_id)
     if claim is None:

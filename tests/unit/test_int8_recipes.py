@@ -1,0 +1,197 @@
+"""`onnx_int8` chooses its quantization recipe per model (engines/quantization.py), judged on
+at least 32 samples whatever the batch: a transformer whose activations static QDQ cannot
+keep gets dynamic per-channel weights; ResNet-18 keeps static QDQ; a model no recipe can keep
+is converted with every recipe's figure said, and its row is never recommended. Real torch
+exports and ONNX Runtime quantization throughout (each conversion takes 10-40 s)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engines import ConversionJob, onnx_int8_engine
+from engines.onnx_engine import exported_onnx
+from engines.quantization import RECIPES, choose_recipe
+from schemas.combos import ModelFormat, ModelRef, Workload
+from workloads.agreement import AGREEMENT_SAMPLES
+from workloads.examples import export_example
+
+
+def _job(pt2: Path, workload: str, size: list[int], out: Path, batch: int = 1) -> ConversionJob:
+    model = ModelRef(
+        sha256=hashlib.sha256(pt2.read_bytes()).hexdigest(),
+        size_bytes=pt2.stat().st_size,
+        format=ModelFormat.pt2,
+        workload=Workload(workload),
+        input_size=size,
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    return ConversionJob(model=model, model_path=pt2, hardware=None, batch_size=batch, target_cpu="", out_dir=out)
+
+
+def _recipe(details: dict, name: str) -> dict:
+    return next(r for r in details["recipes"] if r["recipe"] == name)
+
+
+def test_a_transformer_gets_dynamic_per_channel_where_static_qdq_loses_agreement(tmp_path):
+    """The example encoder made trained-like (peaked attention, outlier channels in its
+    residual stream): static QDQ falls below 0.99 on 32 text-like samples at batch 1, dynamic
+    per-channel MatMul weights keep >= 0.99 and are chosen."""
+    from onnxruntime.quantization.preprocess import quant_pre_process
+
+    pt2 = export_example("nlp", [32], tmp_path / "encoder.pt2", attention_scale=8.0, outlier_channels=2)
+    job = _job(pt2, "nlp", [32], tmp_path / "out")
+    prepared = tmp_path / "prepared.onnx"
+    quant_pre_process(str(exported_onnx(job)), str(prepared))
+    recipes = [r for r in RECIPES if r.name in ("static_qdq", "dynamic_per_channel")]
+    details = choose_recipe(job, prepared, tmp_path / "out" / "model.int8.onnx", recipes=recipes)
+    static, dynamic = _recipe(details, "static_qdq"), _recipe(details, "dynamic_per_channel")
+    assert static["agreement"] < 0.99 <= dynamic["agreement"], details["recipe_summary"]
+    assert not static["meets_minimum"] and dynamic["meets_minimum"]
+    assert details["recipe"] == "dynamic_per_channel" and details["meets_minimum"]
+    assert details["agreement_basis"] == {"inputs": "synthetic", "samples": 32, "calibration_samples": 32}
+    assert details["recipe_summary"].startswith(f"static QDQ {static['agreement']:.3f}")
+    assert details["recipe_summary"].endswith("chosen") and "dynamic per channel" in details["recipe_summary"]
+    assert all(r["p50_ms"] > 0 and r["relative_p50"] > 0 for r in details["recipes"])
+    # the artifact is the dynamic model: integer MatMuls, no QDQ pairs
+    import onnx
+
+    ops = {node.op_type for node in onnx.load(str(tmp_path / "out" / "model.int8.onnx")).graph.node}
+    assert ops & {"MatMulInteger", "DynamicQuantizeMatMul", "DynamicQuantizeLinear"} and "QuantizeLinear" not in ops
+
+
+def test_resnet18_keeps_static_qdq(tmp_path):
+    """The example ResNet-18 (64x64 inputs): every recipe agrees, and static QDQ (int8 convolutions)
+    is the fastest; the dynamic recipes quantize only its last Gemm."""
+    pt2 = export_example("image_classification", [64, 64], tmp_path / "resnet.pt2")
+    job = _job(pt2, "image_classification", [64, 64], tmp_path / "out")
+    conversion = onnx_int8_engine.convert(job)
+    details = conversion.details
+    assert details["recipe"] == "static_qdq", details["recipe_summary"]
+    static = _recipe(details, "static_qdq")
+    assert static["meets_minimum"] and static["relative_p50"] < 1.0
+    assert {"dynamic_per_channel", "dynamic_per_tensor"} <= {r["recipe"] for r in details["recipes"]}
+    assert "static_qdq_sensitive_float" not in {r["recipe"] for r in details["recipes"]}  # no Softmax, LayerNorm
+    assert (tmp_path / "out" / conversion.artifact_file).exists()
+
+
+class Cancelling:
+    """Logits that are the small difference of two nearly equal large projections: any int8
+    rounding of either is larger than the difference, so no recipe keeps the top-1."""
+
+    @staticmethod
+    def build():
+        import torch
+
+        class Model(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                generator = torch.Generator().manual_seed(0)
+                weight = torch.randn(10, 3 * 8 * 8, generator=generator)
+                self.a = torch.nn.Linear(3 * 8 * 8, 10, bias=False)
+                self.b = torch.nn.Linear(3 * 8 * 8, 10, bias=False)
+                with torch.no_grad():
+                    self.a.weight.copy_(weight)
+                    self.b.weight.copy_(weight + 1e-3 * torch.randn(10, 3 * 8 * 8, generator=generator))
+
+            def forward(self, pixels):
+                flat = pixels.flatten(1)
+                return self.a(flat) - self.b(flat)
+
+        return Model().eval()
+
+    @classmethod
+    def export(cls, path: Path) -> Path:
+        import torch
+
+        batch = torch.export.Dim("batch", min=1, max=64)
+        program = torch.export.export(cls.build(), (torch.randn(2, 3, 8, 8),), dynamic_shapes={"pixels": {0: batch}})
+        torch.export.save(program, str(path))
+        return path
+
+
+@pytest.fixture(scope="module")
+def cancelling(tmp_path_factory) -> Path:
+    return Cancelling.export(tmp_path_factory.mktemp("cancelling") / "cancelling.pt2")
+
+
+def test_no_recipe_meets_the_minimum_and_the_row_says_so(cancelling, tmp_path):
+    from report.recommendation import recommend
+    from report.table import summary_rows
+    from tests.conftest import archived_summary, measured_result
+
+    job = _job(cancelling, "image_classification", [8, 8], tmp_path / "out")
+    details = onnx_int8_engine.convert(job).details
+    assert not details["meets_minimum"]
+    assert details["recipes"] and all(r["agreement"] < 0.99 for r in details["recipes"]), details["recipe_summary"]
+    best = max(details["recipes"], key=lambda r: r["agreement"])
+    assert details["recipe"] == best["recipe"]  # the artifact agrees the most of them
+    for recipe in details["recipes"]:
+        assert f"{recipe['label']} {recipe['agreement']:.3f}" in details["recipe_summary"]
+
+    int8 = measured_result("intel/onnx_int8/b1/1769MB", p99=1.0, cost=0.1)
+    int8["agreement"] = {"score": best["agreement"], "metric": "top1", "samples": 32, "inputs": "synthetic"}
+    int8["conversion"] = details
+    summary = archived_summary(
+        "run-1", "complete", [int8, measured_result("intel/onnx/b1/1769MB", p99=5.0, cost=1.0)], []
+    )
+    (row,) = [r for r in summary_rows(summary) if r.combination == "intel/onnx_int8/b1/1769MB"]
+    assert f"no int8 recipe meets {details['min_agreement']}: {details['recipe_summary']}" in row.note
+    assert row.recipe == details["recipe_summary"] and row.agreement_basis == "32 synthetic samples"
+    assert "agreement on 32 synthetic samples" in row.note
+    rec = recommend(summary["results"], slo_p99_ms=None, min_agreement=0.99)
+    assert rec.fastest == rec.cheapest == "intel/onnx/b1/1769MB"
+    assert details["recipe_summary"] in rec.excluded["intel/onnx_int8/b1/1769MB"]
+
+
+def test_agreement_rests_on_32_samples_at_batch_1(cancelling, tmp_path):
+    """The reference holds 32 batches at batch 1 (the timed one and 31 more), the measurement
+    judges all of them, and the agreement says so; an output wrong on one later batch only
+    is seen."""
+    from engines import module
+    from measuring.measure import judged_agreement, read_reference
+    from services.converter.reference import reference_outputs
+    from workloads import image_classification
+
+    job = _job(cancelling, "image_classification", [8, 8], tmp_path / "base")
+    reference = tmp_path / "reference.npz"
+    reference_outputs(str(cancelling), job.model.model_dump_json(), 1, str(reference))
+    stored = np.load(reference)
+    assert sum(k.startswith("check") and ":input:" in k for k in stored.files) == AGREEMENT_SAMPLES - 1
+    inputs, ref_outputs = read_reference(str(reference))
+    base = module("base")
+    run = base.load(tmp_path / "base" / base.convert(job).artifact_file, threads=1)
+    agreement = judged_agreement(image_classification.agreement, run, str(reference), ref_outputs, run(inputs))
+    assert (agreement.score, agreement.samples, agreement.inputs) == (1.0, 32, "synthetic")
+    assert agreement.as_dict()["samples"] == 32
+
+    calls = []
+
+    def wrong_on_the_twentieth(batch):
+        calls.append(1)
+        outputs = run(batch)
+        return [-o for o in outputs] if len(calls) == 20 else outputs
+
+    wrong = judged_agreement(
+        image_classification.agreement, wrong_on_the_twentieth, str(reference), ref_outputs, run(inputs)
+    )
+    assert wrong.score == pytest.approx(31 / 32) and wrong.samples == 32
+
+
+def test_user_inputs_are_judged_and_calibrated_on_and_said_so(cancelling, tmp_path):
+    """With the user's own inputs (`--inputs`), the recipes are judged and calibrated on them,
+    and the basis says how many distinct samples that is."""
+    from engines.quantization import samples_for
+
+    pixels = np.random.default_rng(5).standard_normal((40, 3, 8, 8)).astype(np.float32)
+    npz = tmp_path / "inputs.npz"
+    np.savez(npz, pixels=pixels)
+    job = _job(cancelling, "image_classification", [8, 8], tmp_path / "out", batch=8)
+    job.inputs_path = npz
+    samples = samples_for(job)
+    assert samples.basis() == {"inputs": "user", "samples": 32, "calibration_samples": 32}
+    assert len(samples.judged) == 4 and samples.calibration is samples.judged
+    assert np.array_equal(samples.judged[1]["pixels"], pixels[8:16])

@@ -324,6 +324,9 @@ def tar_bomb(folder: Path, marker: Path, gigabytes: int = 2) -> Path:
         def __init__(self, size: int) -> None:
             self.left = size
 
+        def readable(self) -> bool:
+            return True
+
         def readinto(self, buffer) -> int:
             n = min(len(buffer), self.left)
             buffer[:n] = bytes(n)

@@ -33,7 +33,7 @@ def start(tmp_path: Path, port: int, name: str) -> tuple[subprocess.Popen, Path]
     log_path = tmp_path / f"{name}.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "ayci", "serve", "--port", str(port), "--data-dir", str(tmp_path / "data")],
+            [sys.executable, "-m", "ayci", "-v", "serve", "--port", str(port), "--data-dir", str(tmp_path / "data")],
             cwd=REPO,
             env=env,
             stdout=log,
@@ -106,6 +106,9 @@ def test_a_run_killed_mid_way_completes_after_the_restart(tmp_path, tiny_image_m
 
     process, second_log = start(tmp_path, port, "second")
     try:
+        # recovery runs before the server answers: what it re-drove is logged by then
+        assert "runs_recovered" in second_log.read_text(), second_log.read_text()[-3000:]
+        assert run_id in second_log.read_text().split("runs_recovered", 1)[1].splitlines()[0]
         headers = {"X-API-Key": API_KEY}
         deadline = time.monotonic() + 600
         progress = httpx.get(f"{url}/runs/{run_id}", headers=headers, timeout=30).json()
@@ -115,7 +118,6 @@ def test_a_run_killed_mid_way_completes_after_the_restart(tmp_path, tiny_image_m
             )
             time.sleep(0.5)
             progress = httpx.get(f"{url}/runs/{run_id}", headers=headers, timeout=30).json()
-        assert "runs_recovered" in second_log.read_text()
         # the run ended by itself, each combination measured or failed with its own reason: neither
         # cancelled nor closed at its deadline
         summary = json.loads((tmp_path / "data" / "runs" / run_id / "summary.json").read_text())

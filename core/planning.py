@@ -7,6 +7,12 @@ batch dim, an input size against static dims or outside a dynamic range, a memor
 the model's weights plus the runtime's floor. Dedup records impossible combinations as failed
 at stage `plan` (they never reach a worker); `ayci plan`, `POST /plans` and the page show the
 same plan before anything runs.
+
+Every possible combination is also checked against Lambda's rules (`core.lambda_rules`): its
+payload per batch (request from the inputs, response from the signature's outputs) against 6 MB,
+and its deployment form (zip or container image, by the runtime's and the model's sizes). One
+that breaks a rule is still measured (its figures feed predictions) but marked, and never
+recommended.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.deadlines import MEASUREMENT_ESTIMATE_S, conversion_estimate_s
+from core.lambda_rules import LambdaFit, lambda_fit, output_shapes
 from core.ports import NotFound, ObjectStore
 from core.results import reused_result
 from core.run_plan import measured_and_predicted, runtime_floor_mb
@@ -91,6 +98,15 @@ def impossible_reason(
     return "; ".join(problems) or None
 
 
+def planned_fit(
+    signature: ModelSignature | None, request: RequestSubmitted, combo: Combo, shapes: Callable[[int], Shapes]
+) -> LambdaFit:
+    """`combo` against Lambda's rules before measuring: its payload from the inputs the run feeds
+    and the outputs the signature declares, its deployment form from the model's size."""
+    inputs = shapes(combo.batch_size)
+    return lambda_fit(request.model, combo, inputs=inputs, outputs=output_shapes(signature, combo.batch_size, inputs))
+
+
 def refuse_unbindable(
     signature: ModelSignature | None, request: RequestSubmitted, shapes: Callable[[int], Shapes]
 ) -> None:
@@ -112,6 +128,7 @@ class PlannedCombo:
     reason: str | None = None
     conversion_s: float = 0.0  # the artifact's conversion and tuning, counted once per artifact
     measurement_s: float = 0.0
+    lambda_fit: LambdaFit | None = None  # Lambda's rules, as far as they are known before measuring
 
     def as_dict(self) -> dict:
         return {
@@ -122,6 +139,7 @@ class PlannedCombo:
             "reason": self.reason,
             "estimated_conversion_s": round(self.conversion_s, 1),
             "estimated_measurement_s": round(self.measurement_s, 1),
+            "lambda": self.lambda_fit.as_dict() if self.lambda_fit else None,
         }
 
 
@@ -151,6 +169,7 @@ class Plan:
                 "reused": self.count("reused"),
                 "impossible": self.count("impossible"),
                 "predicted": self.count("predict"),
+                "breaking_lambda_rules": sum(bool(c.lambda_fit and c.lambda_fit.broken) for c in self.combos),
                 "estimated_wall_s": round(self.wall_s, 1),
                 "estimated_benchmark_cost_usd": round(self.benchmark_cost_usd, 6),
             },
@@ -177,15 +196,20 @@ def plan_run(
         if reason is not None:
             plan.combos.append(PlannedCombo(key, combo, "impossible", reason))
             continue
+        fit = planned_fit(signature, request, combo, shapes)
         if combo in predicted:
             plan.combos.append(
                 PlannedCombo(
-                    key, combo, "predict", "predicted from the measured sizes of its hardware, optimizer and batch"
+                    key,
+                    combo,
+                    "predict",
+                    "predicted from the measured sizes of its hardware, optimizer and batch",
+                    lambda_fit=fit,
                 )
             )
             continue
         if store is not None and not request.force and reused_result(store, key) is not None:
-            plan.combos.append(PlannedCombo(key, combo, "reused"))
+            plan.combos.append(PlannedCombo(key, combo, "reused", lambda_fit=fit))
             continue
         artifact = (combo.hardware, combo.optimizer, None if combo.optimizer == Optimizer.base else combo.batch_size)
         conversion = 0.0
@@ -193,7 +217,9 @@ def plan_run(
             converted.add(artifact)
             conversion = conversion_estimate_s(combo.optimizer, request.tuning_trials)
         plan.combos.append(
-            PlannedCombo(key, combo, "measure", conversion_s=conversion, measurement_s=MEASUREMENT_ESTIMATE_S)
+            PlannedCombo(
+                key, combo, "measure", conversion_s=conversion, measurement_s=MEASUREMENT_ESTIMATE_S, lambda_fit=fit
+            )
         )
         measuring = MEASUREMENT_ESTIMATE_S * combo.memory_mb / 1024 * prices.per_gb_second(combo.hardware)
         plan.benchmark_cost_usd += measuring

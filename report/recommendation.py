@@ -3,8 +3,9 @@
 Candidates are the measured results that may be recommended: timed natively (never under
 emulation), as Lambda would run them (confined to the memory size, with the vCPUs it gives:
 never host-limited), undisturbed by other work, costed, agreeing with `base` within the run's
-threshold and meeting its p99 SLO, if it has one. Every other result is listed under
-`excluded` with the reason. Among the candidates:
+threshold, meeting its p99 SLO, if it has one, and Lambda's rules (`core.lambda_rules`: a
+batch's payload within 6 MB, its init within 10 s, a package within 10 GB). Every other result
+is listed under `excluded` with the reason. Among the candidates:
 - `fastest`: the lowest p99;
 - `cheapest`: the lowest cost per million inferences;
 - `balanced`: the lowest `w * cost' + (1 - w) * p99'`, where cost' and p99' are normalised
@@ -111,6 +112,11 @@ def exclusion(result: SummaryResult | dict[str, Any], *, slo_p99_ms: float | Non
         return "no cost (no price for it)"
     if slo_p99_ms is not None and result.latency_ms.p99 > slo_p99_ms:
         return f"p99 {result.latency_ms.p99:.1f} ms above the SLO of {slo_p99_ms:g} ms"
+    from core.lambda_rules import broken_rules
+
+    broken = broken_rules(result)
+    if broken:
+        return "breaks Lambda's rules: " + "; ".join(broken)
     return None
 
 

@@ -23,6 +23,7 @@ COLUMNS = [
     ("cold_start_usd", "$ / cold start"),
     ("agreement", "agreement"),
     ("interval", "predicted ~95% interval"),
+    ("lambda_deployment", "Lambda package"),  # zip / image and its size (core.lambda_rules)
     ("note", "note"),
 ]
 
@@ -59,6 +60,7 @@ def summary_rows(summary: RunSummary | dict[str, Any]) -> list[TableRow]:
                 agreement_basis=agreement_basis(r),
                 recipe=(r.conversion or {}).get("recipe_summary"),
                 note=", ".join(_notes(r)),
+                **_lambda_cells(r),
             )
         )
     for f in summary.failures:
@@ -114,6 +116,7 @@ def _notes(result: SummaryResult) -> list[str]:
         notes.append(f"int8 recipes: {met}{conversion['recipe_summary']}")
     if agreement_basis(result):
         notes.append(f"agreement on {agreement_basis(result)}")
+    notes += _lambda_notes(result)
     if result.reused:
         notes.append("reused")
     if result.emulated:
@@ -128,6 +131,51 @@ def _notes(result: SummaryResult) -> list[str]:
         notes.append(f"unconfined: {result.confinement_reason}")
     if result.disturbed:
         notes.append(f"disturbed: other work used {result.load.other_busy_cores:.1f} cores")
+    return notes
+
+
+def _lambda_cells(result: SummaryResult) -> dict[str, Any]:
+    """The row against Lambda's rules (`lambda_rules`: payload, init, deployment form and size,
+    SnapStart and why not, ephemeral storage, the rules broken) and its package cell; the CPU a
+    tvm artifact was compiled for (`target_cpu`)."""
+    from core.lambda_rules import fit_of_row
+
+    cells: dict[str, Any] = {}
+    target = _tvm_target(result)
+    if target:
+        cells["target_cpu"] = target
+    fit = fit_of_row(result)
+    if fit is not None:
+        cells["lambda_rules"] = fit.as_dict()
+        cells["lambda_deployment"] = (
+            f"{fit.deployment} {fit.package_mb:,.0f} MB" if fit.deployment != "none" else "over 10 GB"
+        )
+    return cells
+
+
+def _tvm_target(result: SummaryResult) -> str | None:
+    if result.combo.optimizer != Optimizer.tvm:
+        return None
+    return ((result.conversion or {}).get("target") or {}).get("mcpu")
+
+
+def _lambda_notes(result: SummaryResult) -> list[str]:
+    """The CPU a tvm artifact was compiled for; the Lambda rules the row breaks (never
+    recommended) and what else to know deploying it (SnapStart's reason when not eligible)."""
+    from core.lambda_rules import fit_of_row
+    from engines.targets import is_portable
+
+    notes = []
+    target = _tvm_target(result)
+    if target:
+        portable = is_portable(result.combo.hardware, target)
+        notes.append(f"target {target}" + ("" if portable else " (this host's CPU: may not run on every Lambda host)"))
+    fit = fit_of_row(result)
+    if fit is not None:
+        notes += [f"breaks Lambda's rule: {rule}" for rule in fit.broken]
+        notes += fit.notes
+        if not fit.snapstart and fit.deployment != "none":
+            notes.append(f"no SnapStart: {fit.snapstart_reason}")
     return notes
 
 

@@ -127,9 +127,11 @@ def reused_result(store: ObjectStore, combo_key: str) -> InferenceDone | None:
     return None if found is None else found.inference_done()
 
 
-def stored_profile(store: ObjectStore, result: dict) -> CombinationProfile | None:
-    """The stored profiled pass of a result (`results/{combo key}/{run id}.profile.json`), or None."""
+def stored_profile(store: ObjectStore, result: dict, for_run: str | None = None) -> CombinationProfile | None:
+    """The stored profiled pass of a result for run `for_run` (`results/{combo key}/{run id}.profile.json`;
+    by default the run that measured it), or None. A run that reused another's result has its own
+    profile of it: profiles are keyed by the run that asked for them, never another owner's."""
     try:
-        return CombinationProfile.read(store.get_bytes(keys.profile(result["combo_key"], result["run_id"])))
+        return CombinationProfile.read(store.get_bytes(keys.profile(result["combo_key"], for_run or result["run_id"])))
     except NotFound:
         return None

@@ -18,9 +18,11 @@ tuning/{target cpu}/{sha256}-b{batch}-{HxW}.tar.gz  TVM MetaSchedule records (on
                                              (of this model; other models take the kernels they share)
 results/{combination key}.json               the latest measurement of a combination (what later runs reuse)
 results/{combination key}/{run id}.json      each measurement, written once: summaries name these
-results/{combination key}/{run id}.profile.json  its profiled pass (`ayci profile`, `--profile`): operator table,
-                                             names the trace
+results/{combination key}/{run id}.profile.json  a profiled pass of the combination's result, for that run (the run
+                                             that measured it, or one that reused it: each run its own, never
+                                             another's): operator table, names the trace
 results/{combination key}/{run id}.trace.json    that pass's Chrome trace (Perfetto opens it), bounded
+results/{combination key}/{run id}.profile-requested  when that run asked for the pass (one pass at a time per run)
 result-packs/{sha256}/{archived at}-{run id}.json  the results a run measured, in one object (a resubmission
                                              reads these)
 runs/{run id}/run.json                       the run record: owner, request, time
@@ -34,7 +36,9 @@ runs/{run id}/reused/{part}.json             the stored results dedup read for a
 runs/{run id}/checks.json                    predicted picks the archiver measures before it closes the run (--predict)
 runs/{run id}/summary.json                   the archived run (written once, conditionally)
 runs/{run id}/email.json                     the notifier's record of the email it sent
-owners/{owner}/days/{YYYY-MM-DD}/{run id}    a run an owner submitted that day (its combinations: the owner's limits)
+owners/{owner}/days/{YYYY-MM-DD}/{run id}    a run an owner submitted that day (its combinations)
+owners/{owner}/limits.json                   the owner's reservations: runs in flight, combinations today (written
+                                             with compare-and-put, `services/request/limits.py`)
 processed/{service}/{event id}               idempotency markers (a handled event)
 failures/{service}/{event id}.json           the last error of a failing event (for the DLQ report)
 dead-letters/{queue}/{message id}.json       what reached a dead-letter queue, with its reason
@@ -113,6 +117,10 @@ def profile(combo_key: str, run_id: str) -> str:
 
 def profile_trace(combo_key: str, run_id: str) -> str:
     return f"results/{combo_key}/{run_id}.trace.json"
+
+
+def profile_requested(combo_key: str, run_id: str) -> str:
+    return f"results/{combo_key}/{run_id}.profile-requested"
 
 
 def result_pack(model_sha256: str, archived_at: datetime, run_id: str) -> str:
@@ -207,6 +215,10 @@ def owner_day_prefix(owner: str, day: str) -> str:
 
 def owner_run(owner: str, day: str, run_id: str) -> str:
     return f"{owner_day_prefix(owner, day)}{run_id}"
+
+
+def owner_limits(owner: str) -> str:
+    return f"owners/{owner}/limits.json"
 
 
 def processed_marker(service: str, event_id: str) -> str:

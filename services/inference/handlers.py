@@ -217,6 +217,9 @@ def on_profile_requested(event: Envelope, deps: InferenceDeps) -> list[Payload]:
     except NotFound:
         bound.warning("profile_failed", reason=f"no stored result {requested.result_key}")
         return []
+    # the pass is the requesting run's: stored under its id, never over the profile of the run (perhaps
+    # another owner's) that measured a result this run reused
+    result["run_id"] = event.run_id
     _profile(deps, result, bound)
     return []
 

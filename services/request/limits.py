@@ -39,7 +39,7 @@ ATTEMPTS = 200  # compare-and-put rounds before giving up (each round, one of th
 
 
 def reservation_key(owner: str) -> str:
-    return f"owners/{owner}/limits.json"
+    return keys.owner_limits(owner)
 
 
 @dataclass(frozen=True)

@@ -530,15 +530,15 @@ def test_a_combination_s_profile_trace_is_served_and_404_says_why(client, deps, 
     unknown = client.get(f"/runs/{run_id}/combinations/nope/profile", headers=ALICE)
     assert unknown.status_code == 404 and "no combination nope" in unknown.json()["detail"]
 
-    trace_key = keys.profile_trace(onnx["combo_key"], onnx["run_id"])
+    trace_key = keys.profile_trace(onnx["combo_key"], run_id)  # the run's own profile (its result was r0's)
     deps.store.put_bytes(
         trace_key, json.dumps({"traceEvents": [{"name": "Conv", "ph": "X", "ts": 0, "dur": 5}]}).encode()
     )
     deps.store.put_bytes(
-        keys.profile(onnx["combo_key"], onnx["run_id"]),
+        keys.profile(onnx["combo_key"], run_id),
         CombinationProfile(
             combo_key=onnx["combo_key"],
-            run_id=onnx["run_id"],
+            run_id=run_id,
             label="intel/onnx/b1/1769MB",
             optimizer="onnx",
             trace_key=trace_key,
@@ -558,14 +558,15 @@ def test_a_combination_s_profile_trace_is_served_and_404_says_why(client, deps, 
     assert tables[0]["optimizers"][0]["trace"] == f"runs/{run_id}/combinations/{onnx['combo_key']}/profile"
     assert client.get(f"/runs/{run_id}/combinations/{onnx['combo_key']}/profile", headers=BOB).status_code == 404
     # "profile this": the combination's inference worker is asked, by an event
-    asked = client.post(f"/runs/{run_id}/combinations/{onnx['combo_key']}/profile", headers=ALICE)
+    other = summary["results"][1]
+    asked = client.post(f"/runs/{run_id}/combinations/{other['combo_key']}/profile", headers=ALICE)
     assert (
         asked.status_code == 202
-        and asked.json()["trace_url"] == f"runs/{run_id}/combinations/{onnx['combo_key']}/profile"
+        and asked.json()["trace_url"] == f"runs/{run_id}/combinations/{other['combo_key']}/profile"
     )
     event = deps.publisher.published[-1]
     assert event.type == "ProfileRequested" and event.payload.result_key == keys.result_version(
-        onnx["combo_key"], onnx["run_id"]
+        other["combo_key"], other["run_id"]
     )
     refused = client.post(f"/runs/{run_id}/combinations/k0/profile", headers=ALICE)
     assert refused.status_code == 404 and "TVM could not build" in refused.json()["detail"]

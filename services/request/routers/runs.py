@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -14,6 +15,7 @@ from fastapi.responses import JSONResponse
 
 from core.lambda_model.traffic import Traffic, TrafficError, traffic_report
 from core.planning import Plan
+from core.ports import NotFound
 from core.results import stored_profile
 from core.run_plan import measured_combos
 from report import results_csv, results_document
@@ -35,7 +37,7 @@ from services.request.bodies import (
     invalid,
 )
 from services.request.deps import Deps, RequestDeps
-from services.request.limits import LimitReached, OwnerLimits, ReservationContended
+from services.request.limits import LimitReached, OwnerLimits, ReservationContended, charge
 from services.request.runs import (
     cancel_run,
     load_run,
@@ -217,7 +219,7 @@ def get_profile_trace(run_id: RunId, combo_key: str, owner: Owner, deps: Deps) -
         (result,) = chosen_results(summary, combo_key)
     except NotProfilable as exc:
         raise HTTPException(404, str(exc)) from None
-    profile = stored_profile(deps.store, result)
+    profile = stored_profile(deps.store, result, for_run=run_id)
     if profile is None:
         raise HTTPException(
             404,
@@ -231,31 +233,88 @@ def get_profile_trace(run_id: RunId, combo_key: str, owner: Owner, deps: Deps) -
     )
 
 
+PROFILE_PENDING_S = 900.0  # a requested pass not stored by then is taken as lost: it may be asked for again
+
+
+def _claim_profile(deps: RequestDeps, marker: str, now: datetime) -> str | None:
+    """Mark a profiled pass as asked for (compare-and-put: of racing requests one claims it); its
+    version, or None while another request's pass is pending."""
+    document = json.dumps({"requested_at": now.isoformat()}).encode()
+    try:
+        data, version = deps.store.get_versioned(marker)
+    except NotFound:
+        return deps.store.compare_and_put(marker, document, version=None)
+    try:
+        requested = datetime.fromisoformat(json.loads(data)["requested_at"])
+    except (ValueError, KeyError, TypeError):
+        requested = datetime.min.replace(tzinfo=UTC)
+    if (now - requested).total_seconds() < PROFILE_PENDING_S:
+        return None
+    return deps.store.compare_and_put(marker, document, version=version)
+
+
+def _unclaim_profile(deps: RequestDeps, marker: str, version: str) -> None:
+    """The pass was not started after all: let the next request ask for it."""
+    lapsed = json.dumps({"requested_at": datetime.min.replace(tzinfo=UTC).isoformat()}).encode()
+    deps.store.compare_and_put(marker, lapsed, version=version)
+
+
 @router.post("/runs/{run_id}/combinations/{combo_key}/profile", status_code=202, responses=ERRORS)
-def request_profile(run_id: RunId, combo_key: str, owner: Owner, deps: Deps) -> dict:
+def request_profile(run_id: RunId, combo_key: str, owner: Owner, deps: Deps) -> Response:
     """Profile this combination: the inference worker of its hardware runs a profiled pass,
     confined as it was measured; its trace is then served by `GET` on this path. 404 with the
     reason if the run is unknown or still running, or the combination is unknown, failed or
-    cannot be profiled."""
+    cannot be profiled. The pass is this run's (stored under its id, also for a result it reused):
+    if this run has a profile of the result already it is answered (200) and no pass starts; while
+    a pass it asked for is pending, none starts again (202, `pending`); a new pass counts as one
+    combination in the owner's daily budget (429 past it)."""
     summary = _profiled(deps, run_id, owner)
     try:
         (result,) = chosen_results(summary, combo_key)
     except NotProfilable as exc:
         raise HTTPException(404, str(exc)) from None
-    combo = Combo.model_validate(result["combo"])
-    deps.publisher.publish(
-        [
-            Envelope.wrap(
-                ProfileRequested(
-                    combo=combo, combo_key=combo_key, result_key=keys.result_version(combo_key, result["run_id"])
-                ),
-                run_id=run_id,
-                producer="request",
-            )
-        ]
-    )
+    answer = {"run_id": run_id, "combo_key": combo_key, "trace_url": f"runs/{run_id}/combinations/{combo_key}/profile"}
+    stored = stored_profile(deps.store, result, for_run=run_id)
+    if stored is not None:
+        return JSONResponse({**answer, "state": "profiled", "profile": stored.to_dict()}, status_code=200)
+    now = datetime.now(UTC)
+    marker = keys.profile_requested(combo_key, run_id)
+    claimed = _claim_profile(deps, marker, now)
+    if claimed is None:
+        return JSONResponse({**answer, "state": "pending"}, status_code=202)
+    try:
+        charge(
+            deps.store,
+            owner,
+            1,
+            OwnerLimits(deps.limits.max_runs_in_flight, deps.limits.max_combinations_per_day),
+            "a profiled pass",
+            now,
+        )
+        combo = Combo.model_validate(result["combo"])
+        deps.publisher.publish(
+            [
+                Envelope.wrap(
+                    ProfileRequested(
+                        combo=combo, combo_key=combo_key, result_key=keys.result_version(combo_key, result["run_id"])
+                    ),
+                    run_id=run_id,
+                    producer="request",
+                )
+            ]
+        )
+    except LimitReached as exc:
+        _unclaim_profile(deps, marker, claimed)
+        raise HTTPException(429, exc.detail, headers={"Retry-After": str(exc.retry_after_s)}) from None
+    except ReservationContended as exc:
+        _unclaim_profile(deps, marker, claimed)
+        raise HTTPException(503, str(exc), headers={"Retry-After": "1"}) from None
+    except Exception:
+        _unclaim_profile(deps, marker, claimed)
+        log.exception("profile_not_requested", run_id=run_id, combo_key=combo_key, owner=owner)
+        raise HTTPException(503, "the profile could not be requested (the event bus did not take it)") from None
     log.info("profile_requested", run_id=run_id, combo_key=combo_key, owner=owner)
-    return {"run_id": run_id, "combo_key": combo_key, "trace_url": f"runs/{run_id}/combinations/{combo_key}/profile"}
+    return JSONResponse({**answer, "state": "requested"}, status_code=202)
 
 
 @router.get("/runs/{run_id}/profiles", responses=ERRORS)
@@ -266,7 +325,7 @@ def get_profiles(run_id: RunId, owner: Owner, deps: Deps) -> dict:
     profiles = [
         p.to_dict()
         for p in (
-            stored_profile(deps.store, {"combo_key": r.combo_key, "run_id": r.run_id})
+            stored_profile(deps.store, {"combo_key": r.combo_key, "run_id": r.run_id}, for_run=run_id)
             for r in summary.results
             if profilable(r) is None
         )

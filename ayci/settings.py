@@ -14,7 +14,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AYCI_", extra="ignore")
 
     data_dir: Path = Path(".ayci/data")  # the local-folder object store of the embedded default
-    intel_cpu: str | None = None  # LLVM CPU name TVM compiles `intel` for; None = this machine's
+    intel_cpu: str | None = None  # LLVM CPU TVM compiles intel for: None = x86-64-v3 (portable), "host" = this one
     arm_cpu: str = "neoverse-n1"  # Graviton2
     arm_sysroot: Path = Path(".arm-sysroot")
     measure_time_cap_s: float = 12.0  # per combination, warm iterations (plus at most a quarter of it warming up)

@@ -1,9 +1,12 @@
 """The TVM targets a conversion compiles for and tunes under.
 
-intel compiles for this host's exact CPU (LLVM's name for it, part of the artifact key). arm is
-cross-compiled for aarch64 (`aarch64-linux-gnu-gcc`); its kernels are tuned on the x86 host
-under a 128-bit-vector proxy target (`ARM_PROXY_CPU`, 4 floats a vector like NEON), because no
-aarch64 CPU here times like the real core (docs/tvm.md says why).
+intel compiles for a CPU level every current Lambda x86_64 host runs (`PORTABLE_INTEL_CPU`,
+x86-64-v3: AVX2 and FMA, no AVX-512; docs/lambda.md gives the evidence), or for this host's
+exact CPU when asked (`HOST_CPU`, resolved to LLVM's name for it); the name is part of the
+artifact key. arm compiles for Graviton2 (`neoverse-n1`), which every Graviton generation runs;
+it is cross-compiled for aarch64 (`aarch64-linux-gnu-gcc`) and its kernels are tuned on the x86
+host under a 128-bit-vector proxy target (`ARM_PROXY_CPU`, 4 floats a vector like NEON), because
+no aarch64 CPU here times like the real core (docs/tvm.md says why).
 """
 
 from __future__ import annotations
@@ -13,7 +16,10 @@ import shutil
 
 from engines import ConversionError
 
-DEFAULT_ARM_CPU = "neoverse-n1"  # Graviton2
+DEFAULT_ARM_CPU = "neoverse-n1"  # Graviton2: Graviton3 (neoverse-v1) and 4 (neoverse-v2) run its code
+# AVX2, FMA, BMI2, F16C, no AVX-512: AWS documents AVX2 for Lambda x86_64 (and `-march=haswell`)
+PORTABLE_INTEL_CPU = "x86-64-v3"
+HOST_CPU = "host"  # asked for instead of a CPU name: this machine's exact CPU (not portable)
 ARM_TRIPLE = "aarch64-linux-gnu"
 ARM_CC = "aarch64-linux-gnu-gcc"
 # The x86 target arm kernels are tuned on: 128-bit vectors like NEON.
@@ -23,9 +29,9 @@ ARM_PROXY_CPU = "x86-64-v2"
 def host_cpu_name() -> str:
     """LLVM's name for this machine's CPU (e.g. `znver4`, `skylake-avx512`, `icelake-server`).
 
-    The measuring worker of a hardware passes it as `ConversionJob.target_cpu`: an intel
-    artifact is compiled for exactly that CPU (and its artifact key names it). Imports TVM's
-    compiler (a few seconds, once per process)."""
+    What an intel artifact is compiled for when the host's CPU is asked for (`HOST_CPU`): its
+    code may use instructions a Lambda host lacks (AVX-512 here). Imports TVM's compiler (a few
+    seconds, once per process)."""
     import tvm
 
     return str(tvm.target.codegen.llvm_get_system_cpu())
@@ -50,9 +56,10 @@ def target_spec(hardware: str, target_cpu: str | None, num_cores: int | None = N
             "mcpu": target_cpu or DEFAULT_ARM_CPU,
             "num-cores": cores,
         }
-    if not target_cpu:
-        raise ConversionError("an intel TVM conversion needs job.target_cpu (engines.tvm.host_cpu_name())")
-    return {"kind": "llvm", "mcpu": target_cpu, "num-cores": cores}
+    cpu = target_cpu or PORTABLE_INTEL_CPU
+    if cpu == HOST_CPU:
+        cpu = host_cpu_name()
+    return {"kind": "llvm", "mcpu": cpu, "num-cores": cores}
 
 
 def tuning_target_spec(hardware: str, target_cpu: str | None, num_cores: int | None = None) -> dict:

@@ -59,6 +59,7 @@ def profile_run(
     warn_if_unconfined()
     profiles = []
     for result in chosen:
+        result = {**result, "run_id": run_id}  # the pass is this run's, also on a result it reused (never another's)
         stored = stored_profile(store, result) if only_missing else None
         if stored is not None:
             profiles.append(stored.to_dict())

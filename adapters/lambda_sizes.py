@@ -134,6 +134,7 @@ class LambdaSizes:
         self.lease_s, self.lock_wait_s, self.poll_s = lease_s, lock_wait_s, poll_s
         self.keep_idle_s = max(keep_idle_s, LAMBDA_MAX_TIMEOUT_S + 60)
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._held: dict[str, list] = {}  # function -> [its lease, when last renewed], while this process holds it
 
     # ---------------------------------------------------------------- the port
 
@@ -257,6 +258,7 @@ class LambdaSizes:
                 raise RuntimeError(f"{function}: configuration update failed: {config.get('LastUpdateStatusReason')}")
             if self.clock() > deadline:
                 raise LockBusy(f"{function}: configuration update still {status} after 300 s")
+            self._keep_lease(function)
             self.sleep(self.poll_s)
 
     def _wait_active(self, function: str, version: str) -> dict:
@@ -270,6 +272,7 @@ class LambdaSizes:
                 raise RuntimeError(f"{function}:{version} failed to become active: {config.get('StateReason')}")
             if self.clock() > deadline:
                 raise LockBusy(f"{function}:{version} still {state} after 300 s")
+            self._keep_lease(function)
             self.sleep(self.poll_s)
 
     def _prune_locked(self, function: str, keep: set[str]) -> list[str]:
@@ -322,13 +325,26 @@ class LambdaSizes:
             if self.clock() > deadline:
                 raise LockBusy(f"the lease on {function} stayed taken for {self.lock_wait_s:.0f} s")
             self.sleep(self.poll_s)
+        self._held[function] = [lease, self.clock()]
         try:
             yield
         finally:
+            self._held.pop(function, None)
             try:
                 lease.release()
             except ClientError as error:  # it expires on its own
                 log.warning("measuring_lease_not_released", function=function, reason=str(error))
+
+    def _keep_lease(self, function: str) -> None:
+        """Renew the function's lease while a wait holds it (an update and a publish may each wait
+        300 s, past the lease's `lease_s`): every third of its duration. `LockBusy` if it was lost
+        (it expired and another took it over): this reconfiguration stops rather than race it."""
+        held = self._held.get(function)
+        if held is None or self.clock() - held[1] < self.lease_s / 3:
+            return
+        if not held[0].renew():
+            raise LockBusy(f"the lease on {function} was lost while it waited: another process took it over")
+        held[1] = self.clock()
 
     def _stamp_use(self, function: str, alias: str) -> None:
         self.s3.put_object(

@@ -166,11 +166,15 @@ def label(result: SummaryResult | dict[str, Any]) -> str:
     return result.label if isinstance(result, SummaryResult) else Combo.model_validate(result["combo"]).label
 
 
-def with_break_even(results: Iterable[SummaryResult | dict[str, Any]], region: str) -> list[SummaryResult]:
+def with_break_even(
+    results: Iterable[SummaryResult | dict[str, Any]], region: str, *, min_agreement: float = 0.99
+) -> list[SummaryResult]:
     """The measured results, each tuned one (`tvm`) with `break_even`: after how many inferences
     its tuning time, priced as the build's compute, is repaid by its faster inference against
-    the fastest engine without tuning at the same hardware, batch and memory size (by p50);
-    `inferences` None: never (not faster). Without an untuned engine to compare, none."""
+    the fastest engine without tuning at the same hardware, batch and memory size (by p50) that
+    could be recommended (`exclusion` finds nothing against it at the run's `min_agreement`:
+    an int8 row that disagrees with base is no yardstick); `inferences` None: never (not
+    faster). Without such an untuned engine to compare, none."""
     from core.profiles import break_even
     from schemas.cost import UnknownPriceRegion, build_cost_usd, inference_cost_usd, load_prices
 
@@ -182,6 +186,7 @@ def with_break_even(results: Iterable[SummaryResult | dict[str, Any]], region: s
         if (
             c.optimizer not in TUNED_OPTIMIZERS
             and not result.predicted
+            and exclusion(result, slo_p99_ms=None, min_agreement=min_agreement) is None
             and (where not in untuned or result.latency_ms.p50 < untuned[where].latency_ms.p50)
         ):
             untuned[where] = result

@@ -221,7 +221,7 @@ def _archive(
                 checks, checked, predicted_rows, results, request.price_region
             )
     status = RunStatus.failed if not results else RunStatus.partial if failures else RunStatus.complete
-    results = with_break_even(results, request.price_region)
+    results = with_break_even(results, request.price_region, min_agreement=request.min_agreement)
     recommendation = recommend(
         results + predicted_rows,
         slo_p99_ms=request.slo_p99_ms,

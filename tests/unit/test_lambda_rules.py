@@ -169,3 +169,20 @@ def test_the_plan_marks_the_rules_before_measuring():
     assert fits["intel/onnx/b8/1769MB"]["broken"] and not fits["intel/onnx/b1/1769MB"]["broken"]
     assert fits["intel/base/b1/1769MB"]["deployment"] == "image" and fits["intel/onnx/b1/1769MB"]["deployment"] == "zip"
     assert plan.as_dict()["totals"]["breaking_lambda_rules"] == 2  # base and onnx at batch 8
+
+
+def test_the_break_even_compares_against_the_fastest_untuned_row_that_could_be_recommended():
+    """The issue's sentence encoder: tvm 14 % faster than onnx, but "never pays off" against an
+    onnx_int8 row that agreed with base only 0.816 and was itself excluded."""
+    from report.recommendation import with_break_even
+    from tests.conftest import measured_result
+
+    tvm = {**measured_result("intel/tvm/b1/1769MB", p99=8.6, cost=0.3), "tuning_s": 600.0}
+    onnx = measured_result("intel/onnx/b1/1769MB", p99=10.0, cost=0.4)
+    int8 = measured_result("intel/onnx_int8/b1/1769MB", p99=6.0, cost=0.2, agreement=0.816)
+    payoff = {r.label: r for r in with_break_even([tvm, onnx, int8], "us-east-1")}["intel/tvm/b1/1769MB"].break_even
+    assert payoff.against == "intel/onnx/b1/1769MB" and payoff.inferences is not None
+    # at a threshold the int8 row meets, it is the yardstick (and tvm never pays off against it)
+    lax = {r.label: r for r in with_break_even([tvm, onnx, int8], "us-east-1", min_agreement=0.8)}
+    assert lax["intel/tvm/b1/1769MB"].break_even.against == "intel/onnx_int8/b1/1769MB"
+    assert lax["intel/tvm/b1/1769MB"].break_even.inferences is None

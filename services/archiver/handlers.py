@@ -130,7 +130,7 @@ def on_deadline_reached(event: Envelope, deps: ArchiverDeps) -> list[Payload | D
         if deadline.request is None:
             return []
         request = deadline.request  # the run was never planned: plan it from its request, to end it
-        combos = {combo_key(request.model, c): c for c in measured_combos(request)}
+        combos = {combo_key(request.model, c, request.tuning): c for c in measured_combos(request)}
         _keep_plan(
             event.run_id,
             RunPlanned(model=request.model, combos=combos, deadline=deadline.deadline, request=request),
@@ -326,7 +326,7 @@ def _check_picks(
                 model=plan.model,
                 combo=combo,
                 combo_key=key,
-                artifact_key=artifact_key(plan.model, combo, target_cpu),
+                artifact_key=artifact_key(plan.model, combo, target_cpu, plan.request.tuning),
                 target_cpu=target_cpu,
                 tuning_trials=plan.request.tuning_trials,
             )

@@ -28,9 +28,8 @@ from core.results import keep_result
 from core.runtime import Delayed
 from engines.targets import native_hardware
 from measuring.launcher import MachineBusy, MeasurementFailed, MeasureSpec, measure
-from report.recommendation import label as combination_label
 from schemas import keys
-from schemas.combos import MEASUREMENT_VERSION, Hardware, ModelRef, reference_key
+from schemas.combos import MEASUREMENT_VERSION, Hardware, reference_key
 from schemas.cost import cost_block
 from schemas.cost import default_region as default_price_region
 from schemas.documents import ArtifactManifest, MeasuredResult, RunRecord
@@ -169,7 +168,7 @@ def _profile(deps: InferenceDeps, result: dict, bound) -> bool:
     deployment has measuring functions, the pass runs in the one of the result's architecture
     and size, as its measurement did: the user's model never runs in the inference function."""
     try:
-        if deps.functions is not None and deps.functions.serves(result["combo"]["hardware"]):
+        if deps.functions is not None and deps.functions.serves(MeasuredResult.read(result).combo.hardware.value):
             _profile_in_function(deps.functions, deps.store, result)
         else:
             deps.profile(deps.store, result)
@@ -184,25 +183,26 @@ def _profile(deps: InferenceDeps, result: dict, bound) -> bool:
 def _profile_in_function(functions: MeasuringFunctions, store: ObjectStore, result: dict) -> None:
     """The profiled pass of `result` in its measuring function, which stores the profile and
     its trace (`measuring_function.profile_in_this_function`)."""
-    combo, model = result["combo"], ModelRef.model_validate(result["model"])
-    manifest = ArtifactManifest.read(store.get_bytes(keys.manifest(result["artifact_key"])))
+    measured = MeasuredResult.read(result)
+    combo, model = measured.combo, measured.model
+    manifest = ArtifactManifest.read(store.get_bytes(keys.manifest(measured.artifact_key)))
     request = MeasureRequest(
-        run_id=result["run_id"],
-        combo_key=result["combo_key"],
-        combo_label=combination_label(result),
-        optimizer=combo["optimizer"],
+        run_id=measured.run_id,
+        combo_key=measured.combo_key,
+        combo_label=measured.label,
+        optimizer=combo.optimizer.value,
         workload=model.workload.value,
-        artifact_object=keys.artifact_file(result["artifact_key"], manifest.artifact_file),
+        artifact_object=keys.artifact_file(measured.artifact_key, manifest.artifact_file),
         artifact_file=manifest.artifact_file,
-        reference_object=keys.reference(reference_key(model, combo["batch_size"])),
-        memory_mb=combo["memory_mb"],
+        reference_object=keys.reference(reference_key(model, combo.batch_size)),
+        memory_mb=combo.memory_mb,
         time_cap_s=PROFILE_TIME_CAP_S,
         min_iterations=1,
         profile_of=result,
     )
     functions.measure(
-        hardware=combo["hardware"],
-        memory_mb=combo["memory_mb"],
+        hardware=combo.hardware.value,
+        memory_mb=combo.memory_mb,
         request=request.model_dump(mode="json"),
         staged_keys=[request.artifact_object, request.reference_object],
     )

@@ -34,6 +34,7 @@ from core.run_plan import measured_and_predicted
 from measuring.confinement import unavailable_reason
 from schemas import keys
 from schemas.combos import Matrix
+from schemas.documents import RunSummary, SummaryResult
 from schemas.events import RequestSubmitted
 from services.request.submission import new_run, store_inputs, store_model
 
@@ -73,7 +74,7 @@ def model_files(names: list[str], folder: Path):
 
 def measure_all(
     app, path: Path, workload: str, size: list[int], inputs: Path | None, optimizers: list[str]
-) -> tuple[RequestSubmitted, dict]:
+) -> tuple[RequestSubmitted, RunSummary]:
     sha = store_inputs(app.store, inputs) if inputs else None
     model = store_model(app.store, path, workload, size, sha)
     request = RequestSubmitted(
@@ -82,40 +83,37 @@ def measure_all(
     envelope = new_run(request)
     app.publisher.publish([envelope])
     app.bus.run_until_idle()
-    return request, json.loads(app.store.get_bytes(keys.summary(envelope.run_id)))
+    return request, RunSummary.read(app.store.get_bytes(keys.summary(envelope.run_id)))
 
 
-def compare(request: RequestSubmitted, summary: dict) -> list[dict]:
+def compare(request: RequestSubmitted, summary: RunSummary) -> list[dict]:
     """The prediction from the anchors alone against the measurement of every other size."""
     predicting = request.model_copy(update={"predict": True})
     anchors, predicted = measured_and_predicted(predicting)
     anchor_labels = {c.label for c in anchors}
-    measured = {
-        f"{r['combo']['hardware']}/{r['combo']['optimizer']}/b{r['combo']['batch_size']}/{r['combo']['memory_mb']}MB": r
-        for r in summary["results"]
-    }
-    anchor_results = [r for label, r in measured.items() if label in anchor_labels]
-    anchor_failures = [f for f in summary["failures"] if f["label"] in anchor_labels]
+    measured = {r.label: r for r in summary.results}
+    anchor_results = [
+        r.model_dump(mode="json", exclude_unset=True) for r in measured.values() if r.label in anchor_labels
+    ]
+    anchor_failures = [f.model_dump(mode="json") for f in summary.failures if f.label in anchor_labels]
     rows, refused = predict_run(predicting, predicted, anchor_results, anchor_failures, predicting.price_region)
     out = []
-    for row in rows:
-        combo = row["combo"]
-        label = f"{combo['hardware']}/{combo['optimizer']}/b{combo['batch_size']}/{combo['memory_mb']}MB"
-        actual = measured.get(label)
-        if actual is None or actual.get("load", {}).get("disturbed"):
+    for row in map(SummaryResult.model_validate, rows):
+        actual = measured.get(row.label)
+        if actual is None or actual.disturbed:
             continue
-        entry = {"label": label, "regime": row["prediction"]["regime"]}
+        entry = {"label": row.label, "regime": row.prediction.regime}
         for stat in ("p50", "p99"):
-            guess, real = row["latency_ms"][stat], actual["latency_ms"][stat]
-            low, high = row["interval"][stat]
+            guess, real = getattr(row.latency_ms, stat), getattr(actual.latency_ms, stat)
+            low, high = getattr(row.interval, stat)
             entry[f"{stat}_predicted"], entry[f"{stat}_measured"] = guess, real
             entry[f"{stat}_error"] = abs(guess - real) / real
             entry[f"{stat}_inside"] = low <= real <= high
         out.append(entry)
     for item in refused:
-        failed = next((f for f in summary["failures"] if f["label"] == item["label"]), None)
+        failed = next((f for f in summary.failures if f.label == item["label"]), None)
         out.append(
-            {"label": item["label"], "refused": item["reason"], "measured_failed": failed["reason"] if failed else None}
+            {"label": item["label"], "refused": item["reason"], "measured_failed": failed.reason if failed else None}
         )
     return out
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -19,7 +20,10 @@ from schemas.events import RequestSubmitted
 
 
 def settings_of(args: argparse.Namespace) -> Settings:
-    """The settings (`AYCI_*`), with the command's `--data-dir` if given."""
+    """The settings (`AYCI_*`), with the command's `--data-dir` and `--target-cpu` if given (the
+    latter as AYCI_INTEL_CPU, so the processes a run starts compile for it too)."""
+    if getattr(args, "target_cpu", None):
+        os.environ["AYCI_INTEL_CPU"] = args.target_cpu
     data_dir = getattr(args, "data_dir", None)
     return Settings(data_dir=data_dir) if data_dir else Settings()
 

@@ -20,6 +20,11 @@ def executing() -> argparse.ArgumentParser:
     )
     parent.add_argument("--stack", default="ayci", help="stack name and resource prefix (with --localstack)")
     parent.add_argument("--timeout", type=float, default=3600, help="seconds to wait for the run (with --localstack)")
+    parent.add_argument(
+        "--target-cpu",
+        help="the CPU intel TVM artifacts are compiled for: an LLVM CPU name, or `host` for this machine's "
+        "(not portable: may not run on every Lambda host); default x86-64-v3 (docs/lambda.md)",
+    )
     return parent
 
 

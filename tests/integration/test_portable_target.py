@@ -135,3 +135,17 @@ def test_a_portable_intel_artifact_has_no_avx512_and_a_host_one_does_on_an_avx51
     host, details = convert(path, model, target_cpu("intel", "tvm", intel_cpu=HOST_CPU), tmp_path / "host")
     assert details["target"]["mcpu"] == host_cpu_name()
     assert len(avx512_instructions(host)) > 10
+
+
+def test_the_cli_asks_for_the_host_cpu_with_target_cpu_host(monkeypatch):
+    import argparse
+
+    from ayci.cli.common import settings_of
+    from ayci.cli.options import executing
+
+    monkeypatch.delenv("AYCI_INTEL_CPU", raising=False)
+    parser = argparse.ArgumentParser(parents=[executing()])
+    assert settings_of(parser.parse_args([])).target_cpu("intel", "tvm") == PORTABLE_INTEL_CPU
+    monkeypatch.setenv("AYCI_INTEL_CPU", "")  # restored after the test: settings_of sets it for the run's processes
+    settings = settings_of(parser.parse_args(["--target-cpu", "host"]))
+    assert settings.target_cpu("intel", "tvm") == host_cpu_name() and settings.target_cpu("intel", "onnx") == "x86_64"

@@ -44,6 +44,8 @@ def traffic_lines(summary: RunSummary | dict[str, Any]) -> list[str]:
                 f"with them, ${option['bill_usd']:.2f}"
             )
     lines.append(f"  cheapest{' meeting the SLO' if slo else ''}: {report['recommended'] or 'none'}")
+    if report.get("thinned"):  # the simulation's budget (core/lambda_model/traffic.py) held a sample of the arrivals
+        lines.append("  (simulated on a thinned sample of the arrivals; counts and bills scaled back)")
     return lines
 
 

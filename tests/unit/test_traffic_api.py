@@ -21,3 +21,16 @@ def test_spiky_traffic_at_the_highest_rate_over_a_month_is_bounded(client, deps,
     assert time.perf_counter() - started < 20
     assert report["simulated_events"] <= report["event_budget"] and report["thinned"]
     assert len(report["rows"]) == 3 and all(r["thinned"] for r in report["rows"])
+
+
+def test_the_email_s_traffic_section_is_bounded_the_same_way():
+    from report.render import traffic_lines
+
+    summary = fake_summary("0" * 8 + "-0000-0000-0000-" + "0" * 12)
+    summary["request"] = {
+        "traffic": {"rps": 100_000, "pattern": "spiky", "idle_timeout_s": 600, "duration_s": 30 * 86400}
+    }
+    started = time.perf_counter()
+    lines = traffic_lines(summary)
+    assert time.perf_counter() - started < 20
+    assert lines[0].startswith("Under your traffic (100000 req/s, spiky") and "thinned" in lines[-1]

@@ -30,12 +30,13 @@ from bench.zoo_models import RECIPES, export, inputs_file, zoo
 from core.logs import configure_logging
 from schemas import keys
 from schemas.combos import Matrix
-from schemas.events import RequestSubmitted
+from schemas.documents import RunSummary
+from schemas.events import FailureStage, RequestSubmitted
 from schemas.reasons import decisive
 from services.request.submission import new_run, store_inputs, store_model
 
 
-def run_one(app, path: Path, model, optimizers: list[str], batches: list[int], trials: int) -> dict:
+def run_one(app, path: Path, model, optimizers: list[str], batches: list[int], trials: int) -> RunSummary:
     inputs = inputs_file(model, path.parent)
     sha = store_inputs(app.store, inputs) if inputs else None
     ref = store_model(app.store, path, model.workload, model.input_size, sha)
@@ -43,7 +44,7 @@ def run_one(app, path: Path, model, optimizers: list[str], batches: list[int], t
     envelope = new_run(RequestSubmitted(model=ref, matrix=matrix, tuning_trials=trials))
     app.publisher.publish([envelope])
     app.bus.run_until_idle()
-    return json.loads(app.store.get_bytes(keys.summary(envelope.run_id)))
+    return RunSummary.read(app.store.get_bytes(keys.summary(envelope.run_id)))
 
 
 def main() -> int:
@@ -95,29 +96,29 @@ def main() -> int:
                     )
                     print(f"{model.name:16} {recipe:22} refused: {rows[-1]['reason']}", flush=True)
                     continue
-                for result in summary["results"]:
+                for result in summary.results:
                     rows.append(
                         {
                             "model": model.name,
                             "recipe": recipe,
-                            "optimizer": result["combo"]["optimizer"],
-                            "batch": result["combo"]["batch_size"],
+                            "optimizer": result.combo.optimizer.value,
+                            "batch": result.combo.batch_size,
                             "state": "measured",
-                            "p50_ms": round(result["latency_ms"]["p50"], 2),
-                            "agreement": round(result["agreement"]["score"], 4),
+                            "p50_ms": round(result.latency_ms.p50, 2),
+                            "agreement": round(result.agreement.score, 4),
                         }
                     )
-                for failure in summary["failures"]:
+                for failure in summary.failures:
                     rows.append(
                         {
                             "model": model.name,
                             "recipe": recipe,
-                            "optimizer": failure["combo"]["optimizer"],
-                            "batch": failure["combo"]["batch_size"],
+                            "optimizer": failure.combo.optimizer.value,
+                            "batch": failure.combo.batch_size,
                             "state": "impossible (plan)"
-                            if failure["stage"] == "plan"
-                            else f"failed ({failure['stage']})",
-                            "reason": decisive(failure["reason"], 200),
+                            if failure.stage == FailureStage.plan
+                            else f"failed ({failure.stage.value})",
+                            "reason": decisive(failure.reason, 200),
                         }
                     )
                 print(

@@ -75,7 +75,8 @@ class LambdaFit:
     def summary(self) -> str:
         """The deployment in a few words: "zip 140 MB, SnapStart on python3.12+"."""
         form = f"{self.deployment} {self.package_mb:,.0f} MB" if self.deployment != "none" else "no deployment"
-        return f"{form}, {'SnapStart on python3.12+' if self.snapstart else 'no SnapStart: ' + self.snapstart_reason}"
+        snapstart = "SnapStart on python3.12+" if self.snapstart else f"no SnapStart ({self.snapstart_reason})"
+        return f"{form}, {snapstart}"
 
 
 def engine_runtime(optimizer: Optimizer | str, model_format: str) -> str:

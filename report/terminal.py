@@ -86,15 +86,17 @@ def plan_view(plan: Plan, title: str) -> list[RenderableType]:
     with the reason), then the totals and what the run would cost."""
     table = Table(title=title)
     label_column(table, "combination", [c.combo.label for c in plan.combos])
-    for column in ("state", "conversion s", "measuring s", "reason"):
+    for column in ("state", "conversion s", "measuring s", "reason", "Lambda"):
         table.add_column(column, overflow="fold")
     for c in plan.combos:
+        fit = c.lambda_fit  # Lambda's rules before measuring: the package, the rules broken
         table.add_row(
             c.combo.label,
             c.state,
             f"{c.conversion_s:.0f}" if c.state == "measure" else "",
             f"{c.measurement_s:.0f}" if c.state == "measure" else "",
             escape(c.reason or ""),
+            escape("; ".join([fit.summary(), *(f"breaks: {b}" for b in fit.broken)])) if fit else "",
         )
     totals = plan.as_dict()["totals"]
     predicted = f", predicted {totals['predicted']} (a predicted pick is measured too)" if totals["predicted"] else ""
@@ -102,7 +104,8 @@ def plan_view(plan: Plan, title: str) -> list[RenderableType]:
         table,
         Text(
             f"to measure {totals['to_measure']}, reused {totals['reused']}, impossible {totals['impossible']}"
-            f"{predicted}; estimated wall time {totals['estimated_wall_s'] / 60:.1f} min; "
+            f"{predicted}; breaking Lambda's rules {totals['breaking_lambda_rules']} (never recommended); "
+            f"estimated wall time {totals['estimated_wall_s'] / 60:.1f} min; "
             f"measuring as Lambda invocations ≈ ${totals['estimated_benchmark_cost_usd']:.4f}"
         ),
         Text(

@@ -85,14 +85,28 @@ def record_calls(client) -> None:
     path = Path(folder) / f"calls-{os.getpid()}.txt"
     service = client.meta.service_model.service_name
 
-    def on_call(params, model, **_) -> None:
+    def write(operation: str, resource: str) -> None:
         caller = _acting_as.get() or os.environ.get(CALLER_ENV, "")
-        resource = _resource(service, model.name, params or {})
         with open(path, "a") as out:
-            out.write(f"{caller}\t{service}:{model.name}\t{resource}\n")
+            out.write(f"{caller}\t{service}:{operation}\t{resource}\n")
+
+    def on_call(params, model, context=None, **_) -> None:
+        if (context or {}).get("is_presign_request") and model.name == "CreateBucket":
+            return  # botocore's presigned POST borrows CreateBucket's model: no call (the signature is, below)
+        write(model.name, _resource(service, model.name, params or {}))
+
+    def on_presigned_post(request, **_) -> None:
+        """A presigned POST is an upload this role signs: S3 authorizes it as the signer's PutObject."""
+        fields = request.context.get("s3-presign-post-fields")
+        if fields is None:
+            return
+        conditions = request.context.get("s3-presign-post-policy", {}).get("conditions", [])
+        bucket = next((c["bucket"] for c in conditions if isinstance(c, dict) and "bucket" in c), "")
+        write("PutObject", f"{bucket}/{fields['key']}")
 
     # before the request is built: the call's own parameters (and before any stand-in answer)
     client.meta.events.register("before-parameter-build", on_call)
+    client.meta.events.register("before-sign.s3.PutObject", on_presigned_post)
 
 
 class Call(NamedTuple):

@@ -17,8 +17,10 @@ import boto3
 import httpx
 import pytest
 
+from adapters.aws_calls import ENV, recorded
 from infra import localstack as cloud
 from tests.conftest import TINY_IMAGE_SIZE, wait_until_serving
+from tests.iam_roles import Deployment, not_granted
 
 pytestmark = pytest.mark.localstack
 API_KEY, OTHER_KEY = "gateway-test-key-1", "gateway-test-key-2"
@@ -73,6 +75,7 @@ def gateway(tmp_path_factory):
     outputs = cloud.deploy(prefix)
     port = free_port()
     base = create_gateway(port)
+    calls = tmp_path_factory.mktemp("aws-calls")  # every AWS call of every process, by function
     env = cloud.service_env(
         outputs,
         prefix,
@@ -82,6 +85,7 @@ def gateway(tmp_path_factory):
             "AYCI_RESULTS_URL": base,
             "AYCI_API_KEYS": f"{API_KEY}:gatewayuser,{OTHER_KEY}:someoneelse",
             "AYCI_SENDER_EMAIL": SENDER,
+            ENV: str(calls),
         },
     )
     processes = cloud.ServiceProcesses(env=env, log_dir=tmp_path_factory.mktemp("service-logs"))
@@ -91,7 +95,7 @@ def gateway(tmp_path_factory):
         f"http://127.0.0.1:{port}/openapi.json",
         lambda: f"the request service did not start:\n{processes.log_text('request')[-3000:]}",
     )
-    yield {"base": base, "processes": processes, "bucket": outputs.bucket}
+    yield {"base": base, "processes": processes, "bucket": outputs.bucket, "prefix": prefix, "calls": calls}
     processes.stop_all()
     from infra.stack import delete_stack
 
@@ -177,6 +181,18 @@ def test_upload_submit_follow_and_get_the_run_back_through_api_gateway(gateway, 
     (message,) = mail
     assert message["Destination"]["ToAddresses"] == ["gateway-user@example.com"]
     assert link in message["Body"]["text_part"] and "intel/onnx/b1/1769MB" in message["Body"]["html_part"]
+
+
+def test_every_call_of_the_request_and_notifier_functions_is_granted_by_their_own_roles(gateway):
+    """After the run above (upload, verify, submit, follow, results, email): the calls each
+    process made, on their resources, are allowed by its function's own role (LocalStack does
+    not enforce IAM; AWS would refuse the rest)."""
+    calls = recorded(gateway["calls"])
+    by = {(call.caller, call.action) for call in calls}
+    assert {("request", "s3:PutObject"), ("request", "s3:DeleteObject"), ("request", "events:PutEvents")} <= by, by
+    assert ("notifier", "ses:SendEmail") in by, by
+    refused = not_granted(Deployment(gateway["prefix"], "us-east-1", "000000000000"), calls)
+    assert refused == [], "called but not granted to the caller's role by infra/template.yaml:\n" + "\n".join(refused)
 
 
 def sent_mail(sender: str) -> list[dict]:

@@ -235,3 +235,26 @@ def test_incomplete_multipart_uploads_are_aborted_by_a_lifecycle_rule():
     # whoever uploads in parts (boto3's upload_file above 8 MB) may abort its own upload
     for role, key in (("RequestFunctionRole", "models/abc"), ("ConverterFunctionRole", "tuning/x86_64/abc.tar.gz")):
         assert D.allows([role], s3("x", "AbortMultipartUpload", key)), role
+
+
+def test_a_presigned_post_is_recorded_as_the_put_its_signer_grants(monkeypatch, tmp_path):
+    """The browser's upload is authorized by the request function's role, which signs it: the
+    recorder keeps it as a PutObject on the staged key (botocore presigns a POST with
+    CreateBucket's model, which is no call at all)."""
+    import boto3
+    from moto import mock_aws
+
+    from adapters.aws_calls import CALLER_ENV, ENV, recorded
+    from adapters.uploads import S3PresignedUploader
+
+    for name, value in {ENV: str(tmp_path), CALLER_ENV: "request", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws():
+        boto3.client("s3").create_bucket(Bucket=BUCKET)
+        S3PresignedUploader(BUCKET).offer("alice", "ab" * 32, 1234)
+    (call,) = recorded(tmp_path)
+    assert call == Call("request", "s3", "PutObject", f"{BUCKET}/uploads/alice/{'ab' * 32}")
+    assert D.allows(["RequestFunctionRole"], call) and not D.allows(["ConverterFunctionRole"], call)

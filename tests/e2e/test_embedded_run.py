@@ -430,7 +430,14 @@ def test_onnx_int8_is_quantized_measured_with_its_agreement_and_never_recommende
     assert summary["status"] == "complete", summary["failures"]
     by = {r["combo"]["optimizer"]: r for r in summary["results"]}
     int8, float32 = by["onnx_int8"], by["onnx"]
-    assert int8["cold_start_ms"]["artifact_bytes"] < float32["cold_start_ms"]["artifact_bytes"] / 2  # int8 weights
+    # int8 weights: all of them with static QDQ, the MatMul/Gemm ones with a dynamic recipe (random weights at
+    # 32x32 leave ResNet's top-1 fragile: the recipe that agrees most may be a dynamic one); every recipe is said
+    conversion = int8["conversion"]
+    assert int8["cold_start_ms"]["artifact_bytes"] < float32["cold_start_ms"]["artifact_bytes"] / (
+        2 if conversion["recipe"] == "static_qdq" else 1
+    )
+    assert {r["recipe"] for r in conversion["recipes"]} >= {"static_qdq", "dynamic_per_channel"}
+    assert int8["agreement"]["samples"] == 32 and int8["agreement"]["inputs"] == "synthetic"
     assert int8["agreement"]["max_abs_diff"] > 100 * max(
         float32["agreement"]["max_abs_diff"], 1e-7
     )  # quantization changed the outputs

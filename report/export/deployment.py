@@ -23,6 +23,7 @@ EPHEMERAL_DEFAULT_MB = 512  # Lambda's default /tmp; SnapStart needs no more tha
 SNAPSTART_MIN_PYTHON = (3, 12)  # SnapStart for Python starts with the python3.12 runtime
 LAMBDA_PYTHONS = ((3, 10), (3, 11), (3, 12), (3, 13))
 TIMEOUT_MIN_S, TIMEOUT_MAX_S = 10, 900
+RUNTIME_MARGIN = 1.02
 CODE_BYTES = 64 * 1024  # handler.py, npy_reader.py, deployment.json: generously
 
 # the engines whose artifact ONNX Runtime runs, and the distributions that runtime needs
@@ -125,7 +126,8 @@ def deployment_of(summary: RunSummary, result: SummaryResult, artifact_file: str
         notes.append(python_reason)
     requirements = runtime_requirements(result)
     installed = [r.installed_bytes for r in requirements]
-    runtime_bytes = sum(b for b in installed if b) if all(installed) else None
+    # installed here, plus a margin: another pip writes other metadata and compiles other .pyc files
+    runtime_bytes = math.ceil(sum(b for b in installed if b) * RUNTIME_MARGIN) if all(installed) else None
     unzipped = CODE_BYTES + artifact_bytes + (runtime_bytes or 0)
     if runtime_bytes is None:
         notes.append("a pinned version is not installed here: the package size counts the artifact and code only")

@@ -1,0 +1,118 @@
+"""An exported function, checked where it will run: a tiny run on the embedded default (intel,
+onnx, batch 1, one memory size), `ayci export`, a fresh virtual environment made from the
+exported requirements alone, the handler invoked through awslambdaric's runtime interface (on
+its own path, as Lambda's runtime provides it) with API Gateway, function URL and direct events:
+its outputs agree with base's on the run's example inputs, bad requests are 4xx with the reason,
+the package is under the size it claims and the template passes cfn-lint."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+from ayci.cli import main as cli_main
+from tests.conftest import TINY_IMAGE_SIZE
+from tests.e2e.test_embedded_run import app, request_for, run  # noqa: F401 - app is a fixture
+
+PIP = ["--disable-pip-version-check", "--quiet"]
+
+
+def fresh_venv(where: Path, requirements: Path) -> Path:
+    """A virtual environment with `requirements` installed and nothing else; its python."""
+    subprocess.run([sys.executable, "-m", "venv", str(where)], check=True, timeout=120)
+    python = where / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "install", *PIP, "-r", str(requirements)], check=True, timeout=600)
+    return python
+
+
+def lambda_runtime(where: Path, python: Path) -> Path:
+    """awslambdaric (Lambda's Python runtime interface) in its own folder, as the runtime puts it
+    beside the function, not in its requirements."""
+    version = metadata.version("awslambdaric") if _installed("awslambdaric") else "4.2.2"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", *PIP, "--target", str(where), f"awslambdaric=={version}"],
+        check=True,
+        timeout=300,
+    )
+    return where
+
+
+def _installed(name: str) -> bool:
+    try:
+        metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def installed_bytes(python: Path, names: list[str]) -> int:
+    """What `names` take installed in the environment of `python` (their RECORD's files)."""
+    script = (
+        "import json, os, sys\nfrom importlib import metadata\ntotal = 0\n"
+        "for name in json.loads(sys.argv[1]):\n"
+        "    dist = metadata.distribution(name)\n"
+        "    total += sum(os.path.getsize(dist.locate_file(f)) for f in dist.files or [] "
+        "if os.path.exists(dist.locate_file(f)))\n"
+        "print(total)\n"
+    )
+    return int(subprocess.check_output([str(python), "-c", script, json.dumps(names)], text=True))
+
+
+def test_exported_function_answers_in_a_fresh_venv_like_base(app, tiny_image_model, tmp_path):  # noqa: F811
+    summary, run_id = run(app, request_for(app, tiny_image_model, ["onnx"], input_size=TINY_IMAGE_SIZE))
+    assert summary["status"] == "complete", summary["failures"]
+    out = tmp_path / "export"
+    data_dir = str(tmp_path / "data")  # the app fixture's store
+    assert cli_main(["export", run_id, "--out", str(out), "--data-dir", data_dir]) == 0
+    deployment = json.loads((out / "export.json").read_text())
+    assert deployment["combination"] == "intel/onnx/b1/1769MB" == summary["recommendation"]["balanced"]
+
+    requirements = out / "function" / "requirements.txt"
+    pins = dict(line.split("==") for line in requirements.read_text().splitlines() if not line.startswith("#"))
+    assert pins["onnxruntime"] == summary["results"][0]["environment"]["libraries"]["onnxruntime"]
+    assert "torch" not in pins
+    python = fresh_venv(tmp_path / "venv", requirements)
+    frozen = subprocess.check_output([str(python), "-m", "pip", "freeze", *PIP], text=True)
+    installed = {line.split("==")[0].lower() for line in frozen.splitlines() if "==" in line}
+    assert installed == {name.lower() for name in pins}  # the requirements alone: no torch, no AYCI
+
+    # the package is under the size it claims (and a zip fits Lambda's 250 MB)
+    code = sum(p.stat().st_size for p in (out / "function").rglob("*") if p.is_file())
+    actual = code + installed_bytes(python, list(pins))
+    assert actual <= deployment["unzipped_bytes"], (actual, deployment["unzipped_bytes"])
+    assert deployment["packaging"] == "zip" and deployment["unzipped_bytes"] <= 250 * 2**20
+
+    runtime = lambda_runtime(tmp_path / "runtime", python)
+    checked = subprocess.run(
+        [str(python), str(out / "check" / "invoke.py"), "--warm", "20", "--spawned-at", str(time.time())],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(runtime)},
+        cwd=tmp_path,
+    )
+    assert checked.returncode == 0, checked.stderr
+    report = json.loads(checked.stdout.splitlines()[-1])
+    assert report["runtime_interface"] == "awslambdaric"
+    assert set(report["agreement"]) == {"rest_json", "http_npy", "function_url_npz", "direct_json"}
+    for kind, answer in report["agreement"].items():
+        assert answer["status"] == 200 and answer["outputs"] == 1, (kind, answer)
+        assert answer["max_abs_diff"] is not None and answer["max_abs_diff"] < 1e-3, (kind, answer)
+    bad = report["bad_requests"]
+    assert all(400 <= case["status"] < 500 and case["error"] for case in bad.values()), bad
+    assert bad["declares_40_gb"]["status"] == 413 and bad["pickled_npy"]["status"] == 400
+    assert "pixels" in bad["wrong_name"]["error"] and "float32" in bad["wrong_dtype_npy"]["error"]
+    assert report["cold_start_ms"] > 0 and report["warm_p50_ms"] > 0
+
+    linted = subprocess.run(
+        [str(Path(sys.executable).with_name("cfn-lint")), str(out / "template.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert linted.returncode == 0, linted.stdout + linted.stderr

@@ -90,13 +90,16 @@ def convert_all(name: str, workdir: Path, trials: int, time_limit_s: float | Non
     from bench.cache import cache_key, exported_example
     from engines import ConversionJob, onnx_engine, onnx_int8_engine
     from engines import tvm as tvm_engine
+    from engines.targets import target_cpu
+    from schemas.combos import Hardware, Optimizer
 
     workload, size = MODELS[name]
     model_dir = workdir / name
     model_dir.mkdir(parents=True, exist_ok=True)
     pt2 = exported_example("model", workload, size, model_dir)  # kept while the example model is the same
     model = _model_ref(pt2, workload, size)
-    cpu = tvm_engine.host_cpu_name()
+    # what a run compiles for: the portable x86-64-v3 unless AYCI_INTEL_CPU names a CPU (or `host`)
+    cpu = target_cpu(Hardware.intel, Optimizer.tvm, intel_cpu=os.environ.get("AYCI_INTEL_CPU") or None)
     # the records of earlier searches, kept by the model's bytes, the libraries and AYCI's engine source
     tuning_dir = workdir / "tuning" / f"{name}-{cpu}-b1-{cache_key(pt2, 'tvm-tuning', cpu, 1)}"
 

@@ -293,7 +293,9 @@ def choose_recipe(
             tried.append({**entry, "error": whole(exc)[:500]})
             log.info("int8_recipe_failed", recipe=recipe.name, reason=whole(exc)[:200])
             continue
-        agreement = over_batches(judge, reference, outputs, samples=samples.samples, inputs=samples.inputs)
+        agreement = over_batches(
+            judge, reference, outputs, samples=samples.samples, inputs=samples.inputs, fed=samples.judged
+        )
         runners[recipe.name] = run
         tried.append(
             {

@@ -172,13 +172,15 @@ def judged_agreement(judge, run, reference_path: str, ref_outputs: list, outputs
     """Agreement on every batch the reference holds (the timed one and its `check{j}:` batches:
     at least 32 samples whatever the batch size), judged as one; it says what it rests on
     (`samples`, `inputs`: synthetic or the user's). A reference stored before it held checks
-    is judged on its one batch."""
+    is judged on its one batch. The NLP judge counts only the tokens each input's attention mask
+    keeps."""
     import numpy as np
 
     from workloads.agreement import over_batches
 
     reference = np.load(reference_path)
     references, produced = [list(ref_outputs)], [[np.asarray(o) for o in outputs]]
+    fed = [{k.split(":", 1)[1]: reference[k] for k in reference.files if k.startswith("input:")}]
     checks = sorted({int(k.split(":")[0][5:]) for k in reference.files if k.startswith("check")})
     for j in checks:
         prefix = f"check{j}:"
@@ -186,10 +188,11 @@ def judged_agreement(judge, run, reference_path: str, ref_outputs: list, outputs
         count = sum(k.startswith(prefix + "output:") for k in reference.files)
         references.append([reference[f"{prefix}output:{i}"] for i in range(count)])
         produced.append([np.asarray(o) for o in run(inputs)])
+        fed.append(inputs)
     first = np.shape(ref_outputs[0]) if ref_outputs else ()
     samples = int(reference["basis:samples"]) if "basis:samples" in reference.files else (first[0] if first else 1)
     inputs_kind = str(reference["basis:inputs"]) if "basis:inputs" in reference.files else None
-    return over_batches(judge, references, produced, samples=samples, inputs=inputs_kind)
+    return over_batches(judge, references, produced, samples=samples, inputs=inputs_kind, fed=fed)
 
 
 TUNING_BUDGET_S = 8.0  # all candidates together (the default is always tried), at most half the time cap

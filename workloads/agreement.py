@@ -7,6 +7,7 @@ the workload's made-up examples; `user`: the user's own `--inputs`). At least
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -44,29 +45,41 @@ def max_abs_diff(reference: list[np.ndarray], outputs: list[np.ndarray]) -> floa
 
 
 def over_batches(
-    judge: Callable[[list[np.ndarray], list[np.ndarray]], Agreement],
+    judge: Callable[..., Agreement],
     references: list[list[np.ndarray]],
     outputs: list[list[np.ndarray]],
     *,
     samples: int,
     inputs: str,
+    fed: list[dict[str, np.ndarray]] | None = None,
 ) -> Agreement:
     """The workload's `judge` over several batches as one: each output joined along the batch
     axis and judged once (a lowest cosine is the lowest over every sample, a top-1 the share of
     all samples); where the batches' outputs do not join (their shapes differ past the batch
-    axis, or they have none), each batch is judged and the lowest score kept."""
-    joined = None
-    if references and all(len(r) == len(references[0]) for r in [*references, *outputs]):
-        try:
-            joined = (
-                [np.concatenate([np.asarray(r[i]) for r in references]) for i in range(len(references[0]))],
-                [np.concatenate([np.asarray(o[i]) for o in outputs]) for i in range(len(references[0]))],
-            )
-        except ValueError:  # scalars, or shapes that differ past the batch axis
-            joined = None
-    if joined is not None:
-        agreement = judge(*joined)
+    axis, or they have none), each batch is judged and the lowest score kept. `fed`, the inputs
+    of each batch, go to a judge that reads them (`inputs=`: the NLP one counts only the tokens
+    the attention mask keeps)."""
+    reads_inputs = fed is not None and "inputs" in inspect.signature(judge).parameters
+
+    def judged(reference, produced, given):
+        return judge(reference, produced, inputs=given) if reads_inputs else judge(reference, produced)
+
+    try:
+        count = len(references[0])
+        if any(len(r) != count for r in [*references, *outputs]):
+            raise ValueError("the batches have different numbers of outputs")
+        joined_reference = [np.concatenate([np.asarray(r[i]) for r in references]) for i in range(count)]
+        joined_outputs = [np.concatenate([np.asarray(o[i]) for o in outputs]) for i in range(count)]
+        joined_inputs = {k: np.concatenate([b[k] for b in fed]) for k in fed[0]} if reads_inputs else None
+    except (ValueError, IndexError):  # scalars, or shapes that differ past the batch axis
+        agreement = min(
+            (
+                judged(r, o, fed[j] if reads_inputs else None)
+                for j, (r, o) in enumerate(zip(references, outputs, strict=True))
+            ),
+            key=lambda a: a.score,
+        )
     else:
-        agreement = min((judge(r, o) for r, o in zip(references, outputs, strict=True)), key=lambda a: a.score)
+        agreement = judged(joined_reference, joined_outputs, joined_inputs)
     agreement.samples, agreement.inputs = samples, inputs
     return agreement

@@ -3,7 +3,8 @@
 Inputs: `input_ids` int64 [batch, seq] and `attention_mask` int64 [batch, seq] (1 = token,
 0 = padding). Outputs: the last hidden state [batch, seq, hidden] and the pooled [CLS]
 vector [batch, hidden], in that order. Agreement: cosine similarity of each sample's last hidden
-state with `base`'s (the score is the lowest over the batch), plus the max absolute difference.
+state with `base`'s over the tokens its attention mask keeps (the score is the lowest over the
+samples), plus the max absolute difference. Example inputs look like tokenized text.
 """
 
 from __future__ import annotations
@@ -71,10 +72,28 @@ def _cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(norms > 0, dots / np.maximum(norms, 1e-300), np.where(np.all(a == b, axis=1), 1.0, 0.0))
 
 
-def agreement(reference: list[np.ndarray], outputs: list[np.ndarray]) -> Agreement:
+def padding_mask(inputs: dict[str, np.ndarray] | None, shape: tuple[int, ...]) -> np.ndarray | None:
+    """The attention mask among a model's `inputs` ([batch, seq] of 0/1, named "...mask..."),
+    if it fits a hidden state of `shape` ([batch, seq, ...])."""
+    for name, value in (inputs or {}).items():
+        if "mask" in name.lower() and np.shape(value) == tuple(shape[:2]):
+            return np.asarray(value) != 0
+    return None
+
+
+def agreement(
+    reference: list[np.ndarray], outputs: list[np.ndarray], inputs: dict[str, np.ndarray] | None = None
+) -> Agreement:
+    """The lowest per-sample cosine of the last hidden state. Given the `inputs`, only the
+    tokens their attention mask keeps count: padded positions' outputs are what no one reads
+    (pooling masks them), and the ones quantization moves most."""
     ref, out = reference[0], outputs[0]
     if len(outputs) != len(reference) or any(r.shape != o.shape for r, o in zip(reference, outputs, strict=False)):
         return Agreement(0.0, "min_cosine", {"shape_mismatch": 1.0})
+    mask = padding_mask(inputs, ref.shape) if ref.ndim >= 2 else None
+    if mask is not None:
+        keep = mask.reshape(*mask.shape, *([1] * (ref.ndim - 2)))
+        ref, out = np.where(keep, ref, 0), np.where(keep, out, 0)
     cosine = _cosine_rows(ref, out)
     score = float(np.clip(np.min(cosine), 0.0, 1.0)) if cosine.size else 1.0
     return Agreement(

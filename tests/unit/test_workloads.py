@@ -150,3 +150,33 @@ def test_nlp_padding_does_not_change_real_tokens():
     for sample in range(2):
         np.testing.assert_allclose(hidden[sample, :real], alone[0], atol=1e-4)
         np.testing.assert_allclose(pooled[sample], alone_pooled[0], atol=1e-4)
+
+
+def test_nlp_agreement_counts_only_the_tokens_the_mask_keeps():
+    """Given the inputs, a difference at padded positions (which no one reads) does not count;
+    at a kept token it does; judged over batches, each batch's mask goes with its outputs."""
+    from workloads.agreement import over_batches
+
+    rng = np.random.default_rng(3)
+    hidden = rng.standard_normal((2, 8, nlp.HIDDEN)).astype(np.float32)
+    pooled = rng.standard_normal((2, nlp.HIDDEN)).astype(np.float32)
+    mask = np.array([[1] * 8, [1] * 3 + [0] * 5], dtype=np.int64)
+    inputs = {"input_ids": np.ones((2, 8), np.int64), "attention_mask": mask}
+    moved = hidden.copy()
+    moved[1, 3:] = -moved[1, 3:]  # only the second sample's padding
+    assert nlp.agreement([hidden, pooled], [moved, pooled]).score < 0.9
+    assert nlp.agreement([hidden, pooled], [moved, pooled], inputs=inputs).score == pytest.approx(1.0)
+    moved[1, 2] = -moved[1, 2]  # a kept token
+    assert nlp.agreement([hidden, pooled], [moved, pooled], inputs=inputs).score < 0.9
+    batches = [{k: v[i : i + 1] for k, v in inputs.items()} for i in range(2)]
+    padded_only = hidden.copy()
+    padded_only[1, 3:] = 0
+    joined = over_batches(
+        nlp.agreement,
+        [[hidden[i : i + 1], pooled[i : i + 1]] for i in range(2)],
+        [[padded_only[i : i + 1], pooled[i : i + 1]] for i in range(2)],
+        samples=2,
+        inputs="synthetic",
+        fed=batches,
+    )
+    assert joined.score == pytest.approx(1.0) and (joined.samples, joined.inputs) == (2, "synthetic")

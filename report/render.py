@@ -66,6 +66,12 @@ def picks(recommendation: Recommendation | None) -> list[tuple[str, str | None]]
     return [(kind, recommendation.pick(kind)) for kind in RECOMMENDATION_KINDS] if recommendation else []
 
 
+def rests_on(basis: str | None) -> str:
+    """What a pick's agreement rests on, when it is not the user's own data: " (agreement on 32
+    synthetic samples, not your data: give --inputs)"."""
+    return f" (agreement on {basis}, not your data: give --inputs)" if basis and "synthetic" in basis else ""
+
+
 def email_message(summary: RunSummary | dict[str, Any], results_url: str) -> dict[str, str]:
     """`{"subject", "text", "html"}` of a run's email, from its stored summary. It links the
     results (`{results_url}/runs/{run_id}/results`, for the API key holder) and the page
@@ -95,7 +101,10 @@ def email_message(summary: RunSummary | dict[str, Any], results_url: str) -> dic
 
     text = [headline, model_line, ""]
     text.append("Recommendation:")
-    text += [f"  {kind}: {label or 'none qualifies'}" for kind, label in picked] or ["  none"]
+    basis = {row.combination: row.agreement_basis for row in rows}
+    text += [f"  {kind}: {label or 'none qualifies'}{rests_on(basis.get(label))}" for kind, label in picked] or [
+        "  none"
+    ]
     text += [f"  {line}" for line in check_lines(recommendation)]
     text += [f"  not recommended {label}: {why}" for label, why in excluded.items()]
     under_traffic = traffic_lines(summary)
@@ -117,7 +126,10 @@ def email_message(summary: RunSummary | dict[str, Any], results_url: str) -> dic
         for r in cells
     )
     rec_html = (
-        "".join(f"<li><b>{e(kind)}</b>: {e(label or 'none qualifies')}</li>" for kind, label in picked)
+        "".join(
+            f"<li><b>{e(kind)}</b>: {e(label or 'none qualifies')}{e(rests_on(basis.get(label)))}</li>"
+            for kind, label in picked
+        )
         or "<li>none</li>"
     )
     rec_html += "".join(f"<li>{e(line)}</li>" for line in check_lines(recommendation))

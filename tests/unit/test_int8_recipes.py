@@ -195,3 +195,18 @@ def test_user_inputs_are_judged_and_calibrated_on_and_said_so(cancelling, tmp_pa
     assert samples.basis() == {"inputs": "user", "samples": 32, "calibration_samples": 32}
     assert len(samples.judged) == 4 and samples.calibration is samples.judged
     assert np.array_equal(samples.judged[1]["pixels"], pixels[8:16])
+
+
+def test_a_recommendation_resting_on_synthetic_inputs_says_so():
+    """The email's picks say when their agreement rests on synthetic inputs, not the user's."""
+    from report.render import email_message
+    from tests.conftest import archived_summary, measured_result
+
+    synthetic = measured_result("intel/onnx/b1/1769MB", p99=5.0, cost=1.0)
+    synthetic["agreement"] |= {"samples": 32, "inputs": "synthetic"}
+    text = email_message(archived_summary("run-1", "complete", [synthetic], []), "https://ayci.example")["text"]
+    assert "fastest: intel/onnx/b1/1769MB (agreement on 32 synthetic samples, not your data" in text
+    theirs = measured_result("intel/onnx/b1/1769MB", p99=5.0, cost=1.0)
+    theirs["agreement"] |= {"samples": 40, "inputs": "user"}
+    text = email_message(archived_summary("run-1", "complete", [theirs], []), "https://ayci.example")["text"]
+    assert "fastest: intel/onnx/b1/1769MB\n" in text and "agreement on 40 of your samples" in text

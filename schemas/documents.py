@@ -18,7 +18,14 @@ additions survive a round trip through an older reader.
 - `ResultBundle`     results in one object: runs/{id}/reused/{part}.json (what dedup read for a
                      reuse), result-packs/{sha}/... (what a run measured)
 - `PickChecks`       runs/{id}/checks.json: predicted picks measured before the run closes
-- `RunSummary`       runs/{id}/summary.json: the archived run
+- `RunSummary`       runs/{id}/summary.json: the archived run (v2): its rows (`SummaryResult`: a
+                     measured result with its `Cost`, `MachineLoad`, `Environment`, or a predicted
+                     one) and its `Recommendation`; a v1 summary is upcast on reading
+- `TableRow`         a row of the report's table (not stored: the API's JSON and CSV, the email,
+                     the CLI); `model_dump(exclude_unset=True)` is the row as the page reads it
+
+Readers use these models' attributes, never string keys: a renamed field fails where the
+document is read (`SchemaError`), not later in another process.
 """
 
 from __future__ import annotations

@@ -8,7 +8,22 @@ import logging
 
 from pydantic import ValidationError
 
-from ayci.cli import cancel, coldstart, endpoint, export, inspect, loadtest, plan, profile, replay, run, serve, traffic
+from ayci.cli import (
+    cancel,
+    coldstart,
+    compare,
+    endpoint,
+    export,
+    gate,
+    inspect,
+    loadtest,
+    plan,
+    profile,
+    replay,
+    run,
+    serve,
+    traffic,
+)
 from ayci.cli.common import validation_message
 from ayci.cli.console import UsageError, err
 from ayci.cli.options import executing, serving
@@ -34,6 +49,8 @@ def parser() -> argparse.ArgumentParser:
     coldstart.register(sub)
     profile.register(sub)
     export.register(sub)
+    compare.register(sub)
+    gate.register(sub)
     endpoints = serving()
     endpoint.register(sub, endpoints)
     loadtest.register(sub, endpoints)

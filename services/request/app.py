@@ -21,7 +21,7 @@ from fastapi.staticfiles import StaticFiles
 
 from services.request.auth import ApiKeyGate, parse_api_keys
 from services.request.deps import RequestDeps, RequestLimits
-from services.request.routers import exports, inputs, models, page, runs, uploads
+from services.request.routers import compare, exports, inputs, models, page, runs, uploads
 
 __all__ = ["RequestDeps", "RequestLimits", "create_app", "parse_api_keys"]
 
@@ -52,6 +52,7 @@ def create_app(deps: RequestDeps) -> FastAPI:
     app.include_router(inputs.router)
     app.include_router(runs.router)
     app.include_router(exports.router)
+    app.include_router(compare.router)
     return app
 
 

@@ -1,0 +1,506 @@
+"""Two runs compared (`ayci compare`, `ayci gate`, `GET /runs/{a}/compare/{b}`): combinations
+matched by hardware, optimizer, batch and memory size; for each, p50, p99, cold start, cost per
+million, peak memory and agreement, the change and a verdict (faster, slower or within noise);
+what differs between the runs (the model, its input size, the environment).
+
+`compare` is a pure function of two stored `RunSummary` documents and the history of each
+combination (the earlier versions of its result, `results/{combination key}/{run id}.json`,
+read by `stored_history`). Noise is never one run's sampling error alone: each figure's 95 %
+interval (both results') is widened by the variation between repeated measurements of the same
+combination (its history, leaving out the two results compared: with them in, any difference
+would explain itself away); without history of its own, by the variation pooled from the other
+combinations' histories; without any, by an assumed variation (`ASSUMED_BETWEEN_RUNS`).
+Shared machines vary more between runs than within one (mui-public PR #1712: a t-test on one
+run's samples raised false alarms from 41 % to 60 %).
+
+`gate` turns a comparison into regressions: a figure worse beyond its threshold AND beyond noise.
+A pinned baseline (`Baseline`) carries its run's summary and history, so a CI job needs no store
+holding the baseline run.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel
+
+from core.ports import NotFound, ObjectStore
+from schemas import keys
+from schemas.documents import Document, MeasuredResult, RunSummary, SummaryResult
+from schemas.events import SchemaError
+
+Z95 = 1.96
+
+# Between-run variation (relative standard deviation; agreement: absolute) assumed when no
+# combination of either run has history: what repeated runs of one combination vary by on a
+# shared 2-core host (p99 and cold starts move more than the median). Figures from history are
+# never taken below the floor (two or three versions can agree by chance).
+ASSUMED_BETWEEN_RUNS = {
+    "p50_ms": 0.025,
+    "p99_ms": 0.06,
+    "cold_start_ms": 0.15,
+    "cost_per_million_usd": 0.025,
+    "peak_memory_mb": 0.03,
+    "agreement": 0.002,
+}
+BETWEEN_RUNS_FLOOR = {
+    "p50_ms": 0.01,
+    "p99_ms": 0.03,
+    "cold_start_ms": 0.05,
+    "cost_per_million_usd": 0.01,
+    "peak_memory_mb": 0.01,
+    "agreement": 0.0005,
+}
+
+
+@dataclass(frozen=True)
+class Figure:
+    key: str
+    title: str
+    worse: str  # the verdict when B is worse beyond noise
+    better: str
+    relative: bool = True  # changes in % (agreement: absolute points)
+    higher_is_worse: bool = True
+
+
+FIGURES = (
+    Figure("p50_ms", "p50 ms", "slower", "faster"),
+    Figure("p99_ms", "p99 ms", "slower", "faster"),
+    Figure("cold_start_ms", "cold start ms", "slower", "faster"),
+    Figure("cost_per_million_usd", "$ per million", "costlier", "cheaper"),
+    Figure("peak_memory_mb", "peak MB", "larger", "smaller"),
+    Figure("agreement", "agreement", "lower", "higher", relative=False, higher_is_worse=False),
+)
+WITHIN_NOISE = "within noise"
+
+
+class HistoryPoint(BaseModel):
+    """One stored measurement of a combination, the figures the comparison reads."""
+
+    run_id: str
+    measured_at: str | None = None
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    cold_start_ms: float | None = None
+    billed_ms_mean: float | None = None  # the cost's variation follows the billed time's
+    peak_memory_mb: float | None = None
+    agreement: float | None = None
+
+    @classmethod
+    def of(cls, result: MeasuredResult) -> HistoryPoint:
+        return cls(
+            run_id=result.run_id,
+            measured_at=result.measured_at,
+            p50_ms=result.latency_ms.p50,
+            p99_ms=result.latency_ms.p99,
+            cold_start_ms=result.cold_start_ms.total,
+            billed_ms_mean=result.latency_ms.billed_ms_mean,
+            peak_memory_mb=result.peak_rss_mb,
+            agreement=result.agreement.score,
+        )
+
+    def value(self, figure: str) -> float | None:
+        return self.billed_ms_mean if figure == "cost_per_million_usd" else getattr(self, figure)
+
+
+History = Mapping[str, list[HistoryPoint]]  # combination key -> its stored measurements
+
+
+class FigureChange(BaseModel):
+    figure: str
+    a: float | None
+    b: float | None
+    change: float | None = None  # b - a
+    change_pct: float | None = None  # (b - a) / a, in % (relative figures)
+    noise: float | None = None  # the 95 % band of a difference: in % (relative figures) or absolute (agreement)
+    noise_basis: str = ""
+    verdict: str = "n/a"
+
+
+class CombinationComparison(BaseModel):
+    combination: str
+    key_a: str | None
+    key_b: str | None
+    verdict: str  # from p50 and p99: faster, slower, mixed or within noise
+    figures: dict[str, FigureChange]
+    notes: list[str] = []
+
+
+class Difference(BaseModel):
+    what: str
+    a: str
+    b: str
+
+
+class Comparison(BaseModel):
+    run_a: str
+    run_b: str
+    differences: list[Difference]
+    combinations: list[CombinationComparison]
+    only_in_a: list[str] = []
+    only_in_b: list[str] = []
+    noise: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+# ---------------------------------------------------------------------------------------------
+# the figures of a summary row
+
+
+def _extra(model: BaseModel, name: str) -> float | None:
+    value = getattr(model, name, None)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def figure_value(result: SummaryResult, figure: str) -> float | None:
+    if figure == "p50_ms":
+        return result.latency_ms.p50
+    if figure == "p99_ms":
+        return result.latency_ms.p99
+    if figure == "cold_start_ms":
+        return result.cold_start_ms.total if result.cold_start_ms else None
+    if figure == "cost_per_million_usd":
+        return result.cost.per_million_inferences_usd if result.cost else None
+    if figure == "peak_memory_mb":
+        return result.peak_rss_mb
+    if figure == "agreement":
+        return result.agreement.score if result.agreement else None
+    raise KeyError(figure)
+
+
+def interval_half(result: SummaryResult, figure: str) -> float:
+    """Half the result's own 95 % interval of the figure, relative to it (0 when it has none:
+    a cold start is one sample, memory and agreement are not sampled)."""
+    latency = result.latency_ms
+    if figure in ("p50_ms", "cost_per_million_usd"):  # the cost follows the billed (mean) time
+        low, high, centre = _extra(latency, "ci95_low"), _extra(latency, "ci95_high"), latency.p50
+    elif figure == "p99_ms":
+        low, high, centre = _extra(latency, "p99_ci95_low"), _extra(latency, "p99_ci95_high"), latency.p99
+    else:
+        return 0.0
+    if low is None or high is None or not centre:
+        return 0.0
+    return max(0.0, (high - low) / 2 / centre)
+
+
+def _spread(points: list[HistoryPoint], figure: str, relative: bool) -> float | None:
+    values = [v for v in (p.value(figure) for p in points) if v is not None]
+    if len(values) < 2:
+        return None
+    deviation = statistics.stdev(values)
+    if not relative:
+        return deviation
+    mean = statistics.fmean(values)
+    return deviation / mean if mean else None
+
+
+# ---------------------------------------------------------------------------------------------
+# the comparison
+
+
+def _measured(summary: RunSummary) -> dict[str, SummaryResult]:
+    return {r.label: r for r in summary.results if not r.predicted}
+
+
+def _others(history: History, key: str | None, leave_out: set[str]) -> list[HistoryPoint]:
+    return [p for p in history.get(key or "", []) if p.run_id not in leave_out]
+
+
+def compare(a: RunSummary, b: RunSummary, history: History | None = None) -> Comparison:
+    """Run `b` against run `a`: every combination measured in both, matched by hardware,
+    optimizer, batch and memory size (predicted rows are not compared). `history` holds the
+    stored measurements of each combination key (`stored_history`); none: assumed variation."""
+    history = history or {}
+    rows_a, rows_b = _measured(a), _measured(b)
+    matched = [label for label in rows_a if label in rows_b]
+    others = {
+        label: (
+            _others(history, rows_a[label].combo_key, {rows_a[label].run_id or "", rows_b[label].run_id or ""}),
+            _others(history, rows_b[label].combo_key, {rows_a[label].run_id or "", rows_b[label].run_id or ""}),
+        )
+        for label in matched
+    }
+    pooled = {figure.key: _pooled(others.values(), figure) for figure in FIGURES}
+    combinations = [
+        _compare_one(rows_a[label], rows_b[label], others[label], pooled) for label in sorted(matched, key=_order)
+    ]
+    labels_a = {r.label for r in a.results} | {f.label for f in a.failures}
+    labels_b = {r.label for r in b.results} | {f.label for f in b.failures}
+    return Comparison(
+        run_a=a.run_id,
+        run_b=b.run_id,
+        differences=differences(a, b),
+        combinations=combinations,
+        only_in_a=sorted((labels_a - set(matched)), key=_order),
+        only_in_b=sorted((labels_b - set(matched)), key=_order),
+        noise=(
+            "a change is within noise when it is inside the 95 % band of a difference: both results' intervals "
+            "widened by the variation between repeated measurements of the combination (its stored history, the "
+            "two results compared left out; else pooled from the other combinations; else assumed)"
+        ),
+    )
+
+
+def _order(label: str) -> tuple:
+    hardware, optimizer, batch, memory = label.split("/")
+    return hardware, optimizer, int(batch[1:]), int(memory.removesuffix("MB"))
+
+
+def _pooled(others: Iterable[tuple[list[HistoryPoint], list[HistoryPoint]]], figure: Figure) -> tuple[float, int]:
+    """The median variation of the combinations with history (and how many), for those without."""
+    spreads = [s for pair in others for s in (_spread(p, figure.key, figure.relative) for p in pair) if s is not None]
+    return (statistics.median(spreads), len(spreads)) if spreads else (math.nan, 0)
+
+
+def _between(
+    points: list[HistoryPoint], figure: Figure, pooled: tuple[float, int]
+) -> tuple[float, str]:  # (relative std, its basis)
+    own = _spread(points, figure.key, figure.relative)
+    floor = BETWEEN_RUNS_FLOOR[figure.key]
+    if own is not None:
+        return max(own, floor), f"history of {len([p for p in points if p.value(figure.key) is not None])}"
+    if pooled[1]:
+        return max(pooled[0], floor), f"pooled from {pooled[1]} histories"
+    return ASSUMED_BETWEEN_RUNS[figure.key], "assumed"
+
+
+def _compare_one(
+    ra: SummaryResult,
+    rb: SummaryResult,
+    others: tuple[list[HistoryPoint], list[HistoryPoint]],
+    pooled: dict[str, tuple[float, int]],
+) -> CombinationComparison:
+    figures = {}
+    for figure in FIGURES:
+        va, vb = figure_value(ra, figure.key), figure_value(rb, figure.key)
+        if va is None or vb is None:
+            figures[figure.key] = FigureChange(figure=figure.key, a=va, b=vb)
+            continue
+        (sa, basis_a), (sb, basis_b) = (_between(o, figure, pooled[figure.key]) for o in others)
+        ha, hb = interval_half(ra, figure.key), interval_half(rb, figure.key)
+        noise = math.sqrt(ha**2 + hb**2 + (Z95**2) * (sa**2 + sb**2))
+        change = vb - va
+        if figure.relative:
+            scaled = change / va if va else math.inf
+            noise_shown = 100 * noise
+        else:
+            scaled = change
+            noise_shown = noise
+        if abs(scaled) <= noise:
+            verdict = WITHIN_NOISE
+        else:
+            verdict = figure.worse if (change > 0) == figure.higher_is_worse else figure.better
+        basis = basis_a if basis_a == basis_b else f"{basis_a} / {basis_b}"
+        figures[figure.key] = FigureChange(
+            figure=figure.key,
+            a=va,
+            b=vb,
+            change=change,
+            change_pct=100 * scaled if figure.relative and math.isfinite(scaled) else None,
+            noise=noise_shown,
+            noise_basis=f"intervals + between runs ({basis})",
+            verdict=verdict,
+        )
+    notes = []
+    for name, r in (("A", ra), ("B", rb)):
+        if r.disturbed:
+            notes.append(f"{name} was measured while other work took cores it needed")
+        if not r.confined:
+            notes.append(f"{name} was not confined to its memory size")
+        if r.emulated:
+            notes.append(f"{name} was emulated")
+    return CombinationComparison(
+        combination=ra.label,
+        key_a=ra.combo_key,
+        key_b=rb.combo_key,
+        verdict=_latency_verdict(figures["p50_ms"].verdict, figures["p99_ms"].verdict),
+        figures=figures,
+        notes=notes,
+    )
+
+
+def _latency_verdict(*verdicts: str) -> str:
+    slower, faster = "slower" in verdicts, "faster" in verdicts
+    if slower and faster:
+        return "mixed"
+    return "slower" if slower else "faster" if faster else WITHIN_NOISE
+
+
+def _values(results: Iterable[SummaryResult], read: Callable[[SummaryResult], Any]) -> str:
+    found = sorted({str(v) for v in (read(r) for r in results) if v not in (None, "", [], {})})
+    return ", ".join(found) if found else "-"
+
+
+def differences(a: RunSummary, b: RunSummary) -> list[Difference]:
+    """What differs between the two runs: the model (its bytes, format, workload, input size,
+    the inputs judged on), the request's thresholds, and each result's environment (CPU, Python,
+    AYCI, library versions), named with both sides."""
+    found: list[Difference] = []
+
+    def note(what: str, va: Any, vb: Any) -> None:
+        sa, sb = ("-" if v in (None, "") else str(v) for v in (va, vb))
+        if sa != sb:
+            found.append(Difference(what=what, a=sa, b=sb))
+
+    note("model sha256", a.model.sha256[:12], b.model.sha256[:12])
+    note("model format", a.model.format.value, b.model.format.value)
+    note("workload", a.model.workload.value, b.model.workload.value)
+    note("input size", "x".join(map(str, a.model.input_size)), "x".join(map(str, b.model.input_size)))
+    note("inputs", (a.model.inputs_sha256 or "synthetic")[:12], (b.model.inputs_sha256 or "synthetic")[:12])
+    for field in ("tuning_trials", "min_agreement", "price_region"):
+        note(f"request {field}", a.request.get(field), b.request.get(field))
+    measured_a = [r for r in a.results if not r.predicted]
+    measured_b = [r for r in b.results if not r.predicted]
+    for what, read in (
+        ("CPU", lambda r: r.environment and r.environment.cpu_model),
+        ("host cores", lambda r: r.environment and r.environment.host_cores),
+        ("kernel", lambda r: r.environment and r.environment.kernel),
+        ("Python", lambda r: r.environment and r.environment.python),
+        ("AYCI", lambda r: r.environment and r.environment.ayci_version),
+    ):
+        note(what, _values(measured_a, read), _values(measured_b, read))
+    libraries = sorted({name for r in [*measured_a, *measured_b] if r.environment for name in r.environment.libraries})
+    for library in libraries:
+        read = lambda r, library=library: r.environment and r.environment.libraries.get(library)
+        note(library, _values(measured_a, read), _values(measured_b, read))
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# the store's history and the pinned baseline
+
+
+def _versions_prefix(combo_key: str) -> str:
+    """results/{combination key}/: where each measurement of a combination is kept."""
+    return keys.result_version(combo_key, "_").rsplit("/", 1)[0] + "/"
+
+
+def stored_history(store: ObjectStore, summaries: Iterable[RunSummary]) -> dict[str, list[HistoryPoint]]:
+    """Every stored measurement (`results/{key}/{run id}.json`) of the combinations the
+    summaries measured, oldest first. One listing per combination (a compare, not a run's path)."""
+    history: dict[str, list[HistoryPoint]] = {}
+    wanted = {r.combo_key for s in summaries for r in s.results if r.combo_key and not r.predicted}
+    for combo_key in sorted(wanted):
+        points = []
+        for key in store.list_keys(_versions_prefix(combo_key)):
+            name = key.rsplit("/", 1)[-1]
+            if not name.endswith(".json") or name.count(".") != 1:  # profiles, traces
+                continue
+            try:
+                points.append(HistoryPoint.of(MeasuredResult.read(store.get_bytes(key))))
+            except (NotFound, SchemaError):
+                continue
+        history[combo_key] = sorted(points, key=lambda p: p.measured_at or "")
+    return history
+
+
+class Baseline(Document):
+    """A run pinned as a baseline (`ayci baseline RUN_ID --out baseline.json`): its summary as
+    stored and the history of its combinations, so a gate needs no store holding that run."""
+
+    KIND: ClassVar[str] = "ayci-baseline"
+    kind: Literal["ayci-baseline"] = "ayci-baseline"
+    pinned_at: str
+    summary: dict[str, Any]
+    history: dict[str, list[HistoryPoint]] = {}
+
+    @classmethod
+    def pin(cls, summary: RunSummary, history: History) -> Baseline:
+        keys_a = {r.combo_key for r in summary.results}
+        return cls(
+            kind="ayci-baseline",
+            pinned_at=datetime.now(UTC).isoformat(),
+            summary=summary.to_dict(),
+            history={k: list(v) for k, v in history.items() if k in keys_a},
+        )
+
+    def run_summary(self) -> RunSummary:
+        return RunSummary.read(self.summary)
+
+
+# ---------------------------------------------------------------------------------------------
+# the gate
+
+
+class Thresholds(BaseModel):
+    max_p99_regression_pct: float = 10.0
+    max_cost_regression_pct: float = 5.0
+    min_agreement: float | None = None
+
+
+class Regression(BaseModel):
+    combination: str
+    figure: str
+    a: float | None
+    b: float | None
+    change_pct: float | None = None
+    threshold: str
+    noise: float | None = None
+    reason: str
+
+
+class GateResult(BaseModel):
+    passed: bool
+    thresholds: Thresholds
+    regressions: list[Regression]
+    compared: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+def gate(comparison: Comparison, thresholds: Thresholds) -> GateResult:
+    """The combinations that regress: p99 or cost worse than its threshold AND beyond noise (so
+    a change is a regression only if it is both large and real), or agreement below the minimum.
+    Nothing compared is an error to the caller, not a pass (`compared` says how many)."""
+    regressions = []
+    for combination in comparison.combinations:
+        for key, limit, name in (
+            ("p99_ms", thresholds.max_p99_regression_pct, "max p99 regression"),
+            ("cost_per_million_usd", thresholds.max_cost_regression_pct, "max cost regression"),
+        ):
+            figure = combination.figures[key]
+            if figure.change_pct is None or figure.change_pct <= limit or figure.verdict == WITHIN_NOISE:
+                continue
+            if figure.change_pct > 0 and figure.verdict in ("slower", "costlier"):
+                regressions.append(
+                    Regression(
+                        combination=combination.combination,
+                        figure=key,
+                        a=figure.a,
+                        b=figure.b,
+                        change_pct=figure.change_pct,
+                        threshold=f"{name} {limit:g} %",
+                        noise=figure.noise,
+                        reason=(
+                            f"{key} {figure.a:.4g} -> {figure.b:.4g} (+{figure.change_pct:.1f} %), beyond the "
+                            f"{name} of {limit:g} % and beyond noise (+-{figure.noise:.1f} % at 95 %, "
+                            f"{figure.noise_basis})"
+                        ),
+                    )
+                )
+        agreement = combination.figures["agreement"]
+        if thresholds.min_agreement is not None and agreement.b is not None and agreement.b < thresholds.min_agreement:
+            regressions.append(
+                Regression(
+                    combination=combination.combination,
+                    figure="agreement",
+                    a=agreement.a,
+                    b=agreement.b,
+                    threshold=f"min agreement {thresholds.min_agreement:g}",
+                    reason=(
+                        f"agreement {agreement.b:.4f} is below the minimum {thresholds.min_agreement:g}"
+                        + (f" (baseline {agreement.a:.4f})" if agreement.a is not None else "")
+                    ),
+                )
+            )
+    return GateResult(
+        passed=not regressions, thresholds=thresholds, regressions=regressions, compared=len(comparison.combinations)
+    )

@@ -1,0 +1,292 @@
+"""Two runs compared and gated (`report/compare.py`, `ayci compare|baseline|gate`,
+`GET /runs/{a}/compare/{b}`), on stored summaries and result versions written with the real
+document models into a folder store: nothing is measured."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from adapters.local_store import LocalFolderStore
+from ayci.cli.app import main
+from report.compare import Thresholds, compare, gate, stored_history
+from schemas import keys
+from schemas.documents import MeasuredResult, RunRecord, RunSummary, SummaryResult
+from tests.unit.test_request_api import ALICE, BOB, client, deps  # noqa: F401
+
+LABELS = ("intel/onnx/b1/1769MB", "intel/onnx/b1/3538MB", "arm/base/b1/1769MB")
+SHA_V1, SHA_V2 = "ab" * 32, "cd" * 32
+ENVIRONMENT = {"cpu_model": "test CPU", "python": "3.11.7", "libraries": {"torch": "2.13.0", "onnxruntime": "1.31.1"}}
+
+
+def combo_of(label: str) -> dict:
+    hardware, optimizer, batch, memory = label.split("/")
+    return {"hardware": hardware, "optimizer": optimizer, "batch_size": int(batch[1:]), "memory_mb": int(memory[:-2])}
+
+
+def model_of(sha: str, input_size: tuple[int, int]) -> dict:
+    return {"sha256": sha, "size_bytes": 1000, "format": "pt2", "workload": "image_classification",
+            "input_size": list(input_size)}  # fmt: skip
+
+
+def key_of(sha: str, input_size: tuple[int, int], label: str) -> str:
+    return f"{sha[:6]}-{input_size[0]}-{label.replace('/', '-')}"
+
+
+def measured(
+    run_id: str,
+    label: str,
+    *,
+    p50: float,
+    sha: str = SHA_V1,
+    input_size: tuple[int, int] = (224, 224),
+    agreement: float = 1.0,
+    at: str = "2026-12-01T00:00:00+00:00",
+    environment: dict | None = None,
+    interval: float = 0.015,
+    p99_interval: float = 0.04,
+) -> MeasuredResult:
+    """A measured result as the inference service stores it: p99 = 1.5 x p50, cost and cold start
+    proportional to it, 95 % intervals of +-`interval` (p50) and +-`p99_interval` (p99)."""
+    p99 = 1.5 * p50
+    return MeasuredResult.model_validate(
+        {
+            "combo_key": key_of(sha, input_size, label),
+            "combo": combo_of(label),
+            "model": model_of(sha, input_size),
+            "measurement_version": "m5",
+            "measured_at": at,
+            "run_id": run_id,
+            "conversion_s": 1.0,
+            "artifact_key": f"artifact-{label.replace('/', '-')}",
+            "cold_start_ms": {
+                "process_start": 50.0,
+                "imports": 300.0,
+                "model_load": 100.0,
+                "first_inference": p50 * 3,
+                "total": 450.0 + p50 * 3,
+            },  # fmt: skip
+            "latency_ms": {
+                "p50": p50,
+                "p90": 1.2 * p50,
+                "p99": p99,
+                "mean": p50,
+                "min": 0.9 * p50,
+                "max": 2 * p50,
+                "ci95_low": p50 * (1 - interval),
+                "ci95_high": p50 * (1 + interval),
+                "p99_ci95_low": p99 * (1 - p99_interval),
+                "p99_ci95_high": p99 * (1 + p99_interval),
+                "cv": 0.05,
+                "iterations": 300,
+                "converged": True,
+                "billed_ms_mean": p50 + 0.5,
+            },  # fmt: skip
+            "warmup_iterations": 20,
+            "agreement": {"score": agreement, "metric": "top1", "samples": 32, "inputs": "synthetic"},
+            "peak_rss_mb": 300.0,
+            "cost": {"per_million_inferences_usd": 0.03 * (p50 + 0.5)},
+            "environment": environment or ENVIRONMENT,
+        }
+    )
+
+
+class Lab:
+    """A folder store holding runs and every version of their results."""
+
+    def __init__(self, root) -> None:
+        self.root = root
+        self.store = LocalFolderStore(root)
+
+    def keep(self, result: MeasuredResult) -> MeasuredResult:
+        self.store.put_bytes(keys.result_version(result.combo_key, result.run_id), result.to_bytes())
+        self.store.put_bytes(keys.result(result.combo_key), result.to_bytes())
+        return result
+
+    def archive(self, run_id: str, results: list[MeasuredResult], min_agreement: float = 0.99) -> RunSummary:
+        first = results[0]
+        summary = RunSummary(
+            run_id=run_id,
+            status="complete",
+            archived_at="2026-12-05T00:00:00+00:00",
+            closed_at_deadline=False,
+            model=first.model,
+            request={"min_agreement": min_agreement},
+            results=[SummaryResult.model_validate({**r.to_dict(), "reused": False}) for r in results],
+            failures=[],
+        )
+        self.store.put_bytes(keys.summary(run_id), summary.to_bytes())
+        self.store.put_bytes(keys.run_record(run_id), RunRecord(run_id=run_id, owner="alice").to_bytes())
+        return summary
+
+    def run(self, run_id: str, factor: float = 1.0, **options) -> RunSummary:
+        base = {"intel/onnx/b1/1769MB": 10.0, "intel/onnx/b1/3538MB": 6.0, "arm/base/b1/1769MB": 25.0}
+        results = [self.keep(measured(run_id, label, p50=base[label] * factor, **options)) for label in LABELS]
+        return self.archive(run_id, results)
+
+    def cli(self, *argv: str) -> int:
+        return main([*argv, "--data-dir", str(self.root)])
+
+
+@pytest.fixture
+def lab(tmp_path):
+    return Lab(tmp_path / "data")
+
+
+def verdicts(comparison, figure: str = "p99_ms") -> set[str]:
+    return {c.figures[figure].verdict for c in comparison.combinations}
+
+
+def test_the_same_run_measured_again_is_within_noise_and_the_gate_passes(lab, capsys):
+    lab.run("run-0", at="2026-11-01T00:00:00+00:00")
+    lab.run("run-1", factor=1.02, at="2026-11-02T00:00:00+00:00")
+    lab.run("run-a", factor=0.99, at="2026-12-01T00:00:00+00:00")
+    lab.run("run-b", factor=1.01, at="2026-12-02T00:00:00+00:00")  # forced: the same keys, a new version each
+
+    assert lab.cli("compare", "run-a", "run-b", "--format", "json") == 0
+    document = json.loads(capsys.readouterr().out)
+    assert len(document["combinations"]) == 3 and document["differences"] == []
+    for combination in document["combinations"]:
+        assert combination["verdict"] == "within noise"
+        assert {f["verdict"] for f in combination["figures"].values()} == {"within noise"}
+        # the noise comes from the two other versions of the combination, not from run-a and run-b themselves
+        assert "history of 2" in combination["figures"]["p50_ms"]["noise_basis"]
+
+    assert lab.cli("gate", "--baseline", "run-a", "run-b") == 0
+    assert "gate passed: none of 3 combinations regresses" in capsys.readouterr().out
+
+
+def test_a_larger_input_size_slower_everywhere_fails_the_gate_naming_each_combination(lab, capsys):
+    lab.run("run-a")
+    lab.run("run-b", factor=1.3, input_size=(320, 320))
+    assert lab.cli("gate", "--baseline", "run-a", "run-b", "--format", "markdown") == 1
+    out = capsys.readouterr().out
+    assert "❌ **6 regression(s)**" in out  # p99 and cost of each of the three
+    for label in LABELS:
+        assert f"- `{label}`: p99_ms" in out and f"- `{label}`: cost_per_million_usd" in out
+    assert "+30.0 %" in out and "| input size | 224x224 | 320x320 |" in out
+
+    assert lab.cli("compare", "run-a", "run-b", "--format", "json") == 0
+    document = json.loads(capsys.readouterr().out)
+    assert {c["verdict"] for c in document["combinations"]} == {"slower"}
+    assert {c["figures"]["cost_per_million_usd"]["verdict"] for c in document["combinations"]} == {"costlier"}
+
+
+def test_a_regression_under_the_threshold_passes(lab, capsys):
+    lab.run("run-a")
+    lab.run("run-b", factor=1.3)
+    assert lab.cli("gate", "--baseline", "run-a", "run-b", "--max-p99-regression", "40%",
+                   "--max-cost-regression", "40") == 0  # fmt: skip
+    assert "gate passed" in capsys.readouterr().out
+
+
+def test_agreement_below_the_minimum_fails_the_gate(lab, capsys):
+    lab.run("run-a")
+    lab.run("run-b", agreement=0.95)
+    assert lab.cli("gate", "--baseline", "run-a", "run-b") == 1  # the run's own min_agreement, 0.99
+    out = capsys.readouterr().out
+    assert "agreement 0.9500 is below the minimum 0.99 (baseline 1.0000)" in out
+    assert lab.cli("gate", "--baseline", "run-a", "run-b", "--min-agreement", "0.9") == 0
+
+
+def test_a_3_percent_difference_inside_the_intervals_is_within_noise(lab):
+    a, b = lab.run("run-a"), lab.run("run-b", factor=1.03)
+    comparison = compare(a, b, stored_history(lab.store, [a, b]))
+    assert verdicts(comparison, "p50_ms") == verdicts(comparison, "p99_ms") == {"within noise"}
+    assert gate(comparison, Thresholds(max_p99_regression_pct=1, max_cost_regression_pct=1)).passed
+
+
+def test_noise_is_not_one_run_s_sampling_error_alone(lab):
+    """Tight intervals (+-0.2 %) and no history: a 4 % change is still within the assumed
+    between-run variation; a stored history that varies by 8 % hides a 10 % change; one that
+    varies by 0.5 % reveals a 5 % change (the floor of 1 % applies)."""
+    tight = {"interval": 0.002, "p99_interval": 0.002}
+    a = lab.archive("run-a", [lab.keep(measured("run-a", LABELS[0], p50=10.0, **tight))])
+    b = lab.archive("run-b", [lab.keep(measured("run-b", LABELS[0], p50=10.4, **tight))])
+    assert verdicts(compare(a, b), "p50_ms") == {"within noise"}
+
+    for run_id, p50 in (("h1", 9.0), ("h2", 10.6), ("h3", 10.0), ("h4", 11.2)):
+        lab.keep(measured(run_id, LABELS[0], p50=p50, **tight))
+    b = lab.archive("run-b", [lab.keep(measured("run-b", LABELS[0], p50=11.0, **tight))])
+    noisy = compare(a, b, stored_history(lab.store, [a, b]))
+    assert (
+        verdicts(noisy, "p50_ms") == {"within noise"}
+        and "history of 4" in noisy.combinations[0].figures["p50_ms"].noise_basis
+    )
+
+    quiet = Lab(lab.root.parent / "quiet")
+    for run_id, p50 in (("h1", 10.0), ("h2", 10.05), ("h3", 9.95)):
+        quiet.keep(measured(run_id, LABELS[0], p50=p50, **tight))
+    a = quiet.archive("run-a", [quiet.keep(measured("run-a", LABELS[0], p50=10.0, **tight))])
+    b = quiet.archive("run-b", [quiet.keep(measured("run-b", LABELS[0], p50=10.5, **tight))])
+    assert verdicts(compare(a, b, stored_history(quiet.store, [a, b])), "p50_ms") == {"slower"}
+    assert verdicts(compare(a, b), "p50_ms") == {"within noise"}  # the same change without history: assumed
+
+
+def test_environment_differences_and_unmatched_combinations_are_named(lab):
+    a = lab.run("run-a")
+    upgraded = {**ENVIRONMENT, "libraries": {"torch": "2.14.0", "onnxruntime": "1.31.1"}, "cpu_model": "other CPU"}
+    results = [lab.keep(measured("run-b", label, p50=10.0, sha=SHA_V2, environment=upgraded)) for label in LABELS[:2]]
+    b = lab.archive("run-b", results)
+    comparison = compare(a, b)
+    named = {d.what: (d.a, d.b) for d in comparison.differences}
+    assert named["model sha256"] == (SHA_V1[:12], SHA_V2[:12])
+    assert named["torch"] == ("2.13.0", "2.14.0") and named["CPU"] == ("test CPU", "other CPU")
+    assert "onnxruntime" not in named
+    assert comparison.only_in_a == ["arm/base/b1/1769MB"] and len(comparison.combinations) == 2
+
+
+def test_a_pinned_baseline_file_gates_without_the_baseline_run_in_the_store(lab, tmp_path, capsys):
+    lab.run("run-0", at="2026-11-01T00:00:00+00:00")
+    lab.run("run-a")
+    baseline = tmp_path / "ci" / "baseline.json"
+    assert lab.cli("baseline", "run-a", "--out", str(baseline)) == 0
+    pinned = json.loads(baseline.read_text())
+    assert pinned["kind"] == "ayci-baseline" and len(pinned["history"]) == 3
+
+    ci = Lab(tmp_path / "ci-data")  # a CI job's store: only the new run
+    ci.run("run-b", factor=1.3, input_size=(320, 320))
+    assert ci.cli("gate", "--baseline", str(baseline), "run-b") == 1
+    assert "gate failed: 6 regression(s)" in capsys.readouterr().out
+    ci.run("run-c", factor=1.0)
+    assert ci.cli("gate", "--baseline", str(baseline), "run-c", "--format", "json") == 0
+    assert json.loads(capsys.readouterr().out)["gate"]["passed"] is True
+
+
+def test_errors_exit_2(lab, tmp_path, capsys):
+    lab.run("run-a")
+    assert lab.cli("gate", "--baseline", "run-a", "no-such-run") == 2
+    assert "no archived run no-such-run" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text("{}")
+    assert lab.cli("gate", "--baseline", str(tmp_path / "bad.json"), "run-a") == 2
+    other = lab.archive("run-x", [lab.keep(measured("run-x", "intel/tvm/b1/1769MB", p50=5.0))])
+    assert other.results and lab.cli("gate", "--baseline", "run-a", "run-x") == 2  # nothing measured in both
+    assert "nothing to gate" in capsys.readouterr().err
+
+
+def test_the_table_shows_each_combination_and_its_verdict(lab, capsys):
+    lab.run("run-a")
+    lab.run("run-b", factor=1.3)
+    assert lab.cli("compare", "run-a", "run-b") == 0
+    out = capsys.readouterr().out
+    assert all(label in out for label in LABELS) and "slower" in out and "+30.0 %" in out
+
+
+def test_the_api_compares_two_of_the_caller_s_runs(client, deps):  # noqa: F811
+    lab = Lab(deps.store.root)
+    lab.run("00000000-0000-0000-0000-00000000000a")
+    lab.run("00000000-0000-0000-0000-00000000000b", factor=1.3)
+    path = "/runs/00000000-0000-0000-0000-00000000000a/compare/00000000-0000-0000-0000-00000000000b"
+    answer = client.get(path, headers=ALICE)
+    assert answer.status_code == 200, answer.text
+    assert {c["verdict"] for c in answer.json()["combinations"]} == {"slower"}
+    markdown = client.get(path + "?format=markdown", headers=ALICE)
+    assert markdown.headers["content-type"].startswith("text/markdown") and "**slower**" in markdown.text
+    assert client.get(path, headers=BOB).status_code == 404  # another owner's runs
+    lab.store.put_bytes(
+        keys.run_record("00000000-0000-0000-0000-00000000000c"),
+        RunRecord(run_id="00000000-0000-0000-0000-00000000000c", owner="alice").to_bytes(),
+    )
+    running = client.get(path.replace("0000000b", "0000000c"), headers=ALICE)
+    assert running.status_code == 409

@@ -35,7 +35,8 @@ from engines.archives import NotAModelError, zip_entry_count
 
 PT2_MAX_MEMBERS = 100_000  # a large language model has a few thousand tensors
 CONFIG_MAX_BYTES = 64 << 20  # a weights or constants config (a few hundred bytes per tensor)
-PROGRAM_MAX_BYTES = 256 << 20  # models/<name>.json
+PROGRAM_MAX_BYTES = 256 << 20  # a program, PROGRAMS/<name>.json
+PROGRAMS = "models"  # the archive's folder of programs (torch.export's layout, not a store key)
 SAMPLE_INPUTS_MAX_BYTES = 64 << 20
 PICKLE_MAX_BYTES = 16 << 20  # the example inputs' pickle itself (their tensors' bytes are beside it)
 EXPR_MAX_CHARS = 4096
@@ -122,7 +123,7 @@ def _check_members(archive: zipfile.ZipFile, max_bytes: int) -> int:
             raise NotAModelError(f"the .pt2 archive's {name} has {info.file_size} bytes; at most {cap}")
         return archive.read(info)
 
-    models = [n[len("models/") : -len(".json")] for n in members if re.fullmatch(r"models/[^/]+\.json", n)]
+    models = [n[len(PROGRAMS) + 1 : -len(".json")] for n in members if re.fullmatch(rf"{PROGRAMS}/[^/]+\.json", n)]
     if not models:
         raise NotAModelError("the .pt2 archive holds no serialized program (models/*.json)")
     if _text(read("archive_format", 64) if "archive_format" in members else b"") != "pt2":
@@ -131,8 +132,9 @@ def _check_members(archive: zipfile.ZipFile, max_bytes: int) -> int:
     for model in models:
         if not _MODEL_NAME.fullmatch(model):
             raise NotAModelError(f"the .pt2 archive's program models/{model}.json has a name torch does not write")
-        described.add(f"models/{model}.json")
-        _check_program(_json(read(f"models/{model}.json", PROGRAM_MAX_BYTES), f"models/{model}.json"), model)
+        described.add(f"{PROGRAMS}/{model}.json")
+        program = f"{PROGRAMS}/{model}.json"
+        _check_program(_json(read(program, PROGRAM_MAX_BYTES), program), model)
         for kind in ("weights", "constants"):
             config_name = f"data/{kind}/{model}_{kind}_config.json"
             if config_name not in members:
@@ -297,7 +299,7 @@ def _check_program(program, name: str) -> None:
                 stack.append(value)
             elif isinstance(value, str) and isinstance(key, str):
                 if key == "expr_str":
-                    check_sym_expr(value, f"models/{name}.json")
+                    check_sym_expr(value, f"{PROGRAMS}/{name}.json")
                 elif (key in _NAME_KEYS or key.endswith("_name")) and _UNSAFE_NAME.search(value):
                     raise NotAModelError(
                         f"the .pt2 archive's models/{name}.json has a {key} with quotes or control characters "

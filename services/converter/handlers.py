@@ -8,6 +8,7 @@ An artifact is converted once: a stored manifest means it is reused.
 from __future__ import annotations
 
 import functools
+import re
 import tarfile
 import tempfile
 from collections.abc import Callable
@@ -124,7 +125,9 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
             tuning_dir=tuning_dir,
             shared_tuning_dirs=shared_tuning,
             inputs_path=inputs_path,
-            progress=lambda message: _progress(lease, bound, message),
+            progress=lambda message: _progress(
+                lease, bound, message, f"{combo.hardware.value}/tvm/b{combo.batch_size}"
+            ),
         )
         bound.info("conversion_started", optimizer=combo.optimizer.value, hardware=combo.hardware.value)
         try:
@@ -210,9 +213,27 @@ def conversion_lease(deps: ConverterDeps, artifact_key: str, holder: str) -> Lea
     return Lease(deps.store, keys.conversion_lease(artifact_key), holder, deps.lease_s, now=deps.now)
 
 
-def _progress(lease: Lease, bound, message: str) -> None:
-    """Log the conversion's progress and keep its lease alive while it works (tuning is long)."""
-    bound.info("conversion_progress", message=message)
+# what the TVM engine reports from its sandbox while it tunes (engines/tvm/search.py)
+TUNED = re.compile(r"tvm: tuned (\d+)/(\d+) trials(?:, best ([0-9.]+) ms)?")
+TUNING_PROGRESS = "tvm.tuning.progress"  # the event a CLI's tuning bar follows (ayci/cli/follow.py)
+
+
+def _progress(lease: Lease, bound, message: str, label: str) -> None:
+    """Log the conversion's progress and keep its lease alive while it works (tuning is long).
+    Tuning's progress, reported from the sandbox as a line, is logged as `tvm.tuning.progress`
+    in this process too: the conversion's own events stay in its sandbox."""
+    tuned = TUNED.fullmatch(message)
+    if tuned:
+        done, total, best = tuned.groups()
+        bound.info(
+            TUNING_PROGRESS,
+            trials_done=int(done),
+            trials_total=int(total),
+            best_ms=float(best) if best else None,
+            label=label,
+        )
+    else:
+        bound.info("conversion_progress", message=message)
     lease.renew()
 
 

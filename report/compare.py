@@ -451,6 +451,8 @@ class GateResult(BaseModel):
     thresholds: Thresholds
     regressions: list[Regression]
     compared: int
+    confirmations: int = 0  # re-measurements of the regressed combinations the regressions were judged on again
+    unconfirmed: list[Regression] = []  # regressions a re-measurement did not repeat (not failing the gate)
 
     def as_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -503,4 +505,49 @@ def gate(comparison: Comparison, thresholds: Thresholds) -> GateResult:
             )
     return GateResult(
         passed=not regressions, thresholds=thresholds, regressions=regressions, compared=len(comparison.combinations)
+    )
+
+
+def confirmed(
+    a: RunSummary, b: RunSummary, confirmations: list[RunSummary], history: History, thresholds: Thresholds
+) -> GateResult:
+    """The gate of `b` against `a`, a regression kept only if every re-measurement of its
+    combination (`confirmations`: runs re-measuring the regressed combinations, `ayci gate
+    --confirm N`) regresses too. `history` holds their measurements as well: the between-run
+    variation each is judged against is then measured on the very combination that regressed."""
+    first = gate(compare(a, b, history), thresholds)
+    if first.passed or not confirmations:
+        return first
+    repeats = [gate(compare(a, c, history), thresholds) for c in confirmations]
+    kept, dropped = [], []
+    for regression in first.regressions:
+        found = [
+            next(
+                (
+                    r
+                    for r in repeat.regressions
+                    if (r.combination, r.figure) == (regression.combination, regression.figure)
+                ),
+                None,
+            )
+            for repeat in repeats
+        ]
+        if all(found):
+            changes = ", ".join(f"{r.change_pct:+.1f} %" if r.change_pct is not None else f"{r.b:.4f}" for r in found)
+            kept.append(
+                regression.model_copy(
+                    update={"reason": f"{regression.reason}; confirmed by {len(found)} re-measurement(s): {changes}"}
+                )
+            )
+        else:
+            dropped.append(
+                regression.model_copy(
+                    update={
+                        "reason": f"{regression.reason}; not repeated by {sum(1 for f in found if f is None)} "
+                        f"of {len(found)} re-measurement(s)"
+                    }
+                )
+            )
+    return first.model_copy(
+        update={"passed": not kept, "regressions": kept, "unconfirmed": dropped, "confirmations": len(confirmations)}
     )

@@ -59,7 +59,7 @@ def side(store, reference: str, settings):
 
 
 def compared(args: argparse.Namespace, reference_a: str, reference_b: str):
-    """The comparison of B against A, and B's summary."""
+    """The comparison of B against A, B's and A's summaries, and the history it was judged on."""
     from ayci.bootstrap import local_store
     from report.compare import compare
 
@@ -67,11 +67,17 @@ def compared(args: argparse.Namespace, reference_a: str, reference_b: str):
     store = local_store(settings)
     a, history_a = side(store, reference_a, settings)
     b, history_b = side(store, reference_b, settings)
-    history = {**history_a, **history_b}
-    for key in history_a.keys() & history_b.keys():  # the same combination in both: one history, each kept once
-        points = {p.run_id: p for p in [*history_a[key], *history_b[key]]}
+    history = merged(history_a, history_b)
+    return compare(a, b, history), b, a, history
+
+
+def merged(first: dict, second: dict) -> dict:
+    """Two histories as one: a combination in both keeps each measurement once, oldest first."""
+    history = {**first, **second}
+    for key in first.keys() & second.keys():
+        points = {p.run_id: p for p in [*first[key], *second[key]]}
         history[key] = sorted(points.values(), key=lambda p: p.measured_at or "")
-    return compare(a, b, history), b
+    return history
 
 
 def show(comparison, output_format: str, result=None) -> None:

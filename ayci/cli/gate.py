@@ -1,14 +1,18 @@
 """`ayci gate --baseline FILE|RUN_ID RUN_ID`: exit 1 when a combination of the run regresses
 against the baseline beyond the thresholds AND beyond noise (`report/compare.py gate`), 0 when
 nothing regresses, 2 on an error (no such run, nothing compared). Prints the comparison (table,
-Markdown for a pull request's comment, or JSON) and which combinations regress, by how much."""
+Markdown for a pull request's comment, or JSON) and which combinations regress, by how much.
+With `--confirm N` the regressed combinations are measured again N times (a forced replay of
+their conversions on this machine) and only regressions every re-measurement repeats fail."""
 
 from __future__ import annotations
 
 import argparse
+from datetime import UTC, datetime
 
-from ayci.cli.compare import add_output_options, compared, show
-from ayci.cli.console import UsageError, err
+from ayci.cli.common import settings_of
+from ayci.cli.compare import add_output_options, compared, merged, show
+from ayci.cli.console import UsageError, err, terminal
 
 EXIT_PASSED, EXIT_REGRESSED = 0, 1
 
@@ -40,20 +44,20 @@ def register(sub) -> None:
         type=int,
         default=0,
         metavar="N",
-        help="re-measure regressed combinations N times before failing (not implemented yet: refused)",
+        help="re-measure the regressed combinations N times (forced, on this machine) and fail only on the "
+        "regressions every re-measurement repeats; their spread counts as noise",
     )
     add_output_options(gate)
     gate.set_defaults(func=cmd_gate)
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
-    from report.compare import Thresholds, gate
+    from ayci.bootstrap import local_store
+    from report.compare import Thresholds, compare, confirmed, gate, stored_history
 
-    if args.confirm:
-        raise UsageError(
-            "--confirm is not implemented yet: re-measure with `ayci replay RUN_ID --force` and gate again"
-        )
-    comparison, summary = compared(args, args.baseline, args.run_id)
+    if args.confirm < 0:
+        raise UsageError("--confirm takes a number of re-measurements, at least 0")
+    comparison, summary, baseline, history = compared(args, args.baseline, args.run_id)
     if not comparison.combinations:
         show(comparison, args.format)
         raise UsageError(f"no combination of run {args.run_id} was measured in the baseline: nothing to gate")
@@ -64,6 +68,14 @@ def cmd_gate(args: argparse.Namespace) -> int:
         min_agreement=minimum,
     )
     result = gate(comparison, thresholds)
+    if not result.passed and args.confirm:
+        regressed = {r.combination for r in result.regressions}
+        combo_keys = {c.key_b for c in comparison.combinations if c.combination in regressed and c.key_b}
+        settings = settings_of(args)
+        confirmations = remeasure(settings, args.run_id, combo_keys, args.confirm, verbose=args.verbose)
+        history = merged(history, stored_history(local_store(settings), [summary]))
+        comparison = compare(baseline, summary, history)
+        result = confirmed(baseline, summary, confirmations, history, thresholds)
     show(comparison, args.format, result)
     if not result.passed:
         err.print(
@@ -72,3 +84,31 @@ def cmd_gate(args: argparse.Namespace) -> int:
             highlight=False,
         )
     return EXIT_PASSED if result.passed else EXIT_REGRESSED
+
+
+def remeasure(settings, run_id: str, combo_keys: set[str], times: int, *, verbose: bool = False, parts=None) -> list:
+    """`times` runs re-measuring `combo_keys` of run `run_id` (a replay from their conversions,
+    forced, on the embedded default): their summaries. `parts` replaces the embedded app's
+    parts (tests: a fake measurement)."""
+    from ayci.bootstrap import embedded
+    from ayci.cli.follow import follow_embedded
+    from ayci.cli.runlog import run_log
+    from services.request.replay import ReplayError, replay
+
+    app = embedded(settings, parts=parts)
+    summaries = []
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    with run_log(settings.data_dir.parent / "logs" / f"confirm-{stamp}.log", terminal, verbose=verbose) as log:
+        for attempt in range(1, times + 1):
+            try:
+                envelopes = replay(app.store, run_id, "ModelConverted", force=True, only=combo_keys)
+            except ReplayError as exc:
+                raise UsageError(
+                    f"--confirm: the regressed combinations of run {run_id} cannot be re-measured: {exc}"
+                ) from None
+            planned = next(e.payload for e in envelopes if e.type == "RunPlanned")
+            app.publisher.publish(envelopes)
+            what = f"run {run_id} re-measured to confirm its regressions ({attempt} of {times})"
+            summaries.append(follow_embedded(app, envelopes[0].run_id, len(planned.combos), what))
+    err.print(log.where(), highlight=False, soft_wrap=True)
+    return summaries

@@ -30,9 +30,16 @@ def stored_events(store: ObjectStore, run_id: str) -> list[Envelope]:
 
 
 def replay(
-    store: ObjectStore, run_id: str, from_type: str, *, force: bool = False, new_run_id: str | None = None
+    store: ObjectStore,
+    run_id: str,
+    from_type: str,
+    *,
+    force: bool = False,
+    new_run_id: str | None = None,
+    only: set[str] | None = None,
 ) -> list[Envelope]:
-    """The envelopes that start the replay (publish them); the new run id is theirs."""
+    """The envelopes that start the replay (publish them); the new run id is theirs. `only`:
+    just these combination keys (`ayci gate --confirm` re-measures the regressed ones)."""
     if from_type not in REPLAYABLE:
         raise ReplayError(f"--from must be one of {', '.join(REPLAYABLE)}, got {from_type!r}")
     log = stored_events(store, run_id)
@@ -44,7 +51,9 @@ def replay(
     )
     if from_type == "RequestSubmitted":
         return [start]
-    chosen = {e.payload.combo_key: e for e in log if e.type == from_type}
+    chosen = {
+        e.payload.combo_key: e for e in log if e.type == from_type and (only is None or e.payload.combo_key in only)
+    }
     if not chosen:
         raise ReplayError(f"run {run_id} has no {from_type} events to replay")
     original_plan = next(e.payload for e in log if e.type == "RunPlanned")

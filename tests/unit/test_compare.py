@@ -4,6 +4,7 @@ document models into a folder store: nothing is measured."""
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
@@ -290,3 +291,89 @@ def test_the_api_compares_two_of_the_caller_s_runs(client, deps):  # noqa: F811
     )
     running = client.get(path.replace("0000000b", "0000000c"), headers=ALICE)
     assert running.status_code == 409
+
+
+class Measuring:
+    """The measuring process faked: p50 proportional to `slowdown` (the rest as measured), for
+    runs driven through every service on the embedded bus (`embedded(parts=)`)."""
+
+    def __init__(self) -> None:
+        from tests.unit.test_pipeline import Fakes
+
+        self.fakes = Fakes()
+        self.slowdown = 1.0
+
+    def measure(self, spec, python_command) -> dict:
+        report = self.fakes.measure(spec, python_command)
+        for name in ("p50", "p90", "p99", "mean", "min", "max", "ci95_low", "ci95_high", "billed_ms_mean"):
+            report["latency_ms"][name] *= self.slowdown
+        return report
+
+    def parts(self, work_dir) -> dict:
+        import sys
+
+        return {
+            "dedup": {"target_cpu": lambda hardware, optimizer: "fake-cpu"},
+            "archiver": {"target_cpu": lambda hardware, optimizer: "fake-cpu"},
+            "converter": {
+                "convert": self.fakes.convert,
+                "compute_reference": self.fakes.compute_reference,
+                "work_dir": work_dir,
+            },
+            "inference": {
+                "measure": self.measure,
+                "runtime_for": lambda hardware: ([sys.executable], False),
+                "work_dir": work_dir,
+            },  # fmt: skip
+        }
+
+
+@pytest.mark.parametrize(("confirmed_slowdown", "status"), [(1.0, 0), (1.3, 1)])
+def test_confirm_re_measures_the_regressed_combinations_and_fails_only_if_they_repeat(
+    tmp_path, monkeypatch, capsys, confirmed_slowdown, status
+):
+    """A run 30 % slower than its baseline fails the gate; `--confirm 2` measures its regressed
+    combinations again (a forced replay through every service): a one-off slowdown (the
+    re-measurements as fast as the baseline) passes, a lasting one fails, confirmed by both."""
+    from ayci.bootstrap import embedded
+    from ayci.cli import gate as gate_command
+    from ayci.settings import Settings
+    from schemas.combos import Matrix, ModelRef
+    from schemas.events import RequestSubmitted
+    from services.request.submission import new_run
+
+    settings = Settings(data_dir=tmp_path / "data")
+    measuring = Measuring()
+    parts = measuring.parts(tmp_path)
+    app = embedded(settings, parts=parts)
+    app.store.put_bytes(keys.model("a" * 64), b"model bytes")
+    model = ModelRef(sha256="a" * 64, size_bytes=11, format="onnx", workload="image_classification", input_size=[2, 2])
+
+    def run(force: bool) -> str:
+        matrix = Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1769, 3538])
+        envelope = new_run(RequestSubmitted(model=model, matrix=matrix, force=force, min_agreement=0.99))
+        app.publisher.publish([envelope])
+        app.bus.run_until_idle()
+        return envelope.run_id
+
+    run_a = run(force=False)
+    measuring.slowdown = 1.3
+    run_b = run(force=True)
+    lab = Lab(settings.data_dir)
+    assert lab.cli("gate", "--baseline", run_a, run_b, "--format", "json") == 1
+    first = json.loads(capsys.readouterr().out)["gate"]["regressions"]
+    p99 = {("intel/onnx/b1/1769MB", "p99_ms"), ("intel/onnx/b1/3538MB", "p99_ms")}
+    assert p99 <= {(r["combination"], r["figure"]) for r in first}  # and cost where the billed ms grew enough
+
+    measuring.slowdown = confirmed_slowdown
+    monkeypatch.setattr(gate_command, "remeasure", functools.partial(gate_command.remeasure, parts=parts))
+    assert lab.cli("gate", "--baseline", run_a, run_b, "--confirm", "2", "--format", "json") == status
+    result = json.loads(capsys.readouterr().out)["gate"]
+    assert result["confirmations"] == 2
+    if status:
+        assert p99 <= {(r["combination"], r["figure"]) for r in result["regressions"]} and not result["unconfirmed"]
+        assert all("confirmed by 2 re-measurement(s): " in r["reason"] for r in result["regressions"])
+        assert all("+30.0 %, +30.0 %" in r["reason"] for r in result["regressions"] if r["figure"] == "p99_ms")
+    else:
+        assert not result["regressions"] and p99 <= {(r["combination"], r["figure"]) for r in result["unconfirmed"]}
+    assert measuring.fakes.measurements[("onnx", 1769)] == 4  # a, b and two confirmations each

@@ -105,7 +105,7 @@ RECIPES = [
     ),
     Recipe(
         "static_qdq_sensitive_float",
-        "static QDQ, sensitive ops in float",
+        "static QDQ with sensitive ops in float",
         "static QDQ with Softmax, LayerNormalization, GELU/Erf, the residual Adds and the output"
         " projection kept in float",
         _has(SENSITIVE_OPS),

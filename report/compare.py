@@ -432,6 +432,7 @@ class Baseline(Document):
 class Thresholds(BaseModel):
     max_p99_regression_pct: float = 10.0
     max_cost_regression_pct: float = 5.0
+    max_p50_regression_pct: float | None = None  # None: the p50 is not gated
     min_agreement: float | None = None
 
 
@@ -459,17 +460,23 @@ class GateResult(BaseModel):
 
 
 def gate(comparison: Comparison, thresholds: Thresholds) -> GateResult:
-    """The combinations that regress: p99 or cost worse than its threshold AND beyond noise (so
+    """The combinations that regress: p99, cost (or p50, if given) worse than its threshold AND beyond noise (so
     a change is a regression only if it is both large and real), or agreement below the minimum.
     Nothing compared is an error to the caller, not a pass (`compared` says how many)."""
     regressions = []
     for combination in comparison.combinations:
         for key, limit, name in (
+            ("p50_ms", thresholds.max_p50_regression_pct, "max p50 regression"),
             ("p99_ms", thresholds.max_p99_regression_pct, "max p99 regression"),
             ("cost_per_million_usd", thresholds.max_cost_regression_pct, "max cost regression"),
         ):
             figure = combination.figures[key]
-            if figure.change_pct is None or figure.change_pct <= limit or figure.verdict == WITHIN_NOISE:
+            if (
+                limit is None
+                or figure.change_pct is None
+                or figure.change_pct <= limit
+                or figure.verdict == WITHIN_NOISE
+            ):
                 continue
             if figure.change_pct > 0 and figure.verdict in ("slower", "costlier"):
                 regressions.append(

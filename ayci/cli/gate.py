@@ -36,6 +36,7 @@ def register(sub) -> None:
     gate.add_argument("--baseline", required=True, help="a baseline file (`ayci baseline`) or a run id")
     gate.add_argument("--max-p99-regression", type=percent, default=10.0, help="largest p99 increase (default 10%%)")
     gate.add_argument("--max-cost-regression", type=percent, default=5.0, help="largest cost increase (default 5%%)")
+    gate.add_argument("--max-p50-regression", type=percent, help="largest p50 increase (default: p50 not gated)")
     gate.add_argument(
         "--min-agreement", type=float, help="lowest agreement allowed (default: the run's own --min-agreement)"
     )
@@ -65,6 +66,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     thresholds = Thresholds(
         max_p99_regression_pct=args.max_p99_regression,
         max_cost_regression_pct=args.max_cost_regression,
+        max_p50_regression_pct=args.max_p50_regression,
         min_agreement=minimum,
     )
     result = gate(comparison, thresholds)

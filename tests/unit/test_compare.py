@@ -377,3 +377,15 @@ def test_confirm_re_measures_the_regressed_combinations_and_fails_only_if_they_r
     else:
         assert not result["regressions"] and p99 <= {(r["combination"], r["figure"]) for r in result["unconfirmed"]}
     assert measuring.fakes.measurements[("onnx", 1769)] == 4  # a, b and two confirmations each
+
+
+def test_the_p50_is_gated_only_when_asked(lab, capsys):
+    lab.run("run-a")
+    lab.run("run-b", factor=1.3)
+    assert lab.cli("gate", "--baseline", "run-a", "run-b", "--max-p99-regression", "50", "--max-cost-regression",
+                   "50") == 0  # fmt: skip
+    capsys.readouterr()
+    assert lab.cli("gate", "--baseline", "run-a", "run-b", "--max-p99-regression", "50", "--max-cost-regression",
+                   "50", "--max-p50-regression", "10%", "--format", "json") == 1  # fmt: skip
+    regressions = json.loads(capsys.readouterr().out)["gate"]["regressions"]
+    assert {r["figure"] for r in regressions} == {"p50_ms"} and len(regressions) == 3

@@ -74,8 +74,10 @@ def ephemeral_storage_mb(staged_bytes: int) -> int:
         if needed <= tier:
             return tier
     raise MeasurementRefused(
-        f"the artifact and its reference outputs are {staged_bytes / MIB:,.0f} MB: with the measuring process's files they need "
-        f"{needed:,} MB of ephemeral storage (/tmp), more than the {LAMBDA_MAX_EPHEMERAL_MB:,} MB a Lambda function can have"
+        f"the artifact and its reference outputs are {staged_bytes / MIB:,.0f} MB: "
+        "with the measuring process's files they need "
+        f"{needed:,} MB of ephemeral storage (/tmp), "
+        f"more than the {LAMBDA_MAX_EPHEMERAL_MB:,} MB a Lambda function can have"
     )
 
 
@@ -209,7 +211,8 @@ class LambdaSizes:
                 if _code(error) == "InvalidParameterValueException":
                     region = self.lam.meta.region_name
                     raise MeasurementRefused(
-                        f"Lambda does not offer {size.memory_mb} MB with {size.ephemeral_mb} MB of /tmp to this account in {region}: "
+                        f"Lambda does not offer {size.memory_mb} MB with {size.ephemeral_mb} MB of /tmp "
+                        f"to this account in {region}: "
                         f"{error.response['Error'].get('Message', error)}"
                     ) from error
                 if _code(error) != "ResourceConflictException":  # an update still in progress: wait, try again
@@ -234,7 +237,8 @@ class LambdaSizes:
                 log.info("measuring_version_published", function=function, version=version, alias=size.alias)
                 return version
         raise LockBusy(
-            f"{function}: could not publish a version with {size.memory_mb} MB ({attempts} attempts; is something else reconfiguring it?)"
+            f"{function}: could not publish a version with {size.memory_mb} MB "
+            f"({attempts} attempts; is something else reconfiguring it?)"
         )
 
     def _point_alias(self, function: str, alias: str, version: str) -> None:

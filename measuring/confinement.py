@@ -21,6 +21,7 @@ Where it is not possible (no cpu or memory controller, not root, a read-only hie
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import itertools
@@ -228,8 +229,8 @@ class MeasurementGroup:
         """`command`, started so that it runs inside this group from its first instruction."""
         procs = [str(d / "cgroup.procs") for d in self.dirs]
         script = (
-            'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit %d; shift; n=$((n-1)); done; exec "$@"'
-            % ENTER_FAILED_EXIT
+            f'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit {ENTER_FAILED_EXIT}; '
+            'shift; n=$((n-1)); done; exec "$@"'
         )
         return ["/bin/sh", "-c", script, "ayci-confine", str(len(procs)), *procs, *command]
 
@@ -264,10 +265,8 @@ class MeasurementGroup:
                     if exc.errno != errno.EBUSY:
                         break
                     for pid in (directory / "cgroup.procs").read_text().split():
-                        try:
+                        with contextlib.suppress(ProcessLookupError):
                             os.kill(int(pid), signal.SIGKILL)
-                        except ProcessLookupError:
-                            pass
                     time.sleep(0.02)
 
 
@@ -280,10 +279,8 @@ def _remove_stale_groups(hierarchy: Hierarchy) -> None:
         except (OSError, ValueError):
             continue
         for directory in stale:
-            try:
+            with contextlib.suppress(OSError):
                 directory.rmdir()
-            except OSError:
-                pass
 
 
 def _alive(pid: int) -> bool:

@@ -307,7 +307,8 @@ def profile(spec: dict) -> dict:
 
 
 def main(spec_path: str, spawned_at: float) -> dict:
-    spec = json.loads(open(spec_path).read())
+    with open(spec_path) as file:
+        spec = json.load(file)
     if spec.get("mode") == "tune":
         return tune(spec)
     if spec.get("mode") == "profile":

@@ -1,8 +1,9 @@
 """One model's pool of workers and its bounded queue.
 
 A request is queued (`submit`, a future) and taken by the idle worker freed last (as a Lambda
-pool reuses instances, so the others idle out), one request per worker at a time; a full queue refuses at once (`Overloaded`, with how long to wait) rather than
-queueing without bound. Each worker has a thread that feeds it. A worker that dies in the middle
+pool reuses instances, so the others idle out), one request per worker at a time; a full queue
+refuses at once (`Overloaded`, with how long to wait) rather than queueing without bound. Each
+worker has a thread that feeds it. A worker that dies in the middle
 of a request (`WorkerLost`) is replaced, and its request is queued again once, at the front;
 a second loss fails it. Workers are started by `spawn(kind)` in a thread of their own (a
 cold load: `first`, `scale-out`, `replacement`), stopped by `retire_idle` when the scaling

@@ -76,7 +76,10 @@ def measure_in_this_function(
         except MeasurementFailed as exc:
             reason = exc.reason
             if "exited with -9" in reason:  # killed by the sandbox's memory limit, not by a group of ours
-                reason = f"out of memory at {request.memory_mb} MB (the measuring process was killed inside the Lambda function)"
+                reason = (
+                    f"out of memory at {request.memory_mb} MB "
+                    "(the measuring process was killed inside the Lambda function)"
+                )
             bound.warning("measurement_failed", reason=reason)
             return MeasureAnswer(failed=reason)
     if report.get("confined"):

@@ -169,7 +169,7 @@ def test_two_runs_needing_different_sizes_at_once_never_reconfigure_the_function
         assert version_config(aws, INTEL, f"mem-{memory}")["MemorySize"] == memory
     # serialized: every update is followed by the same run's publish, of the size it set
     assert len(log) == 6
-    for (who, step, memory), (next_who, next_step, published) in zip(log[::2], log[1::2]):
+    for (who, step, memory), (next_who, next_step, published) in zip(log[::2], log[1::2], strict=True):
         assert (step, next_step, who, memory) == ("update", "publish", next_who, published), log
 
 
@@ -244,7 +244,8 @@ def test_a_held_lease_waits_and_an_expired_one_is_taken_over(aws):
         (
             {
                 "FunctionError": "Unhandled",
-                "Payload": b'{"errorType": "Runtime.OutOfMemory", "errorMessage": "Runtime exited with error: signal: killed"}',
+                "Payload": b'{"errorType": "Runtime.OutOfMemory", '
+                b'"errorMessage": "Runtime exited with error: signal: killed"}',
             },
             "out of memory at 1769 MB (the measuring Lambda function was killed",
         ),

@@ -188,14 +188,14 @@ def test_the_profiled_pass_runs_in_the_measuring_function_and_every_call_is_gran
     deps = dataclasses.replace(aws["deps"], profile=lambda *_, **__: pytest.fail("profiled in the inference function"))
     requested = ProfileRequested(combo=result.combo, combo_key=result.combo_key, result_key=done.result_key)
     assert on_profile_requested(Envelope.wrap(requested, run_id="r2", producer="request"), deps) == []
-    profile = CombinationProfile.read(aws["store"].get_bytes(keys.profile(result.combo_key, result.run_id)))
+    profile = CombinationProfile.read(aws["store"].get_bytes(keys.profile(result.combo_key, "r2")))
     assert profile.runs > 0 and profile.operators and profile.confined
     assert aws["store"].exists(profile.trace_key)
     measuring = recorded(aws["calls"]["measuring"])
     writes = {c.resource.split("/", 1)[1] for c in measuring if c.action == "s3:PutObject"}
     assert writes == {
-        keys.profile(result.combo_key, result.run_id),
-        keys.profile_trace(result.combo_key, result.run_id),
+        keys.profile(result.combo_key, "r2"),
+        keys.profile_trace(result.combo_key, "r2"),
     }
     inference = recorded(aws["calls"]["inference"])
     assert not any(

@@ -78,7 +78,8 @@ def test_a_keyword_static_pt2_and_its_fixed_batch(tmp_path):
     assert signature.inputs[0].dims == [2, 6]
     problems = signature.shape_problems({"ids": (4, 6), "mask": (4, 6), "token_type_ids": (4, 6)}, batch=4)
     assert problems == [
-        "ids, mask and token_type_ids have a fixed batch of 2: batch 4 cannot run; export with a dynamic batch dimension"
+        "ids, mask and token_type_ids have a fixed batch of 2: batch 4 cannot run; "
+        "export with a dynamic batch dimension"
     ]
     assert signature.shape_problems({"ids": (2, 6), "mask": (2, 6), "token_type_ids": (2, 6)}, batch=2) == []
     assert "fixed size 6 on axis 1" in signature.shape_problems({"ids": (2, 9)}, batch=2)[0]
@@ -180,8 +181,8 @@ def test_the_plan_calls_impossible_what_cannot_run_and_reuses_what_is_stored():
         signature, req, Combo(hardware="intel", optimizer="onnx", batch_size=4, memory_mb=1769), shapes
     )
     assert (
-        fixed
-        == "input_ids and attention_mask have a fixed batch of 1: batch 4 cannot run; export with a dynamic batch dimension"
+        fixed == "input_ids and attention_mask have a fixed batch of 1: batch 4 cannot run; "
+        "export with a dynamic batch dimension"
     )
     big = request(size_bytes=300 << 20)
     assert "certain out of memory" in impossible_reason(

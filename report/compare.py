@@ -25,7 +25,7 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -77,6 +77,7 @@ FIGURES = (
     Figure("agreement", "agreement", "lower", "higher", relative=False, higher_is_worse=False),
 )
 WITHIN_NOISE = "within noise"
+TITLES = {figure.key: figure.title for figure in FIGURES}
 
 
 class HistoryPoint(BaseModel):
@@ -405,7 +406,6 @@ class Baseline(Document):
     """A run pinned as a baseline (`ayci baseline RUN_ID --out baseline.json`): its summary as
     stored and the history of its combinations, so a gate needs no store holding that run."""
 
-    KIND: ClassVar[str] = "ayci-baseline"
     kind: Literal["ayci-baseline"] = "ayci-baseline"
     pinned_at: str
     summary: dict[str, Any]
@@ -489,8 +489,8 @@ def gate(comparison: Comparison, thresholds: Thresholds) -> GateResult:
                         threshold=f"{name} {limit:g} %",
                         noise=figure.noise,
                         reason=(
-                            f"{key} {figure.a:.4g} -> {figure.b:.4g} (+{figure.change_pct:.1f} %), beyond the "
-                            f"{name} of {limit:g} % and beyond noise (+-{figure.noise:.1f} % at 95 %, "
+                            f"{TITLES[key]} {figure.a:.4g} → {figure.b:.4g} (+{figure.change_pct:.1f} %), beyond the "
+                            f"{name} of {limit:g} % and beyond noise (±{figure.noise:.1f} % at 95 %, "
                             f"{figure.noise_basis})"
                         ),
                     )

@@ -165,7 +165,7 @@ def test_a_larger_input_size_slower_everywhere_fails_the_gate_naming_each_combin
     out = capsys.readouterr().out
     assert "❌ **6 regression(s)**" in out  # p99 and cost of each of the three
     for label in LABELS:
-        assert f"- `{label}`: p99_ms" in out and f"- `{label}`: cost_per_million_usd" in out
+        assert f"- `{label}`: p99 ms " in out and f"- `{label}`: $ per million " in out
     assert "+30.0 %" in out and "| input size | 224x224 | 320x320 |" in out
 
     assert lab.cli("compare", "run-a", "run-b", "--format", "json") == 0

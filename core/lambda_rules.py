@@ -167,7 +167,7 @@ def lambda_fit(
                 f"{size.binary_bytes / MB:.1f} MB as base64 .npy, {size.json_bytes / MB:.1f} MB as JSON"
             )
         elif size.json_bytes > limit:
-            notes.append(f"{what} {size.json_bytes / MB:.1f} MB as JSON (over {limit / MB:.0f} MB): send it binary")
+            notes.append(f"{what} over {limit / MB:.0f} MB as JSON ({size.json_bytes / MB:.1f} MB): send .npy")
     init_limit = limits.init_phase_s.value
     if init_s is not None and init_s > init_limit:
         broken.append(

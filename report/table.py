@@ -174,7 +174,7 @@ def _lambda_notes(result: SummaryResult) -> list[str]:
     if fit is not None:
         notes += [f"breaks Lambda's rule: {rule}" for rule in fit.broken]
         notes += fit.notes
-        if not fit.snapstart and fit.deployment != "none":
+        if not fit.snapstart and fit.deployment == "zip":  # an image says so itself: SnapStart takes zips only
             notes.append(f"no SnapStart: {fit.snapstart_reason}")
     return notes
 

@@ -28,15 +28,6 @@ ALWAYS_SHOWN = ("combination", "status")
 STATUS_WORDS = ("measured", "predicted", "failed")
 
 
-def shown_columns(rows: list[TableRow]) -> list[tuple[str, str]]:
-    """The table's columns that have something to show in at least one row."""
-    return [
-        (key, title)
-        for key, title in COLUMNS
-        if key in ALWAYS_SHOWN or any(row.cell(key) not in (None, "") for row in rows)
-    ]
-
-
 def label_column(table: Table, title: str, labels: list[str]) -> None:
     """A column of labels (combinations, status words): never wrapped, folded or shortened."""
     table.add_column(title, no_wrap=True, overflow="ignore", min_width=max([len(title), *map(len, labels)]))
@@ -44,10 +35,18 @@ def label_column(table: Table, title: str, labels: list[str]) -> None:
 
 def results_table(summary: RunSummary | dict) -> Table:
     """The run's table: one row per combination (`report.table.summary_rows`), the columns
-    with something to show."""
+    with something to show; a note every row has is said once, under the table."""
     summary = as_summary(summary)
     rows = summary_rows(summary)
-    columns = shown_columns(rows)
+    shared = shared_notes(rows)
+    cells = [{key: row.cell(key) for key, _ in COLUMNS} for row in rows]
+    for row, row_cells in zip(rows, cells, strict=True):
+        row_cells["note"] = ", ".join(n for n in _note_parts(row) if n not in shared)
+    columns = [
+        (key, title)
+        for key, title in COLUMNS
+        if key in ALWAYS_SHOWN or any(row_cells[key] not in (None, "") for row_cells in cells)
+    ]
     table = Table(title=f"run {summary.run_id}: {summary.status}")
     for key, title in columns:
         if key == "combination":
@@ -56,9 +55,25 @@ def results_table(summary: RunSummary | dict) -> Table:
             label_column(table, title, list(STATUS_WORDS))
         else:
             table.add_column(title, overflow="fold")
-    for row in rows:
-        table.add_row(*(format_cell(key, row.cell(key)) for key, _ in columns))
+    for row_cells in cells:
+        table.add_row(*(format_cell(key, row_cells[key]) for key, _ in columns))
+    if shared:
+        table.caption = "every row: " + ", ".join(shared)
+        table.caption_justify = "left"
     return table
+
+
+def _note_parts(row: TableRow) -> list[str]:
+    return [part for part in (row.cell("note") or "").split(", ") if part]
+
+
+def shared_notes(rows: list[TableRow]) -> list[str]:
+    """Notes every row of a table of several has (say, what agreement rests on): said once,
+    under the table, rather than on every row."""
+    if len(rows) < 2:
+        return []
+    first, *others = (_note_parts(row) for row in rows)
+    return [note for note in first if all(note in parts for parts in others)]
 
 
 def recommendation_lines(summary: RunSummary | dict) -> list[Text]:

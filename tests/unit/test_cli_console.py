@@ -137,3 +137,25 @@ def test_the_cli_does_not_change_the_environment(tmp_path, monkeypatch):
     assert cli_main(["cancel", "some-run", "--localstack", "--stack", "s1"]) == 2
     assert dict(os.environ) == before
     assert [(s.bucket, s.bus_name, s.queue_prefix) for s in wired] == [("s1-bucket", "s1-bus", "s1")]
+
+
+def test_a_note_every_row_has_is_said_once_under_the_table():
+    from report.terminal import shared_notes
+    from schemas.documents import TableRow
+
+    rows = [
+        TableRow(
+            combination="intel/onnx/b1/1769MB",
+            combo_key="a",
+            status="measured",
+            note="agreement on 32 synthetic samples, reused",
+        ),
+        TableRow(
+            combination="intel/base/b1/1769MB",
+            combo_key="b",
+            status="measured",
+            note="agreement on 32 synthetic samples",
+        ),
+    ]
+    assert shared_notes(rows) == ["agreement on 32 synthetic samples"]
+    assert shared_notes(rows[:1]) == []

@@ -73,7 +73,7 @@ def test_a_batch_of_eight_224_images_breaks_the_payload_rule_and_one_image_does_
         Combo(hardware="intel", optimizer="onnx", batch_size=4, memory_mb=1769),
         inputs=workload_input_shapes(model, 4),
     )
-    assert four.broken == [] and any("as JSON" in n and "send it binary" in n for n in four.notes)
+    assert four.broken == [] and any("as JSON" in n and "send .npy" in n for n in four.notes)
 
 
 def test_the_response_is_checked_from_the_signature_outputs():

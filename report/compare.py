@@ -230,7 +230,14 @@ def compare(a: RunSummary, b: RunSummary, history: History | None = None) -> Com
     }
     pooled = {figure.key: _pooled(others.values(), figure) for figure in FIGURES}
     combinations = [
-        _compare_one(rows_a[label], rows_b[label], others[label], pooled) for label in sorted(matched, key=_order)
+        _compare_one(
+            rows_a[label],
+            rows_b[label],
+            others[label],
+            pooled,
+            _baseline_repeats(history, rows_a[label], rows_b[label]),
+        )
+        for label in sorted(matched, key=_order)
     ]
     labels_a = {r.label for r in a.results} | {f.label for f in a.failures}
     labels_b = {r.label for r in b.results} | {f.label for f in b.failures}
@@ -272,21 +279,51 @@ def _between(
     return ASSUMED_BETWEEN_RUNS[figure.key], "assumed"
 
 
+def _baseline_repeats(history: History, ra: SummaryResult, rb: SummaryResult) -> list[HistoryPoint]:
+    """A's measurement and the repeats of its combination measured up to it (a baseline pinned
+    after measuring it several times), never B's; [] when A is not among them."""
+    a_at = getattr(ra, "measured_at", None)
+    points = [
+        p
+        for p in history.get(ra.combo_key or "", [])
+        if p.run_id != rb.run_id and (p.run_id == ra.run_id or (a_at and p.measured_at and p.measured_at <= a_at))
+    ]
+    return points if any(p.run_id == ra.run_id for p in points) else []
+
+
+def _level(ra: SummaryResult, repeats: list[HistoryPoint], figure: str) -> tuple[float | None, int]:
+    """The baseline's figure: the median of its repeats when it has several (one measurement
+    can be an outlier the whole comparison then leans on), else A's own; and how many."""
+    own = figure_value(ra, figure)
+    values = [v for v in (p.value(figure) for p in repeats) if v is not None]
+    if own is None or len(values) < 2:
+        return own, 1
+    if figure == "cost_per_million_usd":  # the cost follows the billed time: A's cost at the median billed time
+        billed = ra.latency_ms.billed_ms_mean
+        return (own * statistics.median(values) / billed, len(values)) if billed else (own, 1)
+    return statistics.median(values), len(values)
+
+
+MEDIAN_VARIANCE = math.pi / 2  # a median's variance over a mean's, for normal samples
+
+
 def _compare_one(
     ra: SummaryResult,
     rb: SummaryResult,
     others: tuple[list[HistoryPoint], list[HistoryPoint]],
     pooled: dict[str, tuple[float, int]],
+    repeats: list[HistoryPoint],
 ) -> CombinationComparison:
     figures = {}
     for figure in FIGURES:
-        va, vb = figure_value(ra, figure.key), figure_value(rb, figure.key)
+        (va, count), vb = _level(ra, repeats, figure.key), figure_value(rb, figure.key)
         if va is None or vb is None:
             figures[figure.key] = FigureChange(figure=figure.key, a=va, b=vb)
             continue
         (sa, basis_a), (sb, basis_b) = (_between(o, figure, pooled[figure.key]) for o in others)
         ha, hb = interval_half(ra, figure.key), interval_half(rb, figure.key)
-        noise = math.sqrt(ha**2 + hb**2 + (Z95**2) * (sa**2 + sb**2))
+        shrink = MEDIAN_VARIANCE / count if count > 1 else 1.0  # the baseline's level rests on `count` repeats
+        noise = math.sqrt(ha**2 * shrink + hb**2 + (Z95**2) * (sa**2 * shrink + sb**2))
         change = vb - va
         if figure.relative:
             scaled = change / va if va else math.inf
@@ -306,7 +343,8 @@ def _compare_one(
             change=change,
             change_pct=100 * scaled if figure.relative and math.isfinite(scaled) else None,
             noise=noise_shown,
-            noise_basis=f"intervals + between runs ({basis})",
+            noise_basis=f"intervals + between runs ({basis})"
+            + (f"; A: the median of {count} repeats" if count > 1 else ""),
             verdict=verdict,
         )
     notes = []

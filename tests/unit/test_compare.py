@@ -389,3 +389,22 @@ def test_the_p50_is_gated_only_when_asked(lab, capsys):
                    "50", "--max-p50-regression", "10%", "--format", "json") == 1  # fmt: skip
     regressions = json.loads(capsys.readouterr().out)["gate"]["regressions"]
     assert {r["figure"] for r in regressions} == {"p50_ms"} and len(regressions) == 3
+
+
+def test_a_baseline_measured_several_times_is_judged_by_its_median(lab, tmp_path, capsys):
+    """One baseline measurement can be an outlier: pinned after three earlier repeats, the
+    baseline's figures are their median, and a run as fast as the repeats passes."""
+    for run_id, p50, day in (("rep-1", 10.0, "01"), ("rep-2", 10.1, "02"), ("rep-3", 9.9, "03")):
+        lab.keep(measured(run_id, LABELS[0], p50=p50, at=f"2026-11-{day}T00:00:00+00:00"))
+    a = lab.archive("run-a", [lab.keep(measured("run-a", LABELS[0], p50=8.5))])  # a lucky moment
+    b = lab.archive("run-b", [lab.keep(measured("run-b", LABELS[0], p50=10.0, at="2026-12-03T00:00:00+00:00"))])
+    figure = compare(a, b, stored_history(lab.store, [a, b])).combinations[0].figures["p50_ms"]
+    assert figure.a == pytest.approx(9.95) and figure.verdict == "within noise"
+    assert "A: the median of 4 repeats" in figure.noise_basis
+    assert compare(a, b).combinations[0].figures["p50_ms"].verdict == "slower"  # judged on the one measurement
+
+    baseline = tmp_path / "baseline.json"
+    assert lab.cli("baseline", "run-a", "--out", str(baseline)) == 0
+    ci = Lab(tmp_path / "ci")
+    ci.archive("run-b", [ci.keep(measured("run-b", LABELS[0], p50=10.0, at="2026-12-03T00:00:00+00:00"))])
+    assert ci.cli("gate", "--baseline", str(baseline), "run-b", "--max-p50-regression", "5") == 0

@@ -192,14 +192,23 @@ def interval_half(result: SummaryResult, figure: str) -> float:
 
 
 def _spread(points: list[HistoryPoint], figure: str, relative: bool) -> float | None:
+    """The standard deviation of a figure over repeated measurements (relative to their median),
+    estimated robustly from three on (1.4826 x the median absolute deviation): one measurement
+    taken in a busy moment must not make every later change look like noise."""
     values = [v for v in (p.value(figure) for p in points) if v is not None]
     if len(values) < 2:
         return None
-    deviation = statistics.stdev(values)
+    centre = statistics.median(values)
+    if len(values) == 2:
+        deviation = statistics.stdev(values)
+    else:
+        deviation = MAD_TO_SD * statistics.median(abs(v - centre) for v in values)
     if not relative:
         return deviation
-    mean = statistics.fmean(values)
-    return deviation / mean if mean else None
+    return deviation / centre if centre else None
+
+
+MAD_TO_SD = 1.4826  # the median absolute deviation of normal samples times this is their standard deviation
 
 
 # ---------------------------------------------------------------------------------------------

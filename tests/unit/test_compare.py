@@ -408,3 +408,12 @@ def test_a_baseline_measured_several_times_is_judged_by_its_median(lab, tmp_path
     ci = Lab(tmp_path / "ci")
     ci.archive("run-b", [ci.keep(measured("run-b", LABELS[0], p50=10.0, at="2026-12-03T00:00:00+00:00"))])
     assert ci.cli("gate", "--baseline", str(baseline), "run-b", "--max-p50-regression", "5") == 0
+
+
+def test_one_outlier_in_the_history_does_not_hide_a_real_change(lab):
+    tight = {"interval": 0.002, "p99_interval": 0.002}
+    for run_id, p50 in (("h1", 10.0), ("h2", 10.05), ("h3", 9.95), ("h4", 12.5), ("h5", 10.02)):  # h4: a busy moment
+        lab.keep(measured(run_id, LABELS[0], p50=p50, **tight))
+    a = lab.archive("run-a", [lab.keep(measured("run-a", LABELS[0], p50=10.0, **tight))])
+    b = lab.archive("run-b", [lab.keep(measured("run-b", LABELS[0], p50=11.0, **tight))])
+    assert verdicts(compare(a, b, stored_history(lab.store, [a, b])), "p50_ms") == {"slower"}

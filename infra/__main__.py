@@ -27,7 +27,10 @@ def main(argv: list[str]) -> None:
     deploy.add_argument("--yes", action="store_true", help="apply the change set without asking")
     deploy.add_argument(
         "--sender-email",
-        help=f"the address run emails are sent from; SES mails it a link to verify (default {DEFAULT_SENDER}; kept on an update)",
+        help=(
+            f"the address run emails are sent from; SES mails it a link to verify "
+            f"(default {DEFAULT_SENDER}; kept on an update)"
+        ),
     )
     deploy.add_argument("--email-allowed", help='where run emails may go: addresses, "@domain", or "*" (default: none)')
     deploy.add_argument(

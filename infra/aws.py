@@ -197,7 +197,8 @@ def plan_images(acct: Account, options: DeployOptions, docker: Callable[[list[st
             match = ECR_URI.match(uri)
             if not match:
                 raise DeployError(
-                    f"{flag} {uri}: Lambda runs images from a private ECR repository: ACCOUNT.dkr.ecr.REGION.amazonaws.com/REPO:TAG"
+                    f"{flag} {uri}: Lambda runs images from a private ECR repository: "
+                    "ACCOUNT.dkr.ecr.REGION.amazonaws.com/REPO:TAG"
                 )
             if match["region"] != acct.region or match["account"] != acct.account_id:
                 raise DeployError(
@@ -323,7 +324,8 @@ def describe_changes(stack: str, region: str, kind: str, changes: list[dict], im
         replace = change.get("Replacement")
         note = "  (replaced)" if replace == "True" else "  (may be replaced)" if replace == "Conditional" else ""
         lines.append(
-            f"  {marks.get(change.get('Action'), '?')} {change.get('Action', ''):<7} {change.get('LogicalResourceId', '')}"
+            f"  {marks.get(change.get('Action'), '?')} {change.get('Action', ''):<7} "
+            f"{change.get('LogicalResourceId', '')}"
             f"  {change.get('ResourceType', '')}{note}"
         )
     if not changes:
@@ -474,7 +476,8 @@ def deploy(
         if not (
             options.yes
             or confirm(
-                f"stack {options.stack} is ROLLBACK_COMPLETE (a failed first deploy; it holds nothing). Delete it and go on? [y/N] "
+                f"stack {options.stack} is ROLLBACK_COMPLETE (a failed first deploy; it holds nothing). "
+                "Delete it and go on? [y/N] "
             )
         ):
             say("nothing was changed")
@@ -560,7 +563,8 @@ def destroy(
     )
     if bucket and delete_data:
         say(
-            f"  and the data bucket {bucket} with its {objects:,} objects ({size / 1e9:.2f} GB): models, artifacts, results"
+            f"  and the data bucket {bucket} with its {objects:,} objects ({size / 1e9:.2f} GB): "
+            "models, artifacts, results"
         )
     elif bucket:
         say(
@@ -596,7 +600,8 @@ def destroy(
     say(f"deleted {stack_name}")
     if bucket and not delete_data and objects:
         say(
-            f"kept: s3://{bucket} ({objects:,} objects). Delete it with `aws s3 rb s3://{bucket} --force` when you no longer need the results."
+            f"kept: s3://{bucket} ({objects:,} objects). "
+            f"Delete it with `aws s3 rb s3://{bucket} --force` when you no longer need the results."
         )
     return True
 

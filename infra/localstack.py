@@ -63,7 +63,7 @@ class ServiceProcesses:
         service = service or name
         self.specs[name] = (service, list(args or []))
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_dir / f"{name}.log", "ab")
+        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 (the service process writes to it all its life)
         # the function this process stands for on AWS, for the record of its AWS calls (adapters/aws_calls.py)
         args = list(args or [])
         caller = f"{service}-{args[args.index('--hardware') + 1]}" if "--hardware" in args else service

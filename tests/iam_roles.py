@@ -13,7 +13,6 @@ from adapters.aws_calls import Call
 from infra.stack import TEMPLATE
 
 
-
 @cache
 def template() -> dict:
     from cfnlint.decode import decode

@@ -24,7 +24,8 @@ def parse_api_keys(text: str) -> dict[str, str]:
         key, sep, owner = item.partition(":")
         if not sep or len(key) < 8 or not OWNER_PATTERN.match(owner):
             raise ValueError(
-                f"an API key entry must be KEY:OWNER (key of 8+ characters, owner [A-Za-z0-9_.@-]), got {item[:12]!r}..."
+                "an API key entry must be KEY:OWNER (key of 8+ characters, owner [A-Za-z0-9_.@-]), "
+                f"got {item[:12]!r}..."
             )
         keys[key] = owner
     return keys

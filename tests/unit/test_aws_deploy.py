@@ -186,7 +186,9 @@ class _FailingCloudFormation:
                 {
                     "LogicalResourceId": "MeasureArmFunction",
                     "ResourceStatus": "UPDATE_FAILED",
-                    "ResourceStatusReason": 'Resource handler returned message: "Architecture arm64 is not supported in this region"',
+                    "ResourceStatusReason": (
+                        'Resource handler returned message: "Architecture arm64 is not supported in this region"'
+                    ),
                 },
                 {
                     "LogicalResourceId": "DedupFunction",

@@ -2,17 +2,20 @@
 machine (issue 34): goal 0 false alarms in 10 identical re-runs, at least 9 of 10 slowdowns of
 10 % caught.
 
-The example image classifier is measured once as the baseline, then `--runs` more times, each
+The example image classifier is measured `--baseline-runs` times (the baseline: the last of
+them, pinned with its repeats, as docs/ci.md's pin job does), then `--runs` more times, each
 forced (the same combinations, a new version of each result), through every service on the
-embedded bus, confined as usual. Each re-run is gated against the baseline as it stands
-(identical: any regression is a false alarm), then with a slowdown of `--slowdown` % applied
-to its latencies (p50, p99, their intervals, the billed time, and the cost re-priced from it):
-a known effect on this machine's real noise (every regression then is a detection). Both
-twice: without history (the assumed between-run variation) and with the history a gate on
-this machine would have (the re-runs before it).
+embedded bus, confined as usual. Each re-run is gated against the baseline (identical: any
+regression is a false alarm), then with a slowdown of `--slowdown` % applied to its latencies
+(p50, p99, their intervals, the billed time, and the cost re-priced from it): a known effect on
+this machine's real noise (every regression then is a detection). Both twice: against the
+baseline's one measurement without history (the assumed between-run variation), and with the
+history a gate on this machine would have (the baseline's repeats and the re-runs before it);
+and as `--confirm 1` would: a regression counts only if the next re-run (itself slowed in the
+second case), judged as its re-measurement, repeats it.
 
-    .venv/bin/python bench/bench_gate.py [--runs 10] [--input-size 64,64] [--memory 1769]
-        [--optimizers onnx] [--slowdown 10] [--threshold 5] [--time-cap 4] [--json out.json]
+    .venv/bin/python bench/bench_gate.py [--runs 10] [--baseline-runs 3] [--input-size 64,64]
+        [--memory 1769] [--optimizers onnx] [--slowdown 10] [--threshold 5] [--time-cap 4] [--json out.json]
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from ayci.bootstrap import embedded
 from ayci.settings import Settings
 from core.logs import configure_logging
 from measuring.confinement import unavailable_reason
-from report.compare import Thresholds, compare, gate, stored_history
+from report.compare import Thresholds, compare, confirmed, gate, stored_history
 from schemas import keys
 from schemas.combos import Matrix
 from schemas.cost import cost_block
@@ -78,6 +81,7 @@ def measured(app, request: RequestSubmitted) -> RunSummary:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=10, help="identical re-runs after the baseline")
+    parser.add_argument("--baseline-runs", type=int, default=3, help="measurements of the baseline")
     parser.add_argument("--input-size", default="64,64")
     parser.add_argument("--memory", default="1769", help="memory sizes, e.g. 1769,3538")
     parser.add_argument("--optimizers", default="onnx")
@@ -108,24 +112,33 @@ def main() -> int:
         )
         request = RequestSubmitted(model=model, matrix=matrix, force=True, min_agreement=0.0)
         started = time.monotonic()
-        runs = [measured(app, request)]
-        for _ in range(args.runs):
-            runs.append(measured(app, request))
+        pinned = [measured(app, request) for _ in range(max(1, args.baseline_runs))]
+        runs = [measured(app, request) for _ in range(args.runs + 1)]  # the last only confirms the one before
         seconds = time.monotonic() - started
-        history = stored_history(app.store, runs)
-    baseline = runs[0]
-    order = [r.run_id for r in runs]
+        history = stored_history(app.store, [*pinned, *runs])
+    baseline = pinned[-1]
+    order = [r.run_id for r in [*pinned, *runs]]
     rows, tallies = [], {}
-    for i, run in enumerate(runs[1:], start=1):
-        known = set(order[: i + 1])  # what a gate on this machine would hold when judging re-run i
+    for i, run in enumerate(runs[:-1], start=1):
+        known = set(order[: len(pinned) + i])  # what a gate on this machine would hold when judging re-run i
         histories = {
             "no history": {},
             "history": {k: [p for p in v if p.run_id in known] for k, v in history.items()},
+            "confirm 1": {
+                k: [p for p in v if p.run_id in known | {order[len(pinned) + i]}] for k, v in history.items()
+            },
         }
         for basis, points in histories.items():
-            for case, judged in (("identical", run), (f"+{args.slowdown:g} %", slowed(run, factor))):
+            for case, judged, confirming in (
+                ("identical", run, runs[i]),
+                (f"+{args.slowdown:g} %", slowed(run, factor), slowed(runs[i], factor)),
+            ):
                 comparison = compare(baseline, judged, points)
-                result = gate(comparison, thresholds)
+                result = (
+                    confirmed(baseline, judged, [confirming], points, thresholds)  # `ayci gate --confirm 1`
+                    if basis == "confirm 1"
+                    else gate(comparison, thresholds)
+                )
                 alarm = not result.passed
                 tallies[(basis, case)] = tallies.get((basis, case), 0) + alarm
                 for c in comparison.combinations:
@@ -151,10 +164,11 @@ def main() -> int:
                         flush=True,
                     )
     print(
-        f"\n{args.runs} re-runs of {len(baseline.results)} combination(s) measured in {seconds:.0f} s; "
+        f"\n{len(pinned)} baseline runs and {args.runs} re-runs of {len(baseline.results)} combination(s) "
+        f"measured in {seconds:.0f} s; "
         f"thresholds p50, p99 and cost {args.threshold:g} %"
     )
-    for basis in ("no history", "history"):
+    for basis in ("no history", "history", "confirm 1"):
         false_alarms = tallies.get((basis, "identical"), 0)
         caught = tallies.get((basis, f"+{args.slowdown:g} %"), 0)
         print(

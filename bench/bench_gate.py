@@ -113,6 +113,9 @@ def main() -> int:
         request = RequestSubmitted(model=model, matrix=matrix, force=True, min_agreement=0.0)
         started = time.monotonic()
         pinned = [measured(app, request) for _ in range(max(1, args.baseline_runs))]
+        for run in pinned:
+            for r in run.results:
+                print(f"baseline {run.run_id[:8]} {r.label} p50 {r.latency_ms.p50:.2f} ms, load {r.load}", flush=True)
         runs = [measured(app, request) for _ in range(args.runs + 1)]  # the last only confirms the one before
         seconds = time.monotonic() - started
         history = stored_history(app.store, [*pinned, *runs])
@@ -157,8 +160,15 @@ def main() -> int:
                             "regressions": [r.reason for r in result.regressions if r.combination == c.combination],
                         }
                     )
+                    load = next(r.load for r in run.results if r.label == c.combination)
+                    busy = (
+                        f"busy {(load.other_busy_cores or 0):.1f}{' DISTURBED' if load.disturbed else ''}"
+                        if load
+                        else ""
+                    )
                     print(
-                        f"re-run {i:2d} {basis:<10} {case:<10} {c.combination:<22} p50 {p50.change_pct:+6.1f} % "
+                        f"re-run {i:2d} {basis:<10} {case:<10} {c.combination:<22} {busy:<16} "
+                        f"p50 {p50.change_pct:+6.1f} % "
                         f"(±{p50.noise:4.1f})  p99 {p99.change_pct:+6.1f} % (±{p99.noise:4.1f})  "
                         f"{'REGRESSION' if alarm else 'pass'}",
                         flush=True,

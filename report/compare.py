@@ -223,20 +223,25 @@ def _others(history: History, key: str | None, leave_out: set[str]) -> list[Hist
     return [p for p in history.get(key or "", []) if p.run_id not in leave_out]
 
 
-def compare(a: RunSummary, b: RunSummary, history: History | None = None) -> Comparison:
+def compare(a: RunSummary, b: RunSummary, history: History | None = None, b_repeats: Iterable[str] = ()) -> Comparison:
     """Run `b` against run `a`: every combination measured in both, matched by hardware,
     optimizer, batch and memory size (predicted rows are not compared). `history` holds the
-    stored measurements of each combination key (`stored_history`); none: assumed variation."""
+    stored measurements of each combination key (`stored_history`); none: assumed variation.
+    `b_repeats`: runs that re-measured b's combinations (`ayci gate --confirm`): b's figures are
+    then the median of b and them, and their spread is b's between-run variation."""
     history = history or {}
+    b_runs = set(b_repeats)
     rows_a, rows_b = _measured(a), _measured(b)
     matched = [label for label in rows_a if label in rows_b]
-    others = {
-        label: (
-            _others(history, rows_a[label].combo_key, {rows_a[label].run_id or "", rows_b[label].run_id or ""}),
-            _others(history, rows_b[label].combo_key, {rows_a[label].run_id or "", rows_b[label].run_id or ""}),
+    groups_b = {label: _b_group(history, rows_b[label], b_runs) for label in matched}
+    others = {}
+    for label in matched:
+        leave_out = {rows_a[label].run_id or "", rows_b[label].run_id or "", *b_runs}
+        own_b = groups_b[label] if len(groups_b[label]) > 1 else None  # b's repeats: their spread is b's
+        others[label] = (
+            _others(history, rows_a[label].combo_key, leave_out),
+            own_b or _others(history, rows_b[label].combo_key, leave_out),
         )
-        for label in matched
-    }
     pooled = {figure.key: _pooled(others.values(), figure) for figure in FIGURES}
     combinations = [
         _compare_one(
@@ -244,7 +249,8 @@ def compare(a: RunSummary, b: RunSummary, history: History | None = None) -> Com
             rows_b[label],
             others[label],
             pooled,
-            _baseline_repeats(history, rows_a[label], rows_b[label]),
+            [p for p in _baseline_repeats(history, rows_a[label], rows_b[label]) if p.run_id not in b_runs],
+            groups_b[label],
         )
         for label in sorted(matched, key=_order)
     ]
@@ -288,6 +294,14 @@ def _between(
     return ASSUMED_BETWEEN_RUNS[figure.key], "assumed"
 
 
+def _b_group(history: History, rb: SummaryResult, b_runs: set[str]) -> list[HistoryPoint]:
+    """b's measurement and its re-measurements (`b_runs`); [] when b's is not stored."""
+    if not b_runs:
+        return []
+    points = [p for p in history.get(rb.combo_key or "", []) if p.run_id == rb.run_id or p.run_id in b_runs]
+    return points if any(p.run_id == rb.run_id for p in points) else []
+
+
 def _baseline_repeats(history: History, ra: SummaryResult, rb: SummaryResult) -> list[HistoryPoint]:
     """A's measurement and the repeats of its combination measured up to it (a baseline pinned
     after measuring it several times), never B's; [] when A is not among them."""
@@ -322,17 +336,19 @@ def _compare_one(
     others: tuple[list[HistoryPoint], list[HistoryPoint]],
     pooled: dict[str, tuple[float, int]],
     repeats: list[HistoryPoint],
+    b_group: list[HistoryPoint],
 ) -> CombinationComparison:
     figures = {}
     for figure in FIGURES:
-        (va, count), vb = _level(ra, repeats, figure.key), figure_value(rb, figure.key)
+        (va, count), (vb, count_b) = _level(ra, repeats, figure.key), _level(rb, b_group, figure.key)
         if va is None or vb is None:
             figures[figure.key] = FigureChange(figure=figure.key, a=va, b=vb)
             continue
         (sa, basis_a), (sb, basis_b) = (_between(o, figure, pooled[figure.key]) for o in others)
         ha, hb = interval_half(ra, figure.key), interval_half(rb, figure.key)
         shrink = MEDIAN_VARIANCE / count if count > 1 else 1.0  # the baseline's level rests on `count` repeats
-        noise = math.sqrt(ha**2 * shrink + hb**2 + (Z95**2) * (sa**2 * shrink + sb**2))
+        shrink_b = MEDIAN_VARIANCE / count_b if count_b > 1 else 1.0
+        noise = math.sqrt(ha**2 * shrink + hb**2 * shrink_b + (Z95**2) * (sa**2 * shrink + sb**2 * shrink_b))
         change = vb - va
         if figure.relative:
             scaled = change / va if va else math.inf
@@ -353,7 +369,8 @@ def _compare_one(
             change_pct=100 * scaled if figure.relative and math.isfinite(scaled) else None,
             noise=noise_shown,
             noise_basis=f"intervals + between runs ({basis})"
-            + (f"; A: the median of {count} repeats" if count > 1 else ""),
+            + (f"; A: the median of {count} repeats" if count > 1 else "")
+            + (f"; B: the median of {count_b} measurements" if count_b > 1 else ""),
             verdict=verdict,
         )
     notes = []
@@ -565,43 +582,23 @@ def gate(comparison: Comparison, thresholds: Thresholds) -> GateResult:
 def confirmed(
     a: RunSummary, b: RunSummary, confirmations: list[RunSummary], history: History, thresholds: Thresholds
 ) -> GateResult:
-    """The gate of `b` against `a`, a regression kept only if every re-measurement of its
-    combination (`confirmations`: runs re-measuring the regressed combinations, `ayci gate
-    --confirm N`) regresses too. `history` holds their measurements as well: the between-run
-    variation each is judged against is then measured on the very combination that regressed."""
-    first = gate(compare(a, b, history), thresholds)
+    """The gate of `b` against `a` after re-measuring b's regressed combinations
+    (`confirmations`, `ayci gate --confirm N`, their measurements in `history`): b's figures
+    are then the median of b and its re-measurements, judged against the spread among them, so
+    one busy moment neither fails the gate nor hides a lasting change. Regressions the first
+    judgment found and this one does not are `unconfirmed`."""
+    later = {c.run_id for c in confirmations}
+    before = {key: [p for p in points if p.run_id not in later] for key, points in history.items()}
+    first = gate(compare(a, b, before), thresholds)  # as judged before re-measuring
     if first.passed or not confirmations:
         return first
-    repeats = [gate(compare(a, c, history), thresholds) for c in confirmations]
-    kept, dropped = [], []
-    for regression in first.regressions:
-        found = [
-            next(
-                (
-                    r
-                    for r in repeat.regressions
-                    if (r.combination, r.figure) == (regression.combination, regression.figure)
-                ),
-                None,
-            )
-            for repeat in repeats
-        ]
-        if all(found):
-            changes = ", ".join(f"{r.change_pct:+.1f} %" if r.change_pct is not None else f"{r.b:.4f}" for r in found)
-            kept.append(
-                regression.model_copy(
-                    update={"reason": f"{regression.reason}; confirmed by {len(found)} re-measurement(s): {changes}"}
-                )
-            )
-        else:
-            dropped.append(
-                regression.model_copy(
-                    update={
-                        "reason": f"{regression.reason}; not repeated by {sum(1 for f in found if f is None)} "
-                        f"of {len(found)} re-measurement(s)"
-                    }
-                )
-            )
-    return first.model_copy(
-        update={"passed": not kept, "regressions": kept, "unconfirmed": dropped, "confirmations": len(confirmations)}
-    )
+    final = gate(compare(a, b, history, b_repeats=[c.run_id for c in confirmations]), thresholds)
+    measured = f"the median of this run and {len(confirmations)} re-measurement(s)"
+    found = {(r.combination, r.figure) for r in final.regressions}
+    kept = [r.model_copy(update={"reason": f"{r.reason}; confirmed on {measured}"}) for r in final.regressions]
+    dropped = [
+        r.model_copy(update={"reason": f"{r.reason}; not confirmed on {measured}"})
+        for r in first.regressions
+        if (r.combination, r.figure) not in found
+    ]
+    return final.model_copy(update={"regressions": kept, "unconfirmed": dropped, "confirmations": len(confirmations)})

@@ -71,6 +71,25 @@ def slowed(summary: RunSummary, factor: float) -> RunSummary:
     return summary.model_copy(update={"results": results})
 
 
+def slowed_points(history: dict, run_ids: set[str], factor: float) -> dict:
+    """The history with the slowed runs' measurements slowed too (as they would be stored)."""
+    return {
+        key: [
+            p.model_copy(
+                update={
+                    name: getattr(p, name) * factor
+                    for name in ("p50_ms", "p99_ms", "billed_ms_mean")
+                    if getattr(p, name) is not None
+                }
+            )
+            if p.run_id in run_ids
+            else p
+            for p in points
+        ]
+        for key, points in history.items()
+    }
+
+
 def measured(app, request: RequestSubmitted) -> RunSummary:
     envelope = new_run(request)
     app.publisher.publish([envelope])
@@ -132,13 +151,18 @@ def main() -> int:
             },
         }
         for basis, points in histories.items():
-            for case, judged, confirming in (
-                ("identical", run, runs[i]),
-                (f"+{args.slowdown:g} %", slowed(run, factor), slowed(runs[i], factor)),
+            for case, judged, confirming, stored in (
+                ("identical", run, runs[i], points),
+                (
+                    f"+{args.slowdown:g} %",
+                    slowed(run, factor),
+                    slowed(runs[i], factor),
+                    slowed_points(points, {run.run_id, runs[i].run_id}, factor),
+                ),
             ):
-                comparison = compare(baseline, judged, points)
+                comparison = compare(baseline, judged, stored)
                 result = (
-                    confirmed(baseline, judged, [confirming], points, thresholds)  # `ayci gate --confirm 1`
+                    confirmed(baseline, judged, [confirming], stored, thresholds)  # `ayci gate --confirm 1`
                     if basis == "confirm 1"
                     else gate(comparison, thresholds)
                 )

@@ -198,13 +198,17 @@ def _run_child(
     mode: str = "measure",
 ) -> dict:
     with sandbox.Workspace.create(prefix="measure-") as workspace:
+        artifact = workspace.bring(spec.artifact_path)
+        companion = Path(spec.artifact_path).with_suffix(".json")  # an AOTInductor package's call convention
+        if companion.is_file():
+            workspace.bring(companion)
         spec_path = workspace.path / "spec.json"
         spec_path.write_text(
             json.dumps(
                 {
                     "optimizer": spec.optimizer,
                     "workload": spec.workload,
-                    "artifact_path": str(workspace.bring(spec.artifact_path)),
+                    "artifact_path": str(artifact),
                     "reference_path": str(workspace.bring(spec.reference_path, "reference.npz")),
                     "threads": spec.threads,
                     "time_cap_s": spec.time_cap_s,

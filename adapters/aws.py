@@ -1,10 +1,12 @@
 """The real path's adapters: S3 for the object store, EventBridge for publishing, SQS for
-delayed messages. The endpoint comes from `AWS_ENDPOINT_URL` (LocalStack here, unset on AWS);
-boto3 reads it itself."""
+delayed messages. Clients go where the environment says (`AWS_ENDPOINT_URL`: LocalStack in a
+service process started for it, unset on AWS), or to an `AwsEndpoint` given explicitly (the CLI
+on LocalStack)."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -24,8 +26,28 @@ CONDITION_FAILED = ("PreconditionFailed", "412", "ConditionalRequestConflict", "
 _CLIENT_CONFIG = Config(retries={"max_attempts": 8, "mode": "adaptive"}, max_pool_connections=20)
 
 
-def client(service: str):
-    made = boto3.session.Session().client(service, config=_CLIENT_CONFIG)
+@dataclass(frozen=True)
+class AwsEndpoint:
+    """Where AWS calls go when not to AWS itself (LocalStack): its address, region and
+    credentials, given to each client rather than set in the process's environment."""
+
+    url: str
+    region: str = "us-east-1"
+    access_key_id: str = "test"
+    secret_access_key: str = "test"
+
+
+def client(service: str, endpoint: AwsEndpoint | None = None):
+    """A client of `service`: AWS as the environment configures it, or `endpoint`."""
+    if endpoint is None:
+        made = boto3.session.Session().client(service, config=_CLIENT_CONFIG)
+    else:
+        session = boto3.session.Session(
+            aws_access_key_id=endpoint.access_key_id,
+            aws_secret_access_key=endpoint.secret_access_key,
+            region_name=endpoint.region,
+        )
+        made = session.client(service, endpoint_url=endpoint.url, config=_CLIENT_CONFIG)
     record_calls(made)
     return made
 

@@ -27,6 +27,7 @@ from services.inference import handlers as inference
 from services.notifier import handlers as notifier
 
 if TYPE_CHECKING:  # the request service's app (FastAPI) is imported by its hosts only, not by every worker
+    from adapters.aws import AwsEndpoint
     from adapters.background_bus import BackgroundBus
     from services.request.app import RequestDeps, RequestLimits
 
@@ -109,17 +110,20 @@ class AwsWiring:
     publisher: LoggedPublisher
 
 
-def aws(settings: Settings) -> AwsWiring:
-    """The real path: S3 for objects, EventBridge (+ SQS for delayed events) for events."""
-    from adapters.aws import EventBridgePublisher, S3Store
+def aws(settings: Settings, endpoint: AwsEndpoint | None = None) -> AwsWiring:
+    """The real path: S3 for objects, EventBridge (+ SQS for delayed events) for events; at
+    `endpoint` (LocalStack) when given, else where the environment says."""
+    from adapters.aws import EventBridgePublisher, S3Store, client
 
-    store = S3Store(settings.bucket)
-    return AwsWiring(
-        store=store,
-        publisher=LoggedPublisher(
-            store, EventBridgePublisher(settings.bus_name, settings.queue_prefix, copies=settings.publish_copies)
-        ),
+    store = S3Store(settings.bucket, client("s3", endpoint))
+    publisher = EventBridgePublisher(
+        settings.bus_name,
+        settings.queue_prefix,
+        copies=settings.publish_copies,
+        events=client("events", endpoint),
+        sqs=client("sqs", endpoint),
     )
+    return AwsWiring(store=store, publisher=LoggedPublisher(store, publisher))
 
 
 def aws_runner(name: str, settings: Settings, wiring: AwsWiring | None = None) -> ServiceRunner:

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from adapters.aws import AwsEndpoint
 from adapters.aws_calls import CALLER_ENV
 from core.topology import SERVICES
 from infra.stack import StackOutputs, deploy_stack
@@ -31,7 +32,17 @@ def start_localstack() -> None:
     subprocess.run([str(REPO_ROOT / "scripts/localstack.sh"), "start"], check=True, stdout=subprocess.DEVNULL)
 
 
+LOCALSTACK = AwsEndpoint(
+    LOCALSTACK_ENV["AWS_ENDPOINT_URL"],
+    LOCALSTACK_ENV["AWS_DEFAULT_REGION"],
+    LOCALSTACK_ENV["AWS_ACCESS_KEY_ID"],
+    LOCALSTACK_ENV["AWS_SECRET_ACCESS_KEY"],
+)
+
+
 def use_localstack() -> None:
+    """Point this whole process at LocalStack through its environment (tests and benches; the
+    CLI passes `LOCALSTACK` to its clients instead)."""
     for name, value in LOCALSTACK_ENV.items():
         os.environ.setdefault(name, value)
 
@@ -40,6 +51,7 @@ def service_env(outputs: StackOutputs, prefix: str, extra: dict | None = None) -
     """The environment a service process needs to find its stack."""
     return {
         **os.environ,
+        **LOCALSTACK_ENV,
         "AYCI_BUCKET": outputs.bucket,
         "AYCI_BUS_NAME": outputs.bus_name,
         "AYCI_QUEUE_PREFIX": prefix,
@@ -129,5 +141,4 @@ class ServiceProcesses:
 
 
 def deploy(prefix: str = "ayci") -> StackOutputs:
-    use_localstack()
-    return deploy_stack(stack_name=prefix, prefix=prefix)
+    return deploy_stack(stack_name=prefix, prefix=prefix, endpoint_url=LOCALSTACK.url)

@@ -1,7 +1,8 @@
 """Deploy, read and delete the AYCI stack (`infra/template.yaml`) with CloudFormation.
 
 The same code serves AWS and LocalStack (`scripts/localstack.sh start`). The endpoint is
-`endpoint_url` if given, else `AWS_ENDPOINT_URL` (boto3 reads it itself); with an endpoint
+`endpoint_url` if given (with LocalStack's credentials, passed to the client), else
+`AWS_ENDPOINT_URL` if set, else AWS as the environment configures it; with an endpoint
 the stack is deployed with `Platform=localstack`, which leaves out what LocalStack cannot
 create, and the SES sender is verified with SES v1 `verify_email_identity` instead.
 
@@ -24,6 +25,8 @@ from typing import Any
 
 import boto3
 from botocore.exceptions import ClientError, WaiterError
+
+from adapters.aws import AwsEndpoint
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "infra" / "template.yaml"
 TEMPLATE_BODY_MAX_BYTES = 51_200  # CloudFormation's limit on a TemplateBody (beyond it, a template in S3)
@@ -92,7 +95,7 @@ def deploy_stack(
     reasons if the stack fails."""
     endpoint = _endpoint(endpoint_url)
     on_localstack = endpoint is not None
-    cfn = boto3.client("cloudformation", endpoint_url=endpoint)
+    cfn = _client("cloudformation", endpoint)
     params = {
         "Prefix": prefix,
         "Platform": "localstack" if on_localstack else "aws",
@@ -124,13 +127,13 @@ def deploy_stack(
             _wait(cfn, "stack_update_complete", stack_name, on_localstack)
     if on_localstack:
         # AWS::SES::EmailIdentity (SES v2) is left out there; SES v1 verifies at once.
-        boto3.client("ses", endpoint_url=endpoint).verify_email_identity(EmailAddress=sender_email)
+        _client("ses", endpoint).verify_email_identity(EmailAddress=sender_email)
     return read_stack(stack_name, endpoint)
 
 
 def read_stack(stack_name: str = "ayci", endpoint_url: str | None = None) -> StackOutputs:
     """The outputs of an existing, deployed stack."""
-    cfn = boto3.client("cloudformation", endpoint_url=_endpoint(endpoint_url))
+    cfn = _client("cloudformation", _endpoint(endpoint_url))
     stack = cfn.describe_stacks(StackName=stack_name)["Stacks"][0]
     outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
     prefix = next(p["ParameterValue"] for p in stack["Parameters"] if p["ParameterKey"] == "Prefix")
@@ -159,16 +162,29 @@ def delete_stack(stack_name: str = "ayci", endpoint_url: str | None = None, *, e
     """Delete the stack and wait until it is gone; a missing stack is fine. CloudFormation
     cannot delete a bucket that holds objects: `empty_bucket=True` deletes them first."""
     endpoint = _endpoint(endpoint_url)
-    cfn = boto3.client("cloudformation", endpoint_url=endpoint)
+    cfn = _client("cloudformation", endpoint)
     if _stack_status(cfn, stack_name) is None:
         return
     if empty_bucket:
-        empty_bucket_objects(boto3.client("s3", endpoint_url=endpoint), read_stack(stack_name, endpoint).bucket)
+        empty_bucket_objects(_client("s3", endpoint), read_stack(stack_name, endpoint).bucket)
     _delete_and_wait(cfn, stack_name, endpoint is not None)
 
 
 def _endpoint(endpoint_url: str | None) -> str | None:
     return endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None
+
+
+def _client(service: str, endpoint_url: str | None):
+    """AWS as the environment configures it, or the endpoint (LocalStack) with its credentials
+    (the environment's when it has them)."""
+    if endpoint_url is None:
+        return boto3.client(service)
+    local = AwsEndpoint(endpoint_url)
+    return boto3.session.Session(
+        aws_access_key_id=os.environ.get("AWS_ACCESS_KEY_ID", local.access_key_id),
+        aws_secret_access_key=os.environ.get("AWS_SECRET_ACCESS_KEY", local.secret_access_key),
+        region_name=os.environ.get("AWS_DEFAULT_REGION", local.region),
+    ).client(service, endpoint_url=endpoint_url)
 
 
 def _stack_status(cfn: Any, stack_name: str) -> str | None:

@@ -27,13 +27,14 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     from services.request.runs import cancel_run
 
     settings = Settings()
+    endpoint = None
     if args.localstack:
-        from infra import localstack as cloud
+        from infra.localstack import LOCALSTACK
         from infra.stack import read_stack
 
-        cloud.use_localstack()
-        settings = stack_settings(settings, read_stack(args.stack), args.stack)
-    wiring = aws(settings)
+        endpoint = LOCALSTACK
+        settings = stack_settings(settings, read_stack(args.stack, LOCALSTACK.url), args.stack)
+    wiring = aws(settings, endpoint)
     try:
         record = RunRecord.read(wiring.store.get_bytes(keys.run_record(args.run_id))).to_dict()
     except Exception:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -20,12 +19,10 @@ from schemas.events import RequestSubmitted
 
 
 def settings_of(args: argparse.Namespace) -> Settings:
-    """The settings (`AYCI_*`), with the command's `--data-dir` and `--target-cpu` if given (the
-    latter as AYCI_INTEL_CPU, so the processes a run starts compile for it too)."""
-    if getattr(args, "target_cpu", None):
-        os.environ["AYCI_INTEL_CPU"] = args.target_cpu
-    data_dir = getattr(args, "data_dir", None)
-    return Settings(data_dir=data_dir) if data_dir else Settings()
+    """The settings (`AYCI_*`), with the command's `--data-dir` and `--target-cpu` if given
+    (passed on to the service processes a run on LocalStack starts: `follow.localstack_services`)."""
+    given = {"data_dir": getattr(args, "data_dir", None), "intel_cpu": getattr(args, "target_cpu", None)}
+    return Settings(**{name: value for name, value in given.items() if value})
 
 
 def parse_matrix(specs: list[str]) -> dict[str, list[str]]:

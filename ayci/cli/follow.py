@@ -89,11 +89,14 @@ def localstack_services(stack: str, settings: Settings) -> Iterator[tuple]:
     err.print("starting LocalStack and deploying the stack")
     cloud.start_localstack()
     outputs = cloud.deploy(stack)
-    processes = cloud.ServiceProcesses(env=cloud.service_env(outputs, stack), log_dir=settings.data_dir.parent / "logs")
+    extra = {"AYCI_INTEL_CPU": settings.intel_cpu} if settings.intel_cpu else None
+    processes = cloud.ServiceProcesses(
+        env=cloud.service_env(outputs, stack, extra), log_dir=settings.data_dir.parent / "logs"
+    )
     # an arm worker too: on x86 it measures arm combinations as emulated aarch64 code
     processes.start_all(inference_hardware=("intel", "arm"))
     try:
-        yield aws(stack_settings(settings, outputs, stack)), processes
+        yield aws(stack_settings(settings, outputs, stack), cloud.LOCALSTACK), processes
     finally:
         processes.stop_all()
         err.print(f"service logs: {processes.log_dir}")

@@ -117,7 +117,6 @@ def test_the_cli_does_not_change_the_environment(tmp_path, monkeypatch):
 
     outputs = stack.StackOutputs("s1", bus_name="s1-bus", bucket="s1-bucket", queue_urls={}, queue_arns={}, dlq_urls={})
     monkeypatch.setattr(stack, "read_stack", lambda name, *a, **k: outputs)
-    monkeypatch.setattr(localstack, "use_localstack", lambda: None)  # no LocalStack here
 
     class NoRuns:
         def get_bytes(self, key: str) -> bytes:
@@ -125,7 +124,9 @@ def test_the_cli_does_not_change_the_environment(tmp_path, monkeypatch):
 
     wired = []
     monkeypatch.setattr(
-        ayci.bootstrap, "aws", lambda settings: wired.append(settings) or ayci.bootstrap.AwsWiring(NoRuns(), None)
+        ayci.bootstrap,
+        "aws",
+        lambda settings, endpoint=None: wired.append((settings, endpoint)) or ayci.bootstrap.AwsWiring(NoRuns(), None),
     )
     model = tmp_path / "tiny.onnx"
     model.write_bytes(tiny_onnx_model())
@@ -133,10 +134,13 @@ def test_the_cli_does_not_change_the_environment(tmp_path, monkeypatch):
     assert cli_main(["inspect", str(model), "--json"]) == 0
     assert cli_main(["plan", "--model", str(model), "--input-size", "8,8", "--data-dir", str(tmp_path / "d")]) == 0
     assert cli_main(["run", "--matrix", "quantum=base", "--data-dir", str(tmp_path / "d")]) == 2
+    assert cli_main(["run", "--matrix", "quantum=base", "--target-cpu", "host", "--data-dir", str(tmp_path / "d")]) == 2
     assert cli_main(["traffic", "nope", "--rps", "1", "--data-dir", str(tmp_path / "d")]) == 2
     assert cli_main(["cancel", "some-run", "--localstack", "--stack", "s1"]) == 2
     assert dict(os.environ) == before
-    assert [(s.bucket, s.bus_name, s.queue_prefix) for s in wired] == [("s1-bucket", "s1-bus", "s1")]
+    assert [(s.bucket, s.bus_name, s.queue_prefix, e) for s, e in wired] == [
+        ("s1-bucket", "s1-bus", "s1", localstack.LOCALSTACK)
+    ]
 
 
 def test_a_note_every_row_has_is_said_once_under_the_table():

@@ -269,10 +269,9 @@ def test_predict_measures_three_sizes_and_predicts_the_others(app, small_image_m
     for row in predicted.values():
         assert row["interval"]["p50"][0] < row["latency_ms"]["p50"] < row["interval"]["p50"][1]
         assert row["agreement"]["score"] == 1.0 and row["cost"]["per_million_inferences_usd"] > 0
-    rows = {r["combination"]: r for r in summary_rows(summary)}
+    rows = {r.combination: r for r in summary_rows(summary)}
     assert all(
-        rows[f"intel/onnx/b1/{m}MB"]["status"] == "predicted"
-        and rows[f"intel/onnx/b1/{m}MB"]["interval"].startswith("p50 ")
+        rows[f"intel/onnx/b1/{m}MB"].status == "predicted" and rows[f"intel/onnx/b1/{m}MB"].interval.startswith("p50 ")
         for m in predicted
     )
     assert "predicted" in results_csv(summary)

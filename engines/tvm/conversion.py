@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from engines import Conversion, ConversionError, ConversionJob
-from engines.tvm import logs
+from engines.tvm import ARTIFACT, logs
 from engines.tvm.build import choose_variant, prepare
 from engines.tvm.importer import import_model
 from engines.tvm.records import Tuning
@@ -27,7 +27,6 @@ from engines.tvm.target import (
 from engines.tvm.tuning import tune
 from schemas.reasons import whole
 
-ARTIFACT = "model.so"
 LOG_FILE = "tvm.log"  # beside out_dir, unless the caller names the run's log (`logs.send_output_to`)
 
 

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import structlog
 
-PROGRESS_EVENT = "tvm.tuning.progress"
+from engines.tvm import PROGRESS_EVENT
+
 META_SCHEDULE_LOGGER = "tvm.s_tir.meta_schedule"
 
 log = structlog.get_logger()

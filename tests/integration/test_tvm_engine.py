@@ -9,7 +9,6 @@ import json
 import os
 import re
 import shutil
-import time
 from pathlib import Path
 
 import numpy as np
@@ -115,11 +114,9 @@ def test_tuned_conversion_loads_agrees_and_reuses_records(tiny_image_model, tmp_
     tuning = tmp_path / "tuning"
     messages: list[str] = []
 
-    started = time.perf_counter()
     first = tvm_engine.convert(
         _job(model, tiny_image_model, tmp_path / "a", batch=2, trials=TRIALS, tuning_dir=tuning, messages=messages)
     )
-    first_wall = time.perf_counter() - started
     assert first.artifact_file == "model.so" and sorted(p.name for p in (tmp_path / "a").iterdir()) == ["model.so"]
     assert first.tuning_s > 0 and first.conversion_s > 0
     assert (
@@ -143,14 +140,18 @@ def test_tuned_conversion_loads_agrees_and_reuses_records(tiny_image_model, tmp_
     agreement = module.agreement(reference, outputs)
     assert agreement.score == 1.0 and agreement.details["max_abs_diff"] < 1e-3
 
-    started = time.perf_counter()
+    records = (tuning / "database_tuning_record.json").read_bytes()
+    second_messages: list[str] = []
     second = tvm_engine.convert(
-        _job(model, tiny_image_model, tmp_path / "b", batch=2, trials=TRIALS, tuning_dir=tuning)
+        _job(
+            model, tiny_image_model, tmp_path / "b", batch=2, trials=TRIALS, tuning_dir=tuning, messages=second_messages
+        )
     )
-    second_wall = time.perf_counter() - started
+    # the stored records answer every kernel: no trial is measured again, no record added (not timed:
+    # wall-clock comparisons fail on a shared machine)
     assert second.details["records_reused"] is True
-    assert second.tuning_s < first.tuning_s / 3
-    assert second_wall < first_wall
+    assert not any(m.startswith("tvm: tuned") for m in second_messages), second_messages
+    assert (tuning / "database_tuning_record.json").read_bytes() == records
     again = tvm_engine.load(tmp_path / "b" / "model.so", 1)(inputs)
     assert module.agreement(reference, again).score == 1.0
 

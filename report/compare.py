@@ -4,7 +4,7 @@ million, peak memory and agreement, the change and a verdict (faster, slower or 
 what differs between the runs (the model, its input size, the environment).
 
 `compare` is a pure function of two stored `RunSummary` documents and the history of each
-combination (the earlier versions of its result, `results/{combination key}/{run id}.json`,
+combination (the earlier versions of its result, `keys.result_version`,
 read by `stored_history`). Noise is never one run's sampling error alone: each figure's 95 %
 interval (both results') is widened by the variation between repeated measurements of the same
 combination (its history, leaving out the two results compared: with them in, any difference
@@ -442,19 +442,14 @@ def differences(a: RunSummary, b: RunSummary) -> list[Difference]:
 # the store's history and the pinned baseline
 
 
-def _versions_prefix(combo_key: str) -> str:
-    """results/{combination key}/: where each measurement of a combination is kept."""
-    return keys.result_version(combo_key, "_").rsplit("/", 1)[0] + "/"
-
-
 def stored_history(store: ObjectStore, summaries: Iterable[RunSummary]) -> dict[str, list[HistoryPoint]]:
-    """Every stored measurement (`results/{key}/{run id}.json`) of the combinations the
+    """Every stored measurement (`keys.result_version`) of the combinations the
     summaries measured, oldest first. One listing per combination (a compare, not a run's path)."""
     history: dict[str, list[HistoryPoint]] = {}
     wanted = {r.combo_key for s in summaries for r in s.results if r.combo_key and not r.predicted}
     for combo_key in sorted(wanted):
         points = []
-        for key in store.list_keys(_versions_prefix(combo_key)):
+        for key in store.list_keys(keys.result_versions_prefix(combo_key)):
             name = key.rsplit("/", 1)[-1]
             if not name.endswith(".json") or name.count(".") != 1:  # profiles, traces
                 continue

@@ -108,7 +108,12 @@ def result(combo_key: str) -> str:
 
 
 def result_version(combo_key: str, run_id: str) -> str:
-    return f"results/{combo_key}/{run_id}.json"
+    return f"{result_versions_prefix(combo_key)}{run_id}.json"
+
+
+def result_versions_prefix(combo_key: str) -> str:
+    """Every measurement of a combination kept (with its profiles and traces)."""
+    return f"results/{combo_key}/"
 
 
 def profile(combo_key: str, run_id: str) -> str:

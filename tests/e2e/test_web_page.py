@@ -246,7 +246,8 @@ def test_predict_on_the_page_draws_predicted_points_apart(page, small_image_mode
 
 def test_profile_switch_and_profile_this_on_the_page(page, tiny_image_model):
     """The profile switch profiles the run's measured combination after its measurement; the
-    side-by-side table shows it with its trace to download; "profile" on a row asks again."""
+    side-by-side table shows it with its trace to download; "profile" on a row answers with the
+    run's stored profile (no second pass)."""
     choose_model(page, tiny_image_model)
     page.fill("#input-size", ",".join(map(str, TINY_IMAGE_SIZE)))
     page.uncheck("input[name=opt-intel][value=base]")
@@ -264,5 +265,5 @@ def test_profile_switch_and_profile_this_on_the_page(page, tiny_image_model):
     assert '"traceEvents"' in Path(trace_download.value.path()).read_text()
     page.click("#results-table tbody tr[data-combo='intel/onnx/b1/2048MB'] button:text('profile')")
     page.wait_for_function(
-        "document.getElementById('profiles-status').textContent.endsWith('profiled')", timeout=120_000
+        "document.getElementById('profiles-status').textContent.endsWith('already profiled')", timeout=120_000
     )

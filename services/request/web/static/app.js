@@ -487,7 +487,10 @@ function profiledAt(tables, comboKey) {
 async function requestProfile(r) {
   try {
     const before = profiledAt(await loadProfiles(), r.combo_key);
-    await api(`runs/${state.runId}/combinations/${r.combo_key}/profile`, { method: "POST" });
+    const asked = await (await api(`runs/${state.runId}/combinations/${r.combo_key}/profile`, { method: "POST" })).json();
+    if (asked.state === "profiled") {  // this run has its profile already: answered, no new pass
+      $("profiles-status").textContent = `${r.combination} already profiled`; return;
+    }
     $("profiles-status").textContent = `profiling ${r.combination}…`;
     for (let i = 0; i < 40; i++) {  // the worker profiles it in a confined pass: a few seconds to a minute
       await new Promise((resolve) => setTimeout(resolve, 3000));

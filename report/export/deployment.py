@@ -17,10 +17,12 @@ from importlib import metadata
 from typing import Any
 
 from schemas.documents import RunSummary, SummaryResult
+from schemas.lambda_limits import load_limits
 
-ZIP_LIMIT_BYTES = 250 * 2**20  # Lambda: a function and its layers, unzipped
-EPHEMERAL_DEFAULT_MB = 512  # Lambda's default /tmp; SnapStart needs no more than this
-SNAPSTART_MIN_PYTHON = (3, 12)  # SnapStart for Python starts with the python3.12 runtime
+# Lambda's rules, from the one dated data file every answer is checked against (data/lambda_limits.json)
+ZIP_LIMIT_BYTES = load_limits().deployment.zip_unzipped_bytes  # a function and its layers, unzipped
+EPHEMERAL_DEFAULT_MB = load_limits().ephemeral_storage_mb.default  # Lambda's default /tmp
+SNAPSTART_MIN_PYTHON = tuple(int(part) for part in load_limits().snapstart.python_min.split("."))
 LAMBDA_PYTHONS = ((3, 10), (3, 11), (3, 12), (3, 13))
 TIMEOUT_MIN_S, TIMEOUT_MAX_S = 10, 900
 RUNTIME_MARGIN = 1.02

@@ -16,7 +16,7 @@ from ayci.bootstrap import aws, aws_runner
 from ayci.settings import Settings
 from core.logs import configure_logging
 from core.topology import BY_NAME, every_queue
-from engines import warm_up_conversion
+from engines.onnx_engine import warm_up_conversion
 from engines.targets import native_hardware
 
 log = structlog.get_logger()

@@ -98,31 +98,6 @@ def module(optimizer: str) -> Engine:
     return importlib.import_module(_MODULES[name])  # type: ignore[return-value]
 
 
-def warm_up_conversion() -> float:
-    """Import torch, ONNX and ONNX Runtime and export a two-operator program to ONNX once, as a
-    converter process starts (a Lambda's init): its first message then converts as fast as the
-    later ones. Measured on the 32x32 example ResNet-18: the first conversion in a fresh process
-    7.0 s, 3.8 s after this (4.8 s after the imports alone: `torch.export` and the dynamo
-    exporter initialize on their first use), later ones 2.6-3.1 s. Returns the seconds spent."""
-    import tempfile
-    import time
-
-    started = time.perf_counter()
-    import onnxruntime  # noqa: F401
-    import torch
-
-    from engines.onnx_engine import export_program_to_onnx
-
-    class Warm(torch.nn.Module):
-        def forward(self, x):
-            return torch.relu(x) + 1
-
-    program = torch.export.export(Warm(), (torch.ones(1, 4),))
-    with tempfile.TemporaryDirectory(prefix="ayci-warm-") as tmp:
-        export_program_to_onnx(program, Path(tmp) / "warm.onnx")  # the conversions' own export path
-    return time.perf_counter() - started
-
-
 def timed_ms(run: Runner, inputs: dict[str, np.ndarray]) -> float:
     """One inference's wall time in ms."""
     import time

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from core.lease import Lease
 
@@ -49,3 +49,19 @@ def race(leases: list[Lease]) -> list[bool]:
         thread.join(timeout=30)
     assert None not in won, "a taker never finished"
     return won
+
+
+def assert_one_taker_of_an_expired_lease_wins(store, key: str, racers: int) -> None:
+    """`racers` takers of `key`'s expired lease, each reading it before any writes: exactly one
+    wins, its holder is the one stored, and only its renewals succeed."""
+    clock = Clock()
+    assert Lease(store, key, "dead", 60, now=clock).take()
+    clock.at += timedelta(seconds=61)
+    racing = BothReadFirst(store, racers)
+    takers = [Lease(racing, key, f"taker-{index}", 60, now=clock) for index in range(racers)]
+    won = race(takers)
+    assert sum(won) == 1
+    winner = takers[won.index(True)]
+    assert f'"holder": "{winner.holder}"' in store.get_bytes(key).decode()
+    assert winner.renew()  # the winner's version is the stored one
+    assert not any(taker.renew() for taker in takers if taker is not winner)

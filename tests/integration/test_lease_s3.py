@@ -4,14 +4,12 @@ its ETag takes it over, so of the takers that all read the same expired lease ex
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
 
 import boto3
 import pytest
 
 from adapters.aws import S3Store
-from core.lease import Lease
-from tests.lease_race import BothReadFirst, Clock, race
+from tests.lease_race import assert_one_taker_of_an_expired_lease_wins
 
 pytestmark = pytest.mark.localstack
 KEY = "leases/artifact.json"
@@ -40,14 +38,4 @@ def test_compare_and_put_is_s3_if_match(store):
 
 @pytest.mark.parametrize("racers", [2, 4])
 def test_of_the_takers_of_an_expired_lease_exactly_one_wins(store, racers):
-    clock = Clock()
-    assert Lease(store, KEY, "dead", 60, now=clock).take()
-    clock.at += timedelta(seconds=61)
-    racing = BothReadFirst(store, racers)
-    takers = [Lease(racing, KEY, f"taker-{index}", 60, now=clock) for index in range(racers)]
-    won = race(takers)
-    assert sum(won) == 1
-    winner = takers[won.index(True)]
-    assert f'"holder": "{winner.holder}"' in store.get_bytes(KEY).decode()
-    assert winner.renew()
-    assert not any(taker.renew() for taker in takers if taker is not winner)
+    assert_one_taker_of_an_expired_lease_wins(store, KEY, racers)

@@ -12,7 +12,7 @@ import pytest
 from adapters.local_store import LocalFolderStore
 from adapters.memory_store import MemoryStore
 from core.lease import Lease
-from tests.lease_race import BothReadFirst, Clock, race
+from tests.lease_race import BothReadFirst, Clock, assert_one_taker_of_an_expired_lease_wins, race
 
 KEY = "leases/artifact.json"
 
@@ -42,17 +42,7 @@ def test_a_lease_is_held_waited_for_expires_and_is_released(store):
 
 @pytest.mark.parametrize("racers", [2, 4])
 def test_of_the_takers_of_an_expired_lease_exactly_one_wins(store, racers):
-    clock = Clock()
-    assert Lease(store, KEY, "dead", 60, now=clock).take()
-    clock.at += timedelta(seconds=61)
-    racing = BothReadFirst(store, racers)
-    takers = [Lease(racing, KEY, f"taker-{index}", 60, now=clock) for index in range(racers)]
-    won = race(takers)
-    assert sum(won) == 1
-    winner = takers[won.index(True)]
-    assert f'"holder": "{winner.holder}"' in store.get_bytes(KEY).decode()
-    assert winner.renew()  # the winner's version is the stored one
-    assert not any(t.renew() for t in takers if t is not winner)
+    assert_one_taker_of_an_expired_lease_wins(store, KEY, racers)
 
 
 def test_of_the_takers_of_a_released_lease_exactly_one_wins(store):

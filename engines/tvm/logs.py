@@ -123,7 +123,7 @@ def progress(trials_done: int, trials_total: int, best_ms: float | None, *, fini
         PROGRESS_EVENT,
         trials_done=trials_done,
         trials_total=trials_total,
-        best_ms=None if best_ms is None else round(best_ms, 3),
+        best_ms=None if best_ms is None else float(f"{best_ms:.4g}"),  # 4 significant digits: a tiny kernel is µs
         finished=finished,
         **context,
     )

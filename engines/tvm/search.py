@@ -272,7 +272,7 @@ def _progress_callback(
             if now - self.last > 5 or measured[0] >= budget:
                 self.last = now
                 self.best_ms = estimate()
-                best = "" if self.best_ms is None else f", best {self.best_ms:.3f} ms"
+                best = "" if self.best_ms is None else f", best {self.best_ms:.4g} ms"
                 job.progress(f"tvm: tuned {already + measured[0]}/{already + budget} trials{best}")
             logs.progress(already + measured[0], already + budget, self.best_ms, **context)
 

@@ -16,7 +16,6 @@ from ayci.bootstrap import aws, aws_runner
 from ayci.settings import Settings
 from core.logs import configure_logging
 from core.topology import BY_NAME, every_queue
-from engines.onnx_engine import warm_up_conversion
 from engines.targets import native_hardware
 
 log = structlog.get_logger()
@@ -37,8 +36,6 @@ def main(service: str, argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     settings = Settings()
     configure_logging(settings.log_format if settings.log_format != "console" else "json", logging.INFO)
-    if service == "converter":  # its first message converts as fast as the later ones
-        log.info("warmed_up", service=service, seconds=round(warm_up_conversion(), 2))
     wiring = aws(settings)
     runner = aws_runner(service, settings, wiring)
     spec = BY_NAME[service]

@@ -249,26 +249,3 @@ def first_divergent_node(
         if not diff <= tolerance:  # NaN diverges too
             return {"node": node, "op_type": op_type, "output": name, "max_abs_diff": diff, "tolerance": tolerance}
     return None
-
-
-def warm_up_conversion() -> float:
-    """Import torch, ONNX and ONNX Runtime and export a two-operator program to ONNX once, as a
-    converter process starts (a Lambda's init): its first message then converts as fast as the
-    later ones. Measured on the 32x32 example ResNet-18: the first conversion in a fresh process
-    7.0 s, 3.8 s after this (4.8 s after the imports alone: `torch.export` and the dynamo
-    exporter initialize on their first use), later ones 2.6-3.1 s. Returns the seconds spent."""
-    import tempfile
-    import time
-
-    started = time.perf_counter()
-    import onnxruntime  # noqa: F401
-    import torch
-
-    class Warm(torch.nn.Module):
-        def forward(self, x):
-            return torch.relu(x) + 1
-
-    program = torch.export.export(Warm(), (torch.ones(1, 4),))
-    with tempfile.TemporaryDirectory(prefix="ayci-warm-") as tmp:
-        export_program_to_onnx(program, Path(tmp) / "warm.onnx")  # the conversions' own export path
-    return time.perf_counter() - started

@@ -1,7 +1,8 @@
-"""AWS Lambda entrypoint of the converter service (SQS event source, partial batch responses)."""
+"""AWS Lambda entrypoint of the converter service (SQS event source, partial batch responses).
+
+No warm-up at init: every conversion runs in a fresh sandboxed child process (measuring/sandbox.py),
+so nothing the parent imports or compiles would speed it up."""
 
 from ayci.lambda_entry import make_handler
-from engines.onnx_engine import warm_up_conversion
 
-warm_up_conversion()  # in the init phase: the first message converts as fast as the later ones
 handler = make_handler("converter")

@@ -72,14 +72,16 @@ def wait_summary(stack, run_id: str, timeout: float = RUN_TIMEOUT_S) -> dict:
     raise AssertionError(f"run {run_id} did not end in {timeout} s\n{logs}")
 
 
-def test_every_worker_starts_polling_and_the_converter_warms_up_before(stack):
-    """A converter process exports a program to ONNX before it polls (a Lambda's init does the
-    same): its first message then converts as fast as later ones, not ~3 s slower."""
+def test_every_worker_starts_polling_and_the_converter_parent_never_imports_torch(stack):
+    """Every worker process polls its queues. The converter's own process never imports torch:
+    conversion (and any model code) runs only in the sandboxed child, so a warm-up in the parent
+    would buy nothing and a model's import-time work cannot reach the long-lived process."""
     processes = stack["processes"]
     processes.wait_started(timeout=180)
+    for name in processes.processes:
+        assert '"worker_started"' in processes.log_text(name), processes.log_text(name)[-2000:]
     converter = processes.log_text("converter")
-    assert '"warmed_up"' in converter, converter[-2000:]
-    assert converter.index('"warmed_up"') < converter.index('"worker_started"')
+    assert '"warmed_up"' not in converter, converter[-2000:]
 
 
 def test_complete_run_then_replay_from_model_converted(stack, tiny_image_model):

@@ -43,7 +43,6 @@ import os
 import signal
 import socket
 import sys
-import tarfile
 import tempfile
 import threading
 import time
@@ -66,6 +65,7 @@ from schemas import keys
 from schemas.combos import Matrix, combo_key
 from schemas.events import RequestSubmitted, RunPlanned
 from services.request.submission import new_run, store_model
+from tests.hostile_models import many_empty_members
 
 POISON = [
     "{not json",
@@ -318,19 +318,6 @@ def raced(client: Client, data: bytes, posts: int, batch_sizes: list[int], email
 
     with ThreadPoolExecutor(posts) as pool:
         return list(pool.map(post, range(posts)))
-
-
-def many_empty_members(count: int) -> bytes:
-    """A tar of `count` empty files, its headers written directly (tarfile would take seconds)."""
-    template = bytearray(tarfile.TarInfo("f0000000").tobuf(format=tarfile.USTAR_FORMAT))
-    blocks = []
-    for i in range(count):
-        header = bytearray(template)
-        header[0:8] = b"f%07d" % i
-        header[148:156] = b" " * 8
-        header[148:156] = b"%06o\0 " % sum(header)
-        blocks.append(bytes(header))
-    return b"".join(blocks) + b"\0" * 1024
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,6 +26,7 @@ from onnx import TensorProto, helper, numpy_helper
 from engines.archives import BUNDLE_MAX_ENTRIES, unpack_bundle
 from engines.model_files import NotAModelError, accept_model, load_exported_program, single_file_onnx, sniff_format
 from engines.pt2_archive import check_sym_expr
+from tests.hostile_models import many_empty_members
 
 
 class TouchMarker:
@@ -376,19 +377,6 @@ def test_garbage_is_no_model_and_says_why(tmp_path):
     garbage.write_bytes(b"\x0a\xff\xff\xff\xff\x0f" + b"\x01" * 64)
     with pytest.raises(NotAModelError, match=r"not an ONNX model \(DecodeError"):
         sniff_format(garbage)
-
-
-def many_empty_members(count: int) -> bytes:
-    """A tar of `count` empty files, its headers written directly (tarfile would take seconds)."""
-    template = bytearray(tarfile.TarInfo("f0000000").tobuf(format=tarfile.USTAR_FORMAT))
-    blocks = []
-    for i in range(count):
-        header = bytearray(template)
-        header[0:8] = b"f%07d" % i
-        header[148:156] = b" " * 8
-        header[148:156] = b"%06o\0 " % sum(header)
-        blocks.append(bytes(header))
-    return b"".join(blocks) + b"\0" * 1024
 
 
 def test_a_tar_of_300000_members_is_refused_at_the_cap_without_listing_them(tmp_path):

@@ -231,7 +231,7 @@ def observed_figures(requests: list[dict], samples: list[dict], name: str, state
     for r in requests:
         if r["status"] != 200:
             errors[str(r["status"] or "connection")] = errors.get(str(r["status"] or "connection"), 0) + 1
-    p50, p99 = np.percentile(latencies, [50, 99]) if len(latencies) else (float("nan"), float("nan"))
+    p50, p90, p95, p99 = np.percentile(latencies, [50, 90, 95, 99]) if len(latencies) else [float("nan")] * 4
     waited = sum(r["cold"] for r in answered)
     cold_starts = sum(state["loads"].values())  # workers started: each a cold start, as an instance's on Lambda
     workers = [s["models"][name]["workers"] + s["models"][name]["starting"] for s in samples if name in s["models"]]
@@ -241,6 +241,8 @@ def observed_figures(requests: list[dict], samples: list[dict], name: str, state
         "answered": len(answered),
         "errors": errors,
         "p50_ms": float(p50),
+        "p90_ms": float(p90),
+        "p95_ms": float(p95),
         "p99_ms": float(p99),
         "cold_starts": cold_starts,
         "cold_share": cold_starts / len(answered) if answered else 0.0,
@@ -281,11 +283,13 @@ def predicted_figures(
         cut,
         max_instances=max_workers,
     )
-    p50, p99 = np.percentile(capped.latencies_ms, [50, 99])
+    p50, p90, p95, p99 = np.percentile(capped.latencies_ms, [50, 90, 95, 99])
     return {
         "cold_share": capped.cold_share,
         "cold_starts": capped.cold_starts,
         "p50_ms": float(p50),
+        "p90_ms": float(p90),
+        "p95_ms": float(p95),
         "p99_ms": float(p99),
         "peak_instances": capped.peak_instances,
         "simulated_requests": capped.requests,

@@ -19,7 +19,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from schemas.combos import Combo
-from schemas.documents import BreakEven, Candidate, Criteria, Recommendation, SummaryResult
+from schemas.documents import BreakEven, SummaryResult
+from schemas.recommendation import Candidate, Criteria, Recommendation
 
 
 def rows(results: Iterable[SummaryResult | dict[str, Any]]) -> list[SummaryResult]:

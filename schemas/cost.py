@@ -21,6 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.combos import Hardware
+from schemas.flexible import Flexible
 
 DEFAULT_PRICES_PATH = Path(__file__).resolve().parents[1] / "data" / "lambda_prices.json"
 ARCHITECTURE = {Hardware.intel: "x86_64", Hardware.arm: "arm64"}
@@ -65,6 +66,19 @@ class PriceTable(BaseModel):
         if name not in self.regions:
             raise UnknownPriceRegion(f"unknown price region {name!r} (known: {', '.join(sorted(self.regions))})")
         return self.regions[name]
+
+
+class Cost(Flexible):
+    """A result's cost on Lambda (`cost_block`), priced for one region."""
+
+    per_million_inferences_usd: float
+    billed_ms_per_request: float | None = None
+    per_request_usd: float | None = None
+    cold_start_billed_ms: int | None = None
+    cold_start_usd: float | None = None
+    architecture: str | None = None
+    price_region: str | None = None
+    price_date: str | None = None
 
 
 class UnknownPriceRegion(ValueError):

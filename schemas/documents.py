@@ -37,7 +37,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import from_json
 
 from schemas.combos import Combo, ModelRef
+from schemas.cost import Cost
 from schemas.events import FailureStage, InferenceDone, ModelConverted, SchemaError
+from schemas.flexible import Flexible
+from schemas.recommendation import Interval, Recommendation
 from schemas.signature import ModelSignature
 
 
@@ -137,15 +140,12 @@ class ArtifactManifest(Document):
         )
 
 
-class Flexible(BaseModel):
-    model_config = ConfigDict(extra="allow", ser_json_inf_nan="constants")
-
-
 class Latency(Flexible):
     """Latency in ms: what every result has, a predicted one included."""
 
     p50: float
     p90: float
+    p95: float | None = None  # results measured before the p95 was kept have none
     p99: float
     mean: float | None = None
     billed_ms_mean: float | None = None
@@ -221,19 +221,6 @@ class Environment(Flexible):
     python: str | None = None
     machine: str | None = None
     libraries: dict[str, str | None] = {}
-
-
-class Cost(Flexible):
-    """A result's cost on Lambda (`schemas/cost.py cost_block`), priced for one region."""
-
-    per_million_inferences_usd: float
-    billed_ms_per_request: float | None = None
-    per_request_usd: float | None = None
-    cold_start_billed_ms: int | None = None
-    cold_start_usd: float | None = None
-    architecture: str | None = None
-    price_region: str | None = None
-    price_date: str | None = None
 
 
 class MeasurementReport(Flexible):
@@ -364,15 +351,6 @@ class Prediction(Flexible):
     anchors: list[int] = []  # the measured memory sizes it was predicted from
 
 
-class Interval(Flexible):
-    """A prediction's interval (about 95 %): [low, high] of p50, p99 and the cold start, in ms."""
-
-    level: str | None = None
-    p50: list[float]
-    p99: list[float]
-    cold_start_ms: list[float] | None = None
-
-
 class BreakEven(Flexible):
     """After how many inferences a tuned engine's tuning is repaid (`core/profiles.py break_even`)."""
 
@@ -442,56 +420,6 @@ class SummaryResult(Flexible):
         return self.load is not None and self.load.disturbed
 
 
-class Candidate(Flexible):
-    p99_ms: float
-    per_million_inferences_usd: float
-    balance_score: float
-
-
-class Criteria(Flexible):
-    slo_p99_ms: float | None = None
-    min_agreement: float
-    balance_weight: float = 0.5
-    fastest_by: str = "p99"
-
-
-class PickCheckReport(Flexible):
-    """What checking one predicted pick found (`predict` runs)."""
-
-    combination: str
-    picked_as: list[str]
-    predicted_p50_ms: float
-    predicted_p99_ms: float
-    interval: Interval
-    measured: bool
-    verdict: str
-    measured_p50_ms: float | None = None
-    measured_p99_ms: float | None = None
-    within_interval: bool | None = None
-
-
-class Recommendation(Flexible):
-    """Which combination to deploy (`report/recommendation.py`); combinations named by their labels."""
-
-    fastest: str | None = None
-    cheapest: str | None = None
-    balanced: str | None = None
-    pareto: list[str] = []
-    candidates: dict[str, Candidate] = {}
-    excluded: dict[str, str] = {}  # label -> why it cannot be recommended
-    criteria: Criteria | None = None
-    disturbed: list[str] = []
-    checks: list[PickCheckReport] | None = None
-
-    def pick(self, kind: str) -> str | None:
-        """The label picked as `kind` (fastest, cheapest, balanced)."""
-        return getattr(self, kind)
-
-    def with_checks(self, checks: list[PickCheckReport | dict[str, Any]]) -> Recommendation:
-        """This recommendation with what checking its predicted picks found."""
-        return self.model_copy(update={"checks": [PickCheckReport.model_validate(c) for c in checks]})
-
-
 class TableRow(Flexible):
     """A row of the run report's table (`report/table.py summary_rows`): the CLI, the API's
     JSON and CSV, the email and the web page show these. A failed combination's row sets only
@@ -506,6 +434,7 @@ class TableRow(Flexible):
     p99_interval: list[float] | None = None
     p50_ms: float | None = None
     p90_ms: float | None = None
+    p95_ms: float | None = None
     p99_ms: float | None = None
     cold_start_ms: float | None = None
     peak_rss_mb: float | None = None

@@ -28,6 +28,7 @@ from pydantic import (
 from schemas.combos import PREDICT_MIN_SIZES, Combo, Matrix, ModelRef, Tuning
 from schemas.cost import default_region as default_price_region
 from schemas.cost import load_prices
+from schemas.recommendation import Recommendation
 
 # MetaSchedule trials per TVM artifact when the request names none: where TVM overtook tuned
 # ONNX Runtime on ResNet-18 on a 2-core x86 host, about 11 minutes of tuning (measured with
@@ -231,12 +232,13 @@ class RunStatus(StrEnum):
 
 class RunArchived(Payload):
     TYPE = "RunArchived"
+    VERSION = 2
     status: RunStatus
     summary_key: str  # `runs/{run_id}/summary.json`
     succeeded: int
     failed: int
     failures: dict[str, str] = {}  # combination label -> reason
-    recommendation: dict[str, Any] | None = None
+    recommendation: Recommendation | None = None  # v2: typed (v1: the same JSON, any object)
     email: str | None = None
 
 
@@ -274,6 +276,19 @@ def _deadline_v1_to_v2(old: dict[str, Any]) -> dict[str, Any]:
     return {"deadline": old["deadline"]}
 
 
+def _run_archived_v1_to_v2(old: dict[str, Any]) -> dict[str, Any]:
+    """v1's recommendation was any object; v2's is a `Recommendation` of the same JSON. A v1
+    recommendation that is not one (not an object, or a field of another type) is left out:
+    the summary the event names keeps the run's recommendation."""
+    recommendation = old.get("recommendation")
+    if recommendation is not None:
+        try:
+            Recommendation.model_validate(recommendation)
+        except ValidationError:
+            return {k: v for k, v in old.items() if k != "recommendation"}
+    return dict(old)
+
+
 def _added_defaults(old: dict[str, Any]) -> dict[str, Any]:
     """The next version only added fields with defaults or values (RequestSubmitted v3:
     `predict`, v4: `traffic`, v5: the optimizer `onnx_int8`, v6: `profile`; RunPlanned v2:
@@ -291,6 +306,7 @@ UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("RunPlanned", 1): _added_defaults,
     ("CombosReused", 1): _added_defaults,
     ("RunDeadlineReached", 1): _deadline_v1_to_v2,
+    ("RunArchived", 1): _run_archived_v1_to_v2,
 }
 
 

@@ -390,15 +390,13 @@ def _with_checks(
 
 
 def _announcement(summary: RunSummary) -> RunArchived:
-    recommendation = summary.recommendation
     return RunArchived(
         status=RunStatus(summary.status),
         summary_key=keys.summary(summary.run_id),
         succeeded=len(summary.results),
         failed=len(summary.failures),
         failures={f.label: f"{f.stage.value}: {f.reason}" for f in summary.failures},
-        # the event carries it as stored (JSON)
-        recommendation=recommendation.model_dump(mode="json", exclude_unset=True) if recommendation else None,
+        recommendation=summary.recommendation,
         email=summary.request.get("email"),
     )
 

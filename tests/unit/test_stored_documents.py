@@ -138,3 +138,48 @@ def test_table_rows_keep_their_shape():
     assert Recommendation.model_validate(summary.recommendation.model_dump()).pick("fastest") == (
         summary.recommendation.fastest
     )
+
+
+def v1_run_archived(recommendation) -> dict:
+    """A `RunArchived` event as AYCI wrote it before its recommendation was typed (v1)."""
+    return {
+        "event_id": "e-1",
+        "type": "RunArchived",
+        "schema_version": 1,
+        "run_id": "r-1",
+        "time": "2026-11-01T10:00:00+00:00",
+        "producer": "archiver",
+        "payload": {
+            "status": "complete",
+            "summary_key": "runs/r-1/summary.json",
+            "succeeded": 4,
+            "failed": 0,
+            "recommendation": recommendation,
+        },
+    }
+
+
+def test_a_v1_run_archived_event_reads_with_a_typed_recommendation():
+    from schemas.events import Envelope, RunArchived
+
+    stored_recommendation = json.loads(stored("summary_v1_predicted.json"))["recommendation"]
+    event = Envelope.parse(v1_run_archived(stored_recommendation))
+    assert event.schema_version == RunArchived.VERSION == 2
+    recommendation = event.payload.recommendation
+    assert isinstance(recommendation, Recommendation)
+    assert recommendation.fastest == stored_recommendation["fastest"]
+    assert recommendation.criteria.min_agreement == 0.99
+    first = next(iter(stored_recommendation["candidates"]))
+    assert recommendation.candidates[first].p99_ms == stored_recommendation["candidates"][first]["p99_ms"]
+    # written again (v2) and read back: the same recommendation
+    assert Envelope.parse(event.to_json()).payload.recommendation == recommendation
+    # a v1 recommendation that is no `Recommendation` is left out (the summary keeps the run's)
+    odd = Envelope.parse(v1_run_archived({"fastest": ["not", "a", "label"]}))
+    assert odd.payload.recommendation is None and odd.payload.succeeded == 4
+    # a v2 event must fit: a renamed field of a candidate fails on reading
+    broken = json.loads(event.to_json())
+    broken["payload"]["recommendation"]["candidates"][first]["p99"] = broken["payload"]["recommendation"]["candidates"][
+        first
+    ].pop("p99_ms")
+    with pytest.raises(SchemaError, match="p99_ms"):
+        Envelope.parse(broken)

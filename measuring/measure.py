@@ -110,6 +110,7 @@ def measure_warm(run, inputs, min_iterations: int, cap_s: float) -> dict:
     return {
         "p50": median,
         "p90": percentile(samples, 90),
+        "p95": percentile(samples, 95),
         "p99": percentile(samples, 99),
         "mean": mean,
         "min": min(samples),

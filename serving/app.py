@@ -1,4 +1,9 @@
-"""The endpoint's HTTP layer: `POST /invocations/{model}`, `GET /models`, `GET /metrics`.
+"""The endpoint's HTTP layer: `POST /invocations/{model}`, `POST /echo/{model}`, `GET /models`,
+`GET /metrics`.
+
+`/echo/{model}` does all an invocation does but the inference: reads and decodes the body as the
+model's inputs, encodes them back as the answer. Its latency is the per-request overhead (HTTP,
+(de)serialization, the event loop) the load test measures and adds to the simulation.
 
 Status codes: 404 an unknown model, 413 a body over the limit (or arrays that would decode past
 `max_decoded_bytes`, or that ran out of memory decoding), 400/415 a body that is not a tensor
@@ -84,6 +89,25 @@ def create_app(
             metrics.latency.labels(known, "true" if cold else "false").observe(time.perf_counter() - started)
         return response
 
+    @app.post("/echo/{model}")
+    async def echo(model: str, request: Request) -> Response:
+        served = endpoint.models.get(model)
+        if served is None:
+            return _refusal(404, f"no model {model!r}")
+        try:
+            body = await _read_body(request, limits.body_bytes)
+        except BodyTooLarge:
+            return _refusal(413, f"the body is over the limit of {limits.body_bytes / 2**20:g} MB")
+        try:
+            inputs, from_json = await anyio.to_thread.run_sync(
+                partial(_inputs, body, request.headers.get("content-type", ""), served, limits.decoded_bytes),
+                limiter=limits.decoders,
+            )
+        except BadTensor as exc:
+            return _refusal(exc.status, str(exc))
+        echoed = Served(wire.pack(inputs), cold=False, worker_pid=None, queued_ms=0.0, infer_ms=0.0)
+        return await run_in_threadpool(_answer, model, served, echoed, from_json)
+
     return app
 
 
@@ -157,8 +181,8 @@ def _answer(name: str, model: ServedModel, served: Served, from_json: bool) -> R
     headers = {
         "X-Cold-Load": "1" if served.cold else "0",
         "X-Worker-Pid": str(served.worker_pid),
-        "X-Queued-Ms": f"{served.queued_ms:.1f}",
-        "X-Inference-Ms": f"{served.infer_ms:.1f}",
+        "X-Queued-Ms": f"{served.queued_ms:.3f}",
+        "X-Inference-Ms": f"{served.infer_ms:.3f}",
     }
     if from_json:
         return JSONResponse(

@@ -6,6 +6,11 @@ shrinks every model's pool (`scaling.py`) within the budget.
 loaded gets its pool and first worker here (under the endpoint's lock, so concurrent first
 requests load it once and all wait for that load); then the request is queued on the pool.
 `Overloaded` when it cannot be taken now (the queue is full, or no room can be made).
+
+Lambda-like (`policy.lambda_like`): a model's pool starts with no worker and each request that
+finds no idle worker starts one (memory made for it as for a scale-out); idle workers are all
+reclaimed after the idle time, and a pool left with none stays (its model is evicted only for
+room). `time_cold_starts` times real worker starts (the cold starts the simulation is fed).
 """
 
 from __future__ import annotations
@@ -104,6 +109,12 @@ class Endpoint:
         """Queue `inputs` for model `name`; a future of the pool's `Served`."""
         if name not in self.models:
             raise UnknownModel(name)
+        if self.policy.lambda_like:
+            payload = wire.pack(inputs)
+            with self._lock:
+                pool = self.pools.get(name) or self._load(name)
+                self.budget.touch(name)
+                return pool.submit(payload, reserve=lambda: self._reserve_worker(name))
         with self._lock:
             pool = self.pools.get(name) or self._load(name)
             self.budget.touch(name)
@@ -116,10 +127,33 @@ class Endpoint:
             raise Overloaded(f"model {name} needs {model.memory_mb} MB and the budget's other models are all busy", 1)
         pool = ModelPool(name, lambda: self._start_worker(model), self.policy, self.max_queue)
         self.pools[name] = pool
+        if self.policy.lambda_like:  # its workers start with the requests (`_reserve_worker`)
+            log.info("model_pool_created", model=name, run_id=model.run_id, combination=model.label)
+            return pool
         self.budget.reserve(name, model.memory_mb)
         pool.spawn("first")
         log.info("model_loading", model=name, run_id=model.run_id, combination=model.label)
         return pool
+
+    def _reserve_worker(self, name: str) -> bool:
+        """Memory for one more worker of `name` (evicting idle models for it): False if none can be made."""
+        if not self._make_room(name, self.models[name].memory_mb):
+            return False
+        self.budget.reserve(name, self.models[name].memory_mb)
+        return True
+
+    def time_cold_starts(self, name: str, count: int) -> list[float]:
+        """Start and stop `count` workers of `name` one after the other, outside any pool: how long
+        each took from its start to ready (ms: the sandbox, the imports, the load, the first
+        inference), as the pool's cold starts take."""
+        model = self.models[name]
+        took = []
+        for _ in range(count):
+            started = time.monotonic()
+            worker = self._start_worker(model)
+            took.append((time.monotonic() - started) * 1000)
+            worker.stop()
+        return took
 
     def _make_room(self, name: str, need_mb: int) -> bool:
         victims = self.budget.evictions_for(
@@ -156,7 +190,9 @@ class Endpoint:
         with self._lock:
             for name, pool in list(self.pools.items()):
                 pool.retire_idle(now)
-                if pool.reserved_workers == 0:  # every load failed: a later request tries again
+                if (
+                    pool.reserved_workers == 0 and not self.policy.lambda_like
+                ):  # every load failed: a later request tries again
                     self._unload(name)
                     continue
                 excess_mb = self.budget.reserved_mb(name) - pool.reserved_workers * self.models[name].memory_mb

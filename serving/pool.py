@@ -9,6 +9,12 @@ a second loss fails it. Workers are started by `spawn(kind)` in a thread of thei
 cold load: `first`, `scale-out`, `replacement`), stopped by `retire_idle` when the scaling
 policy says so, all of them by `close` (eviction). The pool does not know about memory: the
 endpoint decides whether a new worker fits (`reserved_workers`).
+
+Lambda-like (`policy.lambda_like`): `submit` hands the request to the idle worker freed last, or,
+when none is idle and the concurrency limit (`max_workers`, counting the starting ones) allows,
+starts a worker for it (`spawn("cold", job)`: the request waits for that worker's cold start, as on
+Lambda, even if another worker frees up meanwhile); at the limit it queues for the first worker to
+free up. `reserve` (the endpoint's) is asked before each start: False (no memory) queues it too.
 """
 
 from __future__ import annotations
@@ -71,6 +77,7 @@ class _Job:
     future: Future
     enqueued_at: float = field(default_factory=time.monotonic)
     retried: bool = False
+    cold_start: bool = False  # lambda-like: a worker was started for it
 
 
 @dataclass
@@ -80,6 +87,7 @@ class _Slot:
     idle_since: float
     busy: bool = False
     retire: bool = False
+    assigned: _Job | None = None  # lambda-like: the request this worker takes next
 
 
 class ModelPool:
@@ -136,12 +144,27 @@ class ModelPool:
             return [s.worker.pid for s in self._slots if s.worker.pid is not None]
 
     # --- requests
-    def submit(self, payload: bytes) -> Future:
+    def submit(self, payload: bytes, reserve: Callable[[], bool] | None = None) -> Future:
         """Queue a request; its future gives a `Served`, or raises `InferenceFailed`,
-        `WorkerLost` (lost twice) or `LoadFailed`. `Overloaded` at once when the queue is full."""
+        `WorkerLost` (lost twice) or `LoadFailed`. `Overloaded` at once when the queue is full.
+        Lambda-like: an idle worker or a new one (if `reserve()`, when given, says it fits) takes it."""
         with self._cv:
             if self._closed:
                 raise Overloaded(f"model {self.name} is being evicted", 1)
+            if self.policy.lambda_like and not self._queue:
+                job = _Job(payload, Future())
+                slot = self._first_idle()
+                if slot is not None:
+                    slot.assigned, slot.busy = job, True
+                    self._cv.notify_all()
+                    return job.future
+                if len(self._slots) + self._starting < self.policy.max_workers and (reserve is None or reserve()):
+                    job.cold_start = True
+                    self._starting += 1
+                    threading.Thread(
+                        target=self._load, args=("cold", job), name=f"load-{self.name}", daemon=True
+                    ).start()
+                    return job.future
             if len(self._queue) >= self.max_queue:
                 raise Overloaded(
                     f"model {self.name}: {len(self._queue)} requests queued already (the limit)", self.retry_after_s()
@@ -173,7 +196,7 @@ class ModelPool:
             self._starting += 1
         threading.Thread(target=self._load, args=(kind,), name=f"load-{self.name}", daemon=True).start()
 
-    def _load(self, kind: str) -> None:
+    def _load(self, kind: str, job: _Job | None = None) -> None:
         started = time.monotonic()
         try:
             worker = self._start_worker()
@@ -186,16 +209,20 @@ class ModelPool:
                 stranded = [] if self._slots or self._starting else list(self._queue)
                 if stranded:
                     self._queue.clear()
-            for job in stranded:
-                job.future.set_exception(LoadFailed(f"model {self.name} could not be loaded: {reason}"))
+            if job is not None:
+                stranded.append(job)
+            for waiting in stranded:
+                waiting.future.set_exception(LoadFailed(f"model {self.name} could not be loaded: {reason}"))
             return
         now = time.monotonic()
         with self._cv:
             self._starting -= 1
             if self._closed:
                 worker.stop()
+                if job is not None:
+                    job.future.set_exception(Overloaded(f"model {self.name} was unloaded", 1))
                 return
-            slot = _Slot(worker, ready_at=now, idle_since=now)
+            slot = _Slot(worker, ready_at=now, idle_since=now, busy=job is not None, assigned=job)
             self._slots.append(slot)
             self.loads[kind] += 1
             self.load_ms.append((now - started) * 1000)
@@ -207,11 +234,18 @@ class ModelPool:
         """Give `slot`'s worker one request at a time until it retires, dies or the pool closes."""
         while True:
             with self._cv:
-                while not (self._queue and self._first_idle() is slot) and not slot.retire and not self._closed:
+                while (
+                    slot.assigned is None
+                    and not (self._queue and self._first_idle() is slot)
+                    and not slot.retire
+                    and not self._closed
+                ):
                     self._cv.wait()
                 if slot.retire or self._closed:
+                    if slot.assigned is not None:
+                        slot.assigned.future.set_exception(Overloaded(f"model {self.name} was unloaded", 1))
                     break
-                job = self._queue.popleft()
+                job, slot.assigned = slot.assigned or self._queue.popleft(), None
                 slot.busy = True
             taken = time.monotonic()
             try:
@@ -227,7 +261,7 @@ class ModelPool:
                 job.future.set_result(
                     Served(
                         out,
-                        cold=slot.ready_at > job.enqueued_at,
+                        cold=job.cold_start if self.policy.lambda_like else slot.ready_at > job.enqueued_at,
                         worker_pid=slot.worker.pid,
                         queued_ms=(taken - job.enqueued_at) * 1000,
                         infer_ms=(done - taken) * 1000,

@@ -172,3 +172,54 @@ def test_the_worker_freed_last_takes_the_next_request_so_the_others_idle_out():
     served_by = {pool.submit(b"x").result(5).worker_pid for _ in range(20)}
     assert served_by == {workers[1].pid}  # ready last, freed last: it takes every request in turn
     assert pool.retire_idle(time.monotonic() + 5) == 0
+
+
+def test_lambda_like_pool_starts_a_worker_per_request_finding_none_idle_up_to_the_limit():
+    gate = threading.Event()
+    started = []
+
+    def start():
+        started.append(ThreadWorker(gate))
+        return started[-1]
+
+    reserved = []
+    pool = ModelPool("m", start, ScalingPolicy(max_workers=2, idle_s=10, lambda_like=True), max_queue=4)
+    first, second = pool.submit(b"a", reserve=lambda: reserved.append(1) or True), pool.submit(b"b")
+    wait_for(lambda: pool.workers == 2)  # one worker each: none was idle
+    third = pool.submit(b"c")  # at the limit: it queues for the first worker to free up
+    assert pool.queue_depth == 1 and len(started) == 2 and reserved == [1]
+    assert not pool.wants_worker()  # the scaler adds none: requests start them
+    gate.set()
+    assert first.result(5).cold and second.result(5).cold and not third.result(5).cold
+    assert {first.result().worker_pid, second.result().worker_pid} == {w.pid for w in started}
+    assert pool.loads == {"cold": 2}
+    warm = pool.submit(b"d").result(5)  # an idle worker takes it: no new start
+    assert not warm.cold and warm.payload == b"D" and len(started) == 2
+    assert pool.retire_idle(time.monotonic() + 11) == 2 and pool.workers == 0  # all reclaimed, none kept
+    again = pool.submit(b"e").result(5)
+    assert again.cold and len(started) == 3 and pool.loads == {"cold": 3}
+
+
+def test_lambda_like_request_waits_for_its_own_cold_start_and_fails_with_its_load():
+    release = threading.Event()
+    calls = []
+
+    def start():
+        calls.append(1)
+        if len(calls) == 1:
+            return ThreadWorker()
+        release.wait(5)
+        raise RuntimeError("out of memory at 128 MB")
+
+    pool = ModelPool("m", start, ScalingPolicy(max_workers=3, lambda_like=True))
+    gate = threading.Event()
+    assert pool.submit(b"a").result(5).cold
+    pool._slots[0].worker.gate = gate  # the warm worker now holds its next request
+    busy = pool.submit(b"b")
+    failing = pool.submit(b"c")  # none idle: a start of its own, which fails
+    gate.set()
+    assert busy.result(5).payload == b"B"  # the first worker freed up, but "c" waits for its own start
+    release.set()
+    with pytest.raises(Exception, match="could not be loaded: out of memory"):
+        failing.result(5)
+    assert pool.loads == {"cold": 1} and pool.failed_loads == ["out of memory at 128 MB"] and pool.workers == 1

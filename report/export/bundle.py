@@ -9,10 +9,11 @@ OUT/
   export.json        every decision and its reason (`Deployment`)
   function/          the function's code (SAM's CodeUri)
     handler.py       loads the artifact once at init; answers API Gateway / function URL events
+    model_runner.py  the engine's runner (runner_onnx.py, runner_tvm.py or runner_torch.py, copied)
     npy_reader.py    bounded .npy/.npz reading (AYCI's `workloads/array_files.py`, copied)
     deployment.json  the signature, the session settings, the input limit, the measured figures
     requirements.txt the engine's runtime alone, pinned as measured
-    model.onnx       the artifact, its bytes as measured
+    model.onnx       the artifact, its bytes as measured (model.so for tvm, model.pt2 for base on a .pt2)
     Dockerfile       only when the function is over 250 MB unzipped (an image)
   check/               not deployed:
     reference.npz    the run's example inputs and base's outputs on them
@@ -33,7 +34,7 @@ from pathlib import Path
 import structlog
 
 from core.ports import NotFound, ObjectStore
-from report.export.deployment import Deployment, ExportError, chosen_result, deployment_of
+from report.export.deployment import PIP_OPTIONS, RUNNERS, Deployment, ExportError, chosen_result, deployment_of
 from schemas import keys
 from schemas.combos import reference_key
 from schemas.documents import ArtifactManifest, ModelInfo, RunSummary, SummaryResult
@@ -96,19 +97,23 @@ def _write(
     artifact = function / manifest.artifact_file
     store.get_file(keys.artifact_file(artifact_key, manifest.artifact_file), artifact)
     deployment = deployment_of(summary, result, manifest.artifact_file, artifact.stat().st_size)
+    if artifact.suffix == ".pt2":
+        _portable(artifact)
     reference = out_dir / "check" / "reference.npz"
     reference.parent.mkdir()
     store.get_file(keys.reference(reference_key(result.model, result.combo.batch_size)), reference)
     example_shapes = _example_shapes(reference, info.signature.inputs)
 
     shutil.copyfile(FUNCTION_DIR / "handler.py", function / "handler.py")
+    shutil.copyfile(FUNCTION_DIR / RUNNERS[deployment.runtime], function / "model_runner.py")
     shutil.copyfile(CHECK_DIR / "invoke.py", out_dir / "check" / "invoke.py")
     shutil.copyfile(array_files.__file__, function / "npy_reader.py")
     example_bytes = sum(
         header.nbytes for name, header in _reference_headers(reference).items() if name.startswith("input:")
     )
     settings = result.engine_settings or {
-        "graph_optimization": "all",
+        # base on an ONNX model: ONNX Runtime unoptimized, as measured (engines/base_engine.py)
+        "graph_optimization": "disabled" if deployment.optimizer == "base" else "all",
         "intra_op_threads": result.threads or 1,
         "memory_arena": True,
         "execution_mode": "sequential",
@@ -135,15 +140,21 @@ def _write(
     (out_dir / "README.md").write_text(
         readme(deployment, result, run_id, [spec.name for spec in info.signature.inputs])
     )
-    log.info(
-        "exported",
-        run_id=run_id,
-        combination=deployment.combination,
-        packaging=deployment.packaging,
-        serving=deployment.serving.option,
-        unzipped_mb=round(deployment.unzipped_bytes / 2**20, 1),
-    )
     return deployment
+
+
+def _portable(artifact: Path) -> None:
+    """A `.pt2` as AYCI's measurement loaded it: a program exported from a library's model names
+    that library's output classes, read as plain tuples of the same tensors, so the function
+    needs torch alone (`engines.model_files`); the archive is unchanged when nothing names one."""
+    import tempfile
+
+    from engines.model_files import _portable_archive
+
+    with tempfile.TemporaryDirectory(prefix="ayci-export-") as tmp:
+        portable = _portable_archive(artifact, Path(tmp))
+        if portable != artifact:
+            shutil.copyfile(portable, artifact)
 
 
 def write_folder_zip(folder: Path, archive_path: Path) -> Path:
@@ -184,6 +195,7 @@ def measured_figures(result: SummaryResult, run_id: str) -> dict:
         "batch_size": result.combo.batch_size,
         "p50_ms": result.latency_ms.p50,
         "p90_ms": result.latency_ms.p90,
+        "p95_ms": result.latency_ms.p95,
         "p99_ms": result.latency_ms.p99,
         "cold_start_ms": cold.model_dump(mode="json") if cold else None,
         "peak_rss_mb": result.peak_rss_mb,
@@ -194,21 +206,27 @@ def measured_figures(result: SummaryResult, run_id: str) -> dict:
 
 
 def requirements_text(deployment: Deployment) -> str:
+    measured = ", ".join(r.name for r in deployment.requirements if r.measured) or "none"
     lines = [
-        f"# {deployment.combination}: the engine's runtime alone (no torch), pinned as measured",
-        "# (onnxruntime and numpy: the result's versions; onnxruntime's own dependencies: the exporting machine's)",
+        f"# {deployment.combination}: the engine's runtime alone ({deployment.runtime}), pinned as measured",
+        f"# ({measured}: the result's versions; what they require: the exporting machine's)",
+        *PIP_OPTIONS.get(deployment.runtime, []),
     ]
     return "\n".join([*lines, *(r.line() for r in deployment.requirements)]) + "\n"
 
 
 def dockerfile(deployment: Deployment) -> str:
     platform = "linux/arm64" if deployment.architecture == "arm64" else "linux/amd64"
+    # TVM: its runtime library alone, as measured (the compiler is in the wheel, never loaded)
+    env = "ENV TVM_USE_RUNTIME_LIB=1\n" if deployment.runtime == "tvm" else ""
     return (
         f"# {deployment.combination}: {deployment.packaging_reason}\n"
         f"FROM --platform={platform} public.ecr.aws/lambda/python:{deployment.python}\n"
+        f"{env}"
         "COPY requirements.txt ${LAMBDA_TASK_ROOT}/\n"
         "RUN pip install --no-cache-dir -r ${LAMBDA_TASK_ROOT}/requirements.txt\n"
-        f"COPY handler.py npy_reader.py deployment.json {deployment.artifact_file} ${{LAMBDA_TASK_ROOT}}/\n"
+        "COPY handler.py model_runner.py npy_reader.py deployment.json "
+        f"{deployment.artifact_file} ${{LAMBDA_TASK_ROOT}}/\n"
         'CMD ["handler.lambda_handler"]\n'
     )
 
@@ -313,7 +331,7 @@ Run `{run_id}` measured this combination ({d.optimizer} on {d.hardware}, batch {
 
 | | |
 |---|---|
-| warm latency | p50 {figures["p50_ms"]:.2f} ms, p90 {figures["p90_ms"]:.2f} ms, p99 {figures["p99_ms"]:.2f} ms |
+| warm latency | {_warm_latency(figures)} |
 | cold start | {cold_text} |
 | peak memory | {figures["peak_rss_mb"] or float("nan"):.0f} MB of {d.memory_mb} MB |
 | agreement with base | {agreement.get("score", float("nan")):.4f} ({agreement.get("metric", "?")}) |
@@ -368,3 +386,9 @@ python{d.python} -m venv venv && venv/bin/pip install -r function/requirements.t
 venv/bin/python check/invoke.py --warm 200
 ```
 """
+
+
+def _warm_latency(figures: dict) -> str:
+    """The exported README's warm latency: p50, p90, p95 (none for a result measured before the p95 was kept), p99."""
+    kept = [q for q in ("p50", "p90", "p95", "p99") if figures.get(f"{q}_ms") is not None]
+    return ", ".join(f"{q} {figures[f'{q}_ms']:.2f} ms" for q in kept)

@@ -5,32 +5,48 @@ architecture (the combination's), its timeout (from the measured cold start and 
 ephemeral storage, its Python runtime, how it is served (on demand, provisioned concurrency or
 SnapStart: the cheapest way the request's traffic, if the run named one, was served within its
 SLO), the requirements (the engine's runtime alone, pinned to the versions the result was
-measured with) and the packaging (a zip when it fits Lambda's 250 MB unzipped, else an image).
+measured with) and the packaging: a zip or an image as `core.lambda_rules.lambda_fit` decides
+(the engine's runtime at its size in data/lambda_limits.json plus the artifact, against Lambda's
+250 MB unzipped): the one estimate every answer of AYCI gives, not a second one made here.
+
+The engine's runtime, by what the artifact needs (`core.lambda_rules.engine_runtime`):
+ONNX Runtime for `onnx`, `onnx_int8` and `base` on an ONNX model; TVM's runtime for `tvm` (the
+apache-tvm wheel: PyPI has no runtime-only TVM, so the function imports its runtime library
+alone); torch (CPU wheels) for `base` on a `.pt2` program.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from typing import Any
 
+from core.lambda_rules import engine_runtime, lambda_fit
 from schemas.documents import RunSummary, SummaryResult
 from schemas.lambda_limits import load_limits
 
 # Lambda's rules, from the one dated data file every answer is checked against (data/lambda_limits.json)
-ZIP_LIMIT_BYTES = load_limits().deployment.zip_unzipped_bytes  # a function and its layers, unzipped
-EPHEMERAL_DEFAULT_MB = load_limits().ephemeral_storage_mb.default  # Lambda's default /tmp
-SNAPSTART_MIN_PYTHON = tuple(int(part) for part in load_limits().snapstart.python_min.split("."))
+LIMITS = load_limits()
+EPHEMERAL_DEFAULT_MB = LIMITS.ephemeral_storage_mb.default  # Lambda's default /tmp
+SNAPSTART_MIN_PYTHON = tuple(int(part) for part in LIMITS.snapstart.python_min.split("."))
 LAMBDA_PYTHONS = ((3, 10), (3, 11), (3, 12), (3, 13))
 TIMEOUT_MIN_S, TIMEOUT_MAX_S = 10, 900
-RUNTIME_MARGIN = 1.02
-CODE_BYTES = 64 * 1024  # handler.py, npy_reader.py, deployment.json: generously
+CODE_BYTES = 64 * 1024  # handler.py, the runner, npy_reader.py, deployment.json: generously
+MB = 2**20
 
-# the engines whose artifact ONNX Runtime runs, and the distributions that runtime needs
-ONNX_RUNTIME = ("onnxruntime", "numpy")
-EXPORTABLE = ("onnx", "onnx_int8")
+# each runtime (a key of data/lambda_limits.json's `runtimes`): the distributions pinned to the
+# result's versions (their own requirements follow at the versions installed here), the runner
+# the function loads the artifact with (report/export/function/), and pip's options for them
+RUNTIME_DISTRIBUTIONS = {
+    "onnxruntime": ("onnxruntime", "numpy"),
+    "tvm": ("apache-tvm", "numpy"),
+    "torch": ("torch", "numpy"),
+}
+RUNNERS = {"onnxruntime": "runner_onnx.py", "tvm": "runner_tvm.py", "torch": "runner_torch.py"}
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # torch's CPU-only wheels (`+cpu` versions)
+PIP_OPTIONS = {"torch": [f"--extra-index-url {TORCH_CPU_INDEX}"]}
+EXPORTABLE = ("onnx", "onnx_int8", "tvm", "base")
 
 
 class ExportError(ValueError):
@@ -42,7 +58,6 @@ class Requirement:
     name: str
     version: str
     measured: bool  # the result's environment names this version (else: the installed one, for the runtime's own deps)
-    installed_bytes: int | None  # its installed size here, when this version is installed here
 
     def line(self) -> str:
         return f"{self.name}=={self.version}"
@@ -63,6 +78,7 @@ class Deployment:
     combo_key: str
     optimizer: str
     hardware: str
+    runtime: str  # "onnxruntime" | "tvm" | "torch": what runs the artifact (`core.lambda_rules.engine_runtime`)
     architecture: str  # x86_64 | arm64
     memory_mb: int
     batch_size: int
@@ -75,7 +91,8 @@ class Deployment:
     requirements: list[Requirement]
     artifact_file: str
     artifact_bytes: int
-    unzipped_bytes: int  # code + artifact + the installed requirements (an x86_64 estimate)
+    runtime_mb: float  # the runtime's installed size (data/lambda_limits.json, x86_64 wheels)
+    unzipped_bytes: int  # code + artifact + the runtime: the size `core.lambda_rules.lambda_fit` decides on
     packaging: str  # "zip" | "image"
     packaging_reason: str
     notes: list[str] = field(default_factory=list)
@@ -108,13 +125,13 @@ def deployment_of(summary: RunSummary, result: SummaryResult, artifact_file: str
     of `artifact_bytes`; `ExportError` if its engine cannot be shipped."""
     combo = result.combo
     optimizer = combo.optimizer.value
-    if optimizer not in EXPORTABLE and not (optimizer == "base" and artifact_file.endswith(".onnx")):
-        raise ExportError(
-            f"{result.label}: export ships ONNX Runtime functions (onnx, onnx_int8, base on an ONNX model); "
-            f"{optimizer} is not exported yet: pick one of those with --combination"
-        )
+    if optimizer not in EXPORTABLE:
+        raise ExportError(f"{result.label}: {optimizer} is not exported: pick one of {', '.join(EXPORTABLE)}")
     if result.emulated:
         raise ExportError(f"{result.label} was measured under emulation: its figures are not Lambda's to ship")
+    if result.model is None:
+        raise ExportError(f"{result.label}: the stored result names no model")
+    runtime = engine_runtime(optimizer, "pt2" if artifact_file.endswith(".pt2") else "onnx")
     notes = []
     architecture = "arm64" if combo.hardware.value == "arm" else "x86_64"
     python, python_reason = _python(result)
@@ -126,34 +143,40 @@ def deployment_of(summary: RunSummary, result: SummaryResult, artifact_file: str
         )
         python = f"{SNAPSTART_MIN_PYTHON[0]}.{SNAPSTART_MIN_PYTHON[1]}"
         notes.append(python_reason)
-    requirements = runtime_requirements(result)
-    installed = [r.installed_bytes for r in requirements]
-    # installed here, plus a margin: another pip writes other metadata and compiles other .pyc files
-    runtime_bytes = math.ceil(sum(b for b in installed if b) * RUNTIME_MARGIN) if all(installed) else None
-    unzipped = CODE_BYTES + artifact_bytes + (runtime_bytes or 0)
-    if runtime_bytes is None:
-        notes.append("a pinned version is not installed here: the package size counts the artifact and code only")
-    if unzipped <= ZIP_LIMIT_BYTES and runtime_bytes is not None:
-        packaging, packaging_reason = "zip", f"{_mb(unzipped)} unzipped fits Lambda's 250 MB"
-    else:
+    requirements = runtime_requirements(result, runtime)
+    # the size and the form every answer of AYCI gives (the plan, the table, the recommendation)
+    fit = lambda_fit(result.model, combo, inputs=None, artifact_bytes=artifact_bytes, limits=LIMITS)
+    unzipped = CODE_BYTES + artifact_bytes + math.ceil(fit.runtime_mb * MB)
+    zip_limit = LIMITS.deployment.zip_unzipped_bytes
+    runtime_size = f"{runtime} {fit.runtime_mb:,.0f} MB installed (data/lambda_limits.json) + the artifact"
+    if fit.deployment == "zip":
+        packaging, packaging_reason = "zip", f"{_mb(unzipped)} unzipped ({runtime_size}) fits Lambda's 250 MB"
+    elif fit.deployment == "image":
         packaging = "image"
         packaging_reason = (
-            f"{_mb(unzipped)} unzipped is over Lambda's 250 MB for a zip: a container image (up to 10 GB)"
-            if runtime_bytes is not None
-            else "the runtime's installed size is unknown here: a container image is safe"
+            f"{_mb(unzipped)} unzipped ({runtime_size}) is over Lambda's {zip_limit / MB:.0f} MB for a zip: "
+            "a container image (up to 10 GB)"
         )
         if serving.snapstart:
             serving = Serving("on demand", reason=f"{serving.reason}; but SnapStart does not take container images")
             notes.append(serving.reason)
+    else:
+        raise ExportError(f"{result.label}: {'; '.join(fit.broken) or 'no deployment form fits'}")
     timeout_s, timeout_reason = _timeout(result)
     if architecture == "arm64":
         notes.append("the package size is x86_64's; arm64 wheels are of a similar size")
+    if runtime == "tvm":
+        notes.append(
+            "PyPI has no runtime-only TVM: the apache-tvm wheel ships, and the function imports its runtime "
+            "library alone (TVM_USE_RUNTIME_LIB=1: no compiler, no torch), as AYCI measured it"
+        )
     return Deployment(
         run_id=summary.run_id,
         combination=result.label,
         combo_key=result.combo_key or "",
         optimizer=optimizer,
         hardware=combo.hardware.value,
+        runtime=runtime,
         architecture=architecture,
         memory_mb=combo.memory_mb,
         batch_size=combo.batch_size,
@@ -166,6 +189,7 @@ def deployment_of(summary: RunSummary, result: SummaryResult, artifact_file: str
         requirements=requirements,
         artifact_file=artifact_file,
         artifact_bytes=artifact_bytes,
+        runtime_mb=fit.runtime_mb,
         unzipped_bytes=unzipped,
         packaging=packaging,
         packaging_reason=packaging_reason,
@@ -218,23 +242,28 @@ def _serving(summary: RunSummary, result: SummaryResult) -> Serving:
     return Serving("on demand", reason=why)
 
 
-def runtime_requirements(result: SummaryResult) -> list[Requirement]:
-    """ONNX Runtime and numpy at the versions the result names, and ONNX Runtime's own required
-    distributions (not its extras) at the versions installed here; never torch."""
+def runtime_requirements(result: SummaryResult, runtime: str = "onnxruntime") -> list[Requirement]:
+    """The runtime's distributions at the versions the result names, and everything they require
+    (not their extras) at the versions installed here; never torch unless the runtime is torch."""
     libraries = result.environment.libraries if result.environment else {}
     pinned: dict[str, Requirement] = {}
-    for name in ONNX_RUNTIME:
+    for name in RUNTIME_DISTRIBUTIONS[runtime]:
         version = libraries.get(name) or _installed_version(name)
         if version is None:
             raise ExportError(f"the result names no {name} version and none is installed here: nothing to pin")
-        pinned[name] = Requirement(name, version, bool(libraries.get(name)), _installed_bytes(name, version))
-    for name in _required_by("onnxruntime"):
-        if name in pinned:
-            continue
-        version = _installed_version(name)
-        if version is None:
-            raise ExportError(f"onnxruntime needs {name}, which is not installed here: cannot pin it")
-        pinned[name] = Requirement(name, version, False, _installed_bytes(name, version))
+        pinned[name] = Requirement(name, version, bool(libraries.get(name)))
+    queue = list(RUNTIME_DISTRIBUTIONS[runtime])
+    while queue:
+        for name in _required_by(queue.pop(0)):
+            if name in pinned:
+                continue
+            version = _installed_version(name)
+            if version is None:
+                raise ExportError(f"{runtime} needs {name}, which is not installed here: cannot pin it")
+            pinned[name] = Requirement(name, version, False)
+            queue.append(name)
+    if runtime != "torch" and "torch" in pinned:
+        raise ExportError(f"{runtime}'s requirements pull in torch: the function would not be the runtime alone")
     return list(pinned.values())
 
 
@@ -257,23 +286,6 @@ def _installed_version(name: str) -> str | None:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
         return None
-
-
-def _installed_bytes(name: str, version: str) -> int | None:
-    """What `name` takes installed here (its RECORD's files), if `version` is the one installed."""
-    try:
-        dist = metadata.distribution(name)
-    except metadata.PackageNotFoundError:
-        return None
-    if dist.version != version:
-        return None
-    total = 0
-    for file in dist.files or []:
-        try:
-            total += os.path.getsize(dist.locate_file(file))
-        except OSError:
-            continue
-    return total
 
 
 def _mb(size: int) -> str:

@@ -124,7 +124,7 @@ def load_handler(folder: Path):
     """The exported handler, imported from its folder as Lambda would (its own `npy_reader` beside it)."""
     sys.path.insert(0, str(folder / "function"))
     try:
-        for name in ("handler", "npy_reader"):
+        for name in ("handler", "npy_reader", "model_runner"):
             sys.modules.pop(name, None)
         spec = importlib.util.spec_from_file_location("handler", folder / "function" / "handler.py")
         module = importlib.util.module_from_spec(spec)
@@ -133,6 +133,7 @@ def load_handler(folder: Path):
     finally:
         sys.path.remove(str(folder / "function"))
         sys.modules.pop("npy_reader", None)
+        sys.modules.pop("model_runner", None)
 
 
 def http_event(body, *, b64=False, content_type="application/json", method="POST"):
@@ -161,6 +162,7 @@ def test_export_writes_the_balanced_pick_with_its_runtime_alone(store, tmp_path)
         "template.yaml",
         "export.json",
         "function/handler.py",
+        "function/model_runner.py",
         "function/npy_reader.py",
         "function/deployment.json",
         "function/requirements.txt",
@@ -180,7 +182,7 @@ def test_export_writes_the_balanced_pick_with_its_runtime_alone(store, tmp_path)
     readme = (out / "README.md").read_text()
     assert "p99 3.00 ms" in readme and "sam build" in readme and '"x": [...]' in readme
     # the handler is AYCI-free: it imports only numpy, onnxruntime and its own reader
-    for name in ("handler.py", "npy_reader.py"):
+    for name in ("handler.py", "npy_reader.py", "model_runner.py"):
         source = (out / "function" / name).read_text()
         assert "from workloads" not in source and "import report" not in source and "schemas" not in source
 
@@ -304,7 +306,10 @@ def test_traffic_decides_the_serving_and_snapstart_moves_to_a_runtime_that_has_i
     deployment_json = json.loads((tmp_path / "snap/function/deployment.json").read_text())
     assert deployment_json["snapstart"] is True and "SnapStart:" in (tmp_path / "snap/template.yaml").read_text()
 
-    monkeypatch.setattr(deployment_module, "ZIP_LIMIT_BYTES", 1000)  # over the zip limit: an image, no SnapStart
+    limits = deployment_module.LIMITS
+    small_zip = limits.deployment.model_copy(update={"zip_unzipped_bytes": 1000})
+    monkeypatch.setattr(deployment_module, "LIMITS", limits.model_copy(update={"deployment": small_zip}))
+    # over the zip limit: an image, no SnapStart
     image = export_run(store, RUN_ID, tmp_path / "image")
     assert image.packaging == "image" and not image.serving.snapstart
     dockerfile = (tmp_path / "image/function/Dockerfile").read_text()
@@ -346,3 +351,150 @@ def test_api_serves_the_folder_zipped_to_its_owner(tmp_path):
     assert unknown.status_code == 422 and "no measured combination nope" in unknown.text
     (tmp_path / "data" / keys.summary(RUN_ID)).unlink()  # no summary: the run is still going
     assert client.get(f"/runs/{RUN_ID}/export", headers=ALICE).status_code == 409
+
+
+class TwoInputs:
+    """The two-input model as a torch.export program (`base` on a `.pt2`)."""
+
+    @staticmethod
+    def save(path: Path) -> Path:
+        import torch
+
+        class Model(torch.nn.Module):
+            def forward(self, x, y):
+                return x + y, torch.maximum(x, y)
+
+        example = (torch.zeros(2, 3, 4), torch.zeros(2, 3, 4))
+        batch = torch.export.Dim("N", min=1, max=8)
+        program = torch.export.export(Model(), example, dynamic_shapes=({0: batch}, {0: batch}))
+        torch.export.save(program, str(path))
+        return path
+
+
+def store_engine_run(store: LocalFolderStore, label: str, artifact_file: str, artifact: bytes, model_format: str):
+    """A finished run whose one measured row is `label`, its artifact `artifact_file` holding `artifact`."""
+    model = ModelRef(
+        sha256="cd" * 32,
+        size_bytes=100,
+        format=model_format,
+        workload="custom",
+        input_size=[4],
+        inputs_sha256="ef" * 32,
+    )
+    signature = {**SIGNATURE, "format": model_format}
+    store.put_bytes(
+        keys.model_info(model.sha256),
+        ModelInfo(
+            sha256=model.sha256, size_bytes=100, format=model_format, signature=ModelSignature(**signature)
+        ).to_bytes(),
+    )
+    row = measured_result(label, p99=4.0, cost=0.5)
+    store.put_bytes(keys.artifact_file(row["artifact_key"], artifact_file), artifact)
+    manifest = ArtifactManifest(
+        artifact_file=artifact_file, optimizer=label.split("/")[1], hardware="intel", target_cpu="x", conversion_s=1.0
+    )
+    store.put_bytes(keys.manifest(row["artifact_key"]), manifest.to_bytes())
+    libraries = {**environment()["libraries"], "apache-tvm": "0.27.0.post1"}
+    row.update(model=model.model_dump(mode="json"), environment={**environment(), "libraries": libraries}, threads=1)
+    rng = np.random.default_rng(1)
+    x, y = (rng.standard_normal((2, 3, 4)).astype(np.float32) for _ in range(2))
+    buffer = io.BytesIO()
+    np.savez(buffer, **{"input:x": x, "input:y": y, "output:0": x + y, "output:1": np.maximum(x, y)})
+    store.put_bytes(keys.reference(reference_key(model, 2)), buffer.getvalue())
+    summary = archived_summary(RUN_ID, "complete", [row], [], input_size=[4])
+    summary["model"] = model.model_dump(mode="json")
+    store.put_bytes(keys.summary(RUN_ID), json.dumps(summary).encode())
+    store.put_bytes(keys.run_record(RUN_ID), json.dumps({"run_id": RUN_ID, "owner": "alice"}).encode())
+
+
+def pins_of(folder: Path) -> dict[str, str]:
+    lines = (folder / "function/requirements.txt").read_text().splitlines()
+    return dict(line.split("==") for line in lines if line and not line.startswith(("#", "-")))
+
+
+def test_the_package_size_and_form_are_core_lambda_rules_estimate(store, tmp_path):
+    """One estimate of one thing: the export's size and zip-or-image are `lambda_fit`'s (the
+    runtime's size in data/lambda_limits.json plus the artifact), for every runtime."""
+    from core.lambda_rules import lambda_fit
+    from schemas.documents import RunSummary
+
+    deployment = export_run(store, RUN_ID, tmp_path / "onnx")
+    result = next(
+        r for r in RunSummary.read(store.get_bytes(keys.summary(RUN_ID))).results if r.label == deployment.combination
+    )
+    fit = lambda_fit(result.model, result.combo, inputs=None, artifact_bytes=deployment.artifact_bytes)
+    assert deployment.runtime == "onnxruntime" and deployment.runtime_mb == fit.runtime_mb
+    assert deployment.packaging == fit.deployment == "zip"
+    runtime_bytes = deployment.unzipped_bytes - deployment_module.CODE_BYTES - deployment.artifact_bytes
+    assert abs(runtime_bytes - fit.runtime_mb * 2**20) < 1
+    assert f"{fit.runtime_mb:,.0f} MB installed (data/lambda_limits.json)" in deployment.packaging_reason
+
+
+def test_tvm_exports_its_compiled_library_with_tvm_runtime_alone_as_an_image(tmp_path):
+    from core.lambda_rules import lambda_fit
+
+    store = LocalFolderStore(tmp_path / "data")
+    library = b"\x7fELF" + b"\0" * 2048  # the artifact's bytes are copied, never loaded here
+    store_engine_run(store, "intel/tvm/b2/1769MB", "model.so", library, "onnx")
+    out = tmp_path / "out"
+    deployment = export_run(store, RUN_ID, out, "intel/tvm/b2/1769MB")
+    assert deployment.runtime == "tvm" and deployment.optimizer == "tvm"
+    assert (out / "function/model.so").read_bytes() == library
+    runner = (out / "function/model_runner.py").read_text()
+    assert runner == (Path(deployment_module.__file__).parent / "function/runner_tvm.py").read_text()
+    assert "TVM_USE_RUNTIME_LIB" in runner and "import onnxruntime" not in runner
+    pins = pins_of(out)
+    assert pins["apache-tvm"] == "0.27.0.post1" and "numpy" in pins
+    assert {"apache-tvm-ffi", "ml-dtypes", "typing-extensions"} <= set(pins)  # what apache-tvm requires, pinned
+    assert not {"torch", "onnxruntime", "xgboost", "psutil"} & set(pins)  # no extras, no other runtime
+    # TVM's runtime (378.7 MB in data/lambda_limits.json) is over a zip's 250 MB: an image, as the table says
+    model = ModelRef(
+        sha256="cd" * 32, size_bytes=100, format="onnx", workload="custom", input_size=[4], inputs_sha256="ef" * 32
+    )
+    fit = lambda_fit(model, _combo("intel/tvm/b2/1769MB"), inputs=None, artifact_bytes=len(library))
+    assert deployment.packaging == fit.deployment == "image" and not deployment.serving.snapstart
+    dockerfile = (out / "function/Dockerfile").read_text()
+    assert "ENV TVM_USE_RUNTIME_LIB=1" in dockerfile and "model_runner.py" in dockerfile and "model.so" in dockerfile
+    assert any("no runtime-only TVM" in note for note in deployment.notes)
+    assert "PackageType: Image" in (out / "template.yaml").read_text()
+    linted = cfn_lint(out / "template.yaml")
+    assert linted.returncode == 0, linted.stdout + linted.stderr
+
+
+def _combo(label: str):
+    from schemas.combos import Combo
+
+    hardware, optimizer, batch, memory = label.split("/")
+    return Combo(hardware=hardware, optimizer=optimizer, batch_size=int(batch[1:]), memory_mb=int(memory[:-2]))
+
+
+def test_base_on_a_pt2_ships_the_program_with_torch_cpu_in_an_image_and_answers_like_base(tmp_path):
+    store = LocalFolderStore(tmp_path / "data")
+    program = TwoInputs.save(tmp_path / "model.pt2").read_bytes()
+    store_engine_run(store, "intel/base/b2/1769MB", "model.pt2", program, "pt2")
+    out = tmp_path / "out"
+    deployment = export_run(store, RUN_ID, out, "intel/base/b2/1769MB")
+    assert deployment.runtime == "torch" and deployment.packaging == "image"
+    assert deployment.unzipped_bytes > 250 * 2**20 and "over Lambda's 250 MB" in deployment.packaging_reason
+    requirements = (out / "function/requirements.txt").read_text()
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in requirements  # torch's CPU wheels
+    pins = pins_of(out)
+    assert pins["torch"] == environment()["libraries"]["torch"] and "onnxruntime" not in pins
+    assert {"sympy", "mpmath", "networkx", "jinja2", "markupsafe", "filelock", "fsspec"} <= set(pins)
+    assert (out / "function/model_runner.py").read_text().count("import torch") == 1
+    assert "model.pt2" in (out / "function/Dockerfile").read_text()
+
+    handler = load_handler(out)  # the program loaded once, by torch, at import
+    context = type("Context", (), {"aws_request_id": "r1"})()
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    y = np.full((2, 3, 4), 5.0, dtype=np.float32)
+    answer = handler.lambda_handler(http_event(json.dumps({"inputs": {"x": x.tolist(), "y": y.tolist()}})), context)
+    assert answer["statusCode"] == 200, answer
+    outputs = json.loads(answer["body"])["outputs"]
+    assert list(outputs) == ["sum", "max"]  # the signature's names on the program's unnamed outputs
+    assert np.array_equal(outputs["sum"], x + y) and np.array_equal(outputs["max"], np.maximum(x, y))
+    answer = handler.lambda_handler(http_event(npz_body(x=x[:1], y=y[:1]), b64=True), context)
+    back = np.load(io.BytesIO(base64.b64decode(answer["body"])), allow_pickle=False)
+    assert np.array_equal(back["sum"], x[:1] + y[:1])  # the program's dynamic batch
+    refused = handler.lambda_handler(http_event(npz_body(x=x, y=y.astype(np.float64)), b64=True), context)
+    assert refused["statusCode"] == 422 and "y takes float32" in json.loads(refused["body"])["error"]

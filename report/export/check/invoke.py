@@ -6,7 +6,7 @@ context shapes on the run's example inputs, and print (JSON) what it answered.
     venv/bin/python check/invoke.py [--warm 200]
 
 It reports: the cold start (this process's start to the first answer, as AYCI measures one:
-imports, the session built at init, the first request), the warm latency of the handler
+imports, the model loaded at init, the first request), the warm latency of the handler
 (API Gateway event in, answer out) over `--warm` requests, whether each kind of event (REST
 API JSON, HTTP API `.npy`, function URL `.npz`, a direct invocation) agrees with base's outputs,
 and how the function answers bad requests. Nothing here imports AYCI.
@@ -144,7 +144,7 @@ def main() -> int:
     npy_event = _arrays_event(inputs, single=len(inputs) == 1)
     context = FakeContext(int(deployment["measured"]["memory_mb"]))
 
-    import handler  # init: the session is built here, once
+    import handler  # init: the model is loaded here, once
 
     first = handler.lambda_handler(npy_event, context)
     first_answer = time.time()
@@ -162,7 +162,7 @@ def main() -> int:
     feed = handler.feed_of(handler.check_inputs(dict(inputs)))
     for _ in range(args.warm):
         started = time.perf_counter()
-        handler.SESSION.run(None, feed)
+        handler.MODEL.run(feed)
         session_warm.append((time.perf_counter() - started) * 1000)
     report["warm_p50_ms"] = float(np.percentile(warm, 50)) if warm else None
     report["warm_p99_ms"] = float(np.percentile(warm, 99)) if warm else None
@@ -175,6 +175,8 @@ def main() -> int:
             return through(handler.lambda_handler, event)
         return handler.lambda_handler(json.loads(json.dumps(event)), FakeContext(context.memory_limit_in_mb))
 
+    # what the function's process loaded besides its runtime (torch only where torch is the runtime)
+    report["loaded"] = sorted({"torch", "onnxruntime", "tvm", "report", "engines"} & set(sys.modules))
     report["agreement"] = _agreement(call, inputs, expected, npy_event, np)
     report["bad_requests"] = _bad_requests(call, inputs, np)
     print(json.dumps(report))

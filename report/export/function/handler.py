@@ -1,9 +1,10 @@
-"""The AWS Lambda handler of a model exported by AYCI (`ayci export`): ONNX Runtime alone.
+"""The AWS Lambda handler of a model exported by AYCI (`ayci export`): the engine's runtime alone.
 
 At init (outside the handler, once per execution environment, and before a SnapStart snapshot)
 it reads `deployment.json` (the model's signature, the session settings AYCI measured, the input
-limit) and builds the ONNX Runtime session of the artifact beside it. Each request is then
-checked and answered:
+limit) and loads the artifact beside it once, with `model_runner.py` (ONNX Runtime's session, TVM's
+Relax VM or PyTorch's exported program: the runner of the combination exported). Each request is
+then checked and answered:
 
 - events: API Gateway REST (proxy, v1), HTTP API (v2), function URLs, and a direct invocation
   whose event is the JSON document itself;
@@ -30,7 +31,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
+from model_runner import load_model
 from npy_reader import ArrayFileError, ArraysTooLarge, read_arrays
 
 HERE = Path(__file__).resolve().parent
@@ -54,37 +55,26 @@ def postprocess(outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return outputs
 
 
-# --- the session: built once, outside the handler ---------------------------------------------
-def build_session() -> ort.InferenceSession:
-    """The ONNX Runtime session with the settings the measurement used."""
-    settings = DEPLOYMENT["session_settings"]
-    levels = {
-        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-        "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-    }
-    options = ort.SessionOptions()
-    options.graph_optimization_level = levels[settings.get("graph_optimization", "all")]
-    threads = int(settings.get("intra_op_threads", 1))
-    options.intra_op_num_threads = threads
-    parallel = settings.get("execution_mode") == "parallel"
-    options.execution_mode = ort.ExecutionMode.ORT_PARALLEL if parallel else ort.ExecutionMode.ORT_SEQUENTIAL
-    options.inter_op_num_threads = threads if parallel else 1
-    options.enable_cpu_mem_arena = bool(settings.get("memory_arena", True))
-    return ort.InferenceSession(str(HERE / DEPLOYMENT["artifact_file"]), options, providers=["CPUExecutionProvider"])
-
-
-SESSION = build_session()
-SESSION_INPUTS = [i.name for i in SESSION.get_inputs()]
-SESSION_OUTPUTS = [o.name for o in SESSION.get_outputs()]
+# --- the model: loaded once, outside the handler ---------------------------------------------
+MODEL = load_model(HERE, DEPLOYMENT)
+SESSION_INPUTS = MODEL.input_names
 INPUT_SPECS = SIGNATURE["inputs"]
-# the signature's names, as the user exported the model; the artifact's own when they differ in number
-OUTPUT_NAMES = (
-    [o["name"] for o in SIGNATURE.get("outputs") or []]
-    if len(SIGNATURE.get("outputs") or []) == len(SESSION_OUTPUTS)
-    else SESSION_OUTPUTS
-)
+SIGNATURE_OUTPUTS = [o["name"] for o in SIGNATURE.get("outputs") or []]
+
+
+def output_names(count: int) -> list[str]:
+    """The outputs' names: the signature's, as the user exported the model; else the artifact's
+    own when they differ in number; else output_0, output_1..."""
+    for names in (SIGNATURE_OUTPUTS, MODEL.output_names):
+        if len(names) == count:
+            return list(names)
+    return [f"output_{i}" for i in range(count)]
+
+
+def infer(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The model's outputs on checked inputs, by name."""
+    outputs = MODEL.run(feed_of(inputs))
+    return dict(zip(output_names(len(outputs)), outputs, strict=True))
 
 
 def warm_up() -> None:
@@ -94,7 +84,7 @@ def warm_up() -> None:
         spec["name"]: np.zeros(shape, dtype=spec["dtype"])
         for spec, shape in zip(INPUT_SPECS, DEPLOYMENT["example_shapes"], strict=True)
     }
-    SESSION.run(None, feed_of(example))
+    MODEL.run(feed_of(example))
 
 
 if DEPLOYMENT.get("snapstart"):  # SnapStart hooks only where the deployment enables SnapStart
@@ -131,7 +121,7 @@ def lambda_handler(event: dict, context) -> dict:
             raise BadRequest(f"{_method(event)} is not answered: POST the inputs", 405)
         inputs, kind = parse_request(event) if http else (json_inputs(event), "json")
         inputs = preprocess(check_inputs(inputs))
-        outputs = postprocess(dict(zip(OUTPUT_NAMES, SESSION.run(None, feed_of(inputs)), strict=True)))
+        outputs = postprocess(infer(inputs))
     except BadRequest as exc:
         log.info("bad request", extra={"status": exc.status, "reason": exc.reason})
         return _answer(exc.status, {"error": exc.reason}) if http else {"statusCode": exc.status, "error": exc.reason}
@@ -280,7 +270,7 @@ def _shape_text(dims: list) -> str:
 
 
 def feed_of(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The session's feed: by name when the artifact keeps the signature's names, else in order."""
+    """The model's feed: by name when the artifact keeps the signature's names, else in order."""
     if set(inputs) == set(SESSION_INPUTS):
         return inputs
     return dict(zip(SESSION_INPUTS, inputs.values(), strict=True))

@@ -21,12 +21,28 @@ log = structlog.get_logger()
 
 
 def keep_result(store: ObjectStore, result: MeasuredResult) -> str:
-    """Store a new measurement; the key of its version."""
+    """Store a new measurement; the key of its version. A quick one (`precision: quick`, the first
+    pass of a racing run, `core/racing.py`) is kept beside the run's versions
+    (`results/{combo key}/{run id}.quick.json`) and never pointed at as the latest: no later run
+    reuses it, and the run's refined measurement, if it gets one, is stored as any other."""
+    if is_quick(result):
+        version = keys.result_version(result.combo_key, f"{result.run_id}{QUICK_SUFFIX}")
+        store.put_bytes(version, result.to_bytes(indent=1), if_absent=True)
+        return version
     version = keys.result_version(result.combo_key, result.run_id)
     data = result.to_bytes(indent=1)
     store.put_bytes(version, data, if_absent=True)
     store.put_bytes(keys.result(result.combo_key), data)
     return version
+
+
+QUICK_SUFFIX = ".quick"
+
+
+def is_quick(result: MeasuredResult | dict[str, Any]) -> bool:
+    """Whether a result holds the rough figures of a racing run's quick pass."""
+    precision = result.get("precision") if isinstance(result, dict) else getattr(result, "precision", None)
+    return precision == "quick"
 
 
 class StoredResult(NamedTuple):
@@ -60,6 +76,9 @@ def _fresh(combo_key: str, stored: bytes | dict[str, Any]) -> StoredResult | Non
         latest = MeasuredResult.read(document)
     except (ValueError, KeyError, TypeError) as exc:
         log.info("stored_result_stale", combo_key=combo_key, reason=f"unreadable: {type(exc).__name__}")
+        return None
+    if is_quick(latest):  # rough figures are never reused as a measurement
+        log.info("stored_result_not_reused", combo_key=combo_key, run_id=latest.run_id, reason="quick pass")
         return None
     if latest.measurement_version != MEASUREMENT_VERSION or latest.environment is None:
         log.info("stored_result_stale", combo_key=combo_key, measurement_version=latest.measurement_version)

@@ -70,10 +70,12 @@ class RequestSubmitted(Payload):
     version 3 can ask to measure a few memory sizes and predict the rest (`predict`); version 4
     can name the traffic to price the results under (`traffic`); version 5 can name the
     optimizer `onnx_int8` in its matrix; version 6 can ask for each measured combination to be
-    profiled after its measurement (`profile`)."""
+    profiled after its measurement (`profile`); version 7 names its `precision` (`quick`, the
+    default: race, `core/racing.py`; `exact`: every combination to full precision, as every run of
+    an older version was)."""
 
     TYPE = "RequestSubmitted"
-    VERSION = 6
+    VERSION = 7
     model: ModelRef
     matrix: Matrix
     slo_p99_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
@@ -92,6 +94,9 @@ class RequestSubmitted(Payload):
     predict: bool = False
     traffic: TrafficProfile | None = None
     profile: bool = False  # profile each measured combination after its measurement (services/inference/profiling.py)
+    # quick: measure each combination briefly, then to full precision only those that can still be an
+    # answer (core/racing.py); exact: everything to full precision
+    precision: Literal["quick", "exact"] = "quick"
 
     @property
     def tuning(self) -> Tuning:
@@ -144,7 +149,11 @@ class ComboPending(Payload):
 
 
 class ModelConverted(Payload):
+    """A combination's artifact is ready: measure it. Version 2: `refine`, a combination the
+    quick pass found can still be an answer, measured again to full precision (`core/racing.py`)."""
+
     TYPE = "ModelConverted"
+    VERSION = 2
     model: ModelRef
     combo: Combo
     combo_key: str
@@ -153,6 +162,7 @@ class ModelConverted(Payload):
     conversion_s: float
     tuning_s: float = 0.0
     artifact_reused: bool = False
+    refine: bool = False
 
 
 class ProfileRequested(Payload):
@@ -167,13 +177,19 @@ class ProfileRequested(Payload):
 
 
 class InferenceDone(Payload):
+    """Version 2: `refine`, the full-precision measurement of a combination the quick pass
+    measured (it replaces the quick one); `precision` of the measurement."""
+
     TYPE = "InferenceDone"
+    VERSION = 2
     combo: Combo
     combo_key: str
     result_key: str
     p50_ms: float
     p99_ms: float
     reused: bool = False
+    refine: bool = False
+    precision: Literal["quick", "exact"] = "exact"
 
 
 class CombosReused(Payload):
@@ -204,11 +220,16 @@ class FailureStage(StrEnum):
 
 
 class ComboFailed(Payload):
+    """Version 2: `refine`, the full-precision measurement of a quick-measured combination failed
+    (its quick figures stand)."""
+
     TYPE = "ComboFailed"
+    VERSION = 2
     combo: Combo
     combo_key: str
     stage: FailureStage
     reason: str
+    refine: bool = False
 
 
 class RunDeadlineReached(Payload):
@@ -292,8 +313,13 @@ def _run_archived_v1_to_v2(old: dict[str, Any]) -> dict[str, Any]:
 def _added_defaults(old: dict[str, Any]) -> dict[str, Any]:
     """The next version only added fields with defaults or values (RequestSubmitted v3:
     `predict`, v4: `traffic`, v5: the optimizer `onnx_int8`, v6: `profile`; RunPlanned v2:
-    `predicted`; CombosReused v2: `bundle`)."""
+    `predicted`; CombosReused v2: `bundle`; ModelConverted, InferenceDone and ComboFailed v2: `refine`)."""
     return dict(old)
+
+
+def _request_submitted_v6_to_v7(old: dict[str, Any]) -> dict[str, Any]:
+    """v7 added `precision`, `quick` by default: a request of v6 or older measured everything to full precision."""
+    return {**old, "precision": "exact"}
 
 
 # (type, version it reads) -> function giving the payload of the next version
@@ -303,6 +329,10 @@ UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("RequestSubmitted", 3): _added_defaults,
     ("RequestSubmitted", 4): _added_defaults,
     ("RequestSubmitted", 5): _added_defaults,
+    ("RequestSubmitted", 6): _request_submitted_v6_to_v7,
+    ("ModelConverted", 1): _added_defaults,
+    ("InferenceDone", 1): _added_defaults,
+    ("ComboFailed", 1): _added_defaults,
     ("RunPlanned", 1): _added_defaults,
     ("CombosReused", 1): _added_defaults,
     ("RunDeadlineReached", 1): _deadline_v1_to_v2,

@@ -18,6 +18,7 @@ tuning/{target cpu}/{sha256}-b{batch}-{HxW}.tar.gz  TVM MetaSchedule records (on
                                              (of this model; other models take the kernels they share)
 results/{combination key}.json               the latest measurement of a combination (what later runs reuse)
 results/{combination key}/{run id}.json      each measurement, written once: summaries name these
+results/{combination key}/{run id}.quick.json    a racing run's quick measurement: never the latest, never reused
 results/{combination key}/{run id}.profile.json  a profiled pass of the combination's result, for that run (the run
                                              that measured it, or one that reused it: each run its own, never
                                              another's): operator table, names the trace
@@ -33,6 +34,9 @@ runs/{run id}/outcomes/expected-{N}          empty; N = how many outcomes the pl
 runs/{run id}/outcomes/reused-{N}-{event id}.json  the ends of N reused combinations at once (one `CombosReused`)
 runs/{run id}/reused/{part}.json             the stored results dedup read for a run's reuse, one object per
                                              `CombosReused`
+runs/{run id}/outcomes/{combination key}.exact.json  a quick-measured combination's refined (full precision) end
+runs/{run id}/racing.json                    what a racing run's quick pass decided: refined, dominated (evidence)
+runs/{run id}/answer.json                    a racing run's running answer with intervals and margins
 runs/{run id}/checks.json                    predicted picks the archiver measures before it closes the run (--predict)
 runs/{run id}/summary.json                   the archived run (written once, conditionally)
 runs/{run id}/email.json                     the notifier's record of the email it sent
@@ -204,6 +208,24 @@ def outcomes_in(listed: list[str]) -> int:
 
 def pick_checks(run_id: str) -> str:
     return f"runs/{run_id}/checks.json"
+
+
+def racing(run_id: str) -> str:
+    """What a racing run's quick pass decided (`core/racing.py`): the refined and the dominated."""
+    return f"runs/{run_id}/racing.json"
+
+
+def answer(run_id: str) -> str:
+    """A racing run's running answer (`core/racing.answer`), rewritten as refined results arrive."""
+    return f"runs/{run_id}/answer.json"
+
+
+REFINED = ".exact"
+
+
+def refined_outcome(run_id: str, combo_key: str) -> str:
+    """The outcome of a combination's refined (full-precision) measurement, beside its quick one."""
+    return outcome(run_id, f"{combo_key}{REFINED}")
 
 
 def summary(run_id: str) -> str:

@@ -13,6 +13,7 @@ never the combination's failure."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
 import tempfile
@@ -24,13 +25,14 @@ from pathlib import Path
 import structlog
 
 from core.ports import MeasurementRefused, MeasuringFunctions, NotFound, ObjectStore
+from core.racing import QUICK_TIME_CAP_SHARE
 from core.results import keep_result
 from core.runtime import Delayed
 from engines.targets import native_hardware
 from measuring.launcher import MachineBusy, MeasurementFailed, MeasureSpec, measure
 from schemas import keys
 from schemas.combos import MEASUREMENT_VERSION, Hardware, reference_key
-from schemas.cost import cost_block
+from schemas.cost import Cost, cost_block
 from schemas.cost import default_region as default_price_region
 from schemas.documents import ArtifactManifest, MeasuredResult, RunRecord
 from schemas.events import (
@@ -89,19 +91,39 @@ def _arm_emulation() -> tuple[bool, str]:
 
 def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload | Delayed]:
     converted: ModelConverted = event.payload
-    combo, model = converted.combo, converted.model
-    bound = log.bind(run_id=event.run_id, combo_key=converted.combo_key, combo=combo.label)
+    bound = log.bind(run_id=event.run_id, combo_key=converted.combo_key, combo=converted.combo.label)
     if deps.store.exists(keys.summary(event.run_id)):  # the run is over (cancelled, or closed at its deadline)
         log.info("skipped_run_ended", run_id=event.run_id, combo_key=converted.combo_key)
         return []
-    if deps.functions is not None and deps.functions.serves(combo.hardware.value):
+    # a racing run's first pass is quick (a quarter of the timing); its refinement is exact
+    quick = not converted.refine and _run_precision(deps.store, event.run_id) == "quick"
+    if quick:
+        deps = dataclasses.replace(deps, time_cap_s=deps.time_cap_s * QUICK_TIME_CAP_SHARE)
+    outcome = _measure(event, deps, bound)
+    if not isinstance(outcome, list):
+        outcome = _measured(event, outcome, deps, bound, quick)
+    # a failed refinement is the refinement's end: the quick figures stand
+    return [
+        p.model_copy(update={"refine": True}) if isinstance(p, ComboFailed) and converted.refine else p for p in outcome
+    ]
+
+
+def _measure(event: Envelope, deps: InferenceDeps, bound) -> tuple | list:
+    """(report, emulated), or what to emit instead (a failure, a retry later)."""
+    converted: ModelConverted = event.payload
+    if deps.functions is not None and deps.functions.serves(converted.combo.hardware.value):
         outcome = _measure_in_function(event, deps.functions, deps, bound)
         emulated = False
     else:
         outcome, emulated = _measure_here(converted, deps, bound)
-    if not isinstance(outcome, dict):
-        return outcome
-    report = outcome
+    return outcome if isinstance(outcome, list) else (outcome, emulated)
+
+
+def _measured(event: Envelope, measured: tuple[dict, bool], deps: InferenceDeps, bound, quick: bool) -> list[Payload]:
+    """Keep a measurement's result; its `InferenceDone`."""
+    converted: ModelConverted = event.payload
+    combo, model = converted.combo, converted.model
+    report, emulated = measured
     result = MeasuredResult.model_validate(
         {
             "combo_key": converted.combo_key,
@@ -120,6 +142,8 @@ def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload | D
             "cost": None
             if emulated or report.get("host_limited")
             else result_cost(report, combo, default_price_region()),
+            # rough figures of a racing run's first pass: kept apart, never reused (core/results.py)
+            **({"precision": "quick"} if quick else {}),
         }
     )
     if not result.confined:
@@ -132,12 +156,31 @@ def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload | D
         bound.info("measurement_disturbed", other_busy_cores=round(result.load.other_busy_cores or 0.0, 2))
     lat = result.latency_ms
     bound.info("measurement_done", p50_ms=round(lat.p50, 2), p99_ms=round(lat.p99, 2), iterations=lat.iterations)
-    if not emulated and _asks_profile(deps.store, event.run_id) and _profile(deps, result.to_dict(), bound):
+    if (
+        not emulated
+        and not quick
+        and _asks_profile(deps.store, event.run_id)
+        and _profile(deps, result.to_dict(), bound)
+    ):
         result.profile_key = keys.profile(
             result.combo_key, result.run_id
         )  # the result names its profile (which names its trace)
     key = keep_result(deps.store, result)
-    return [result.inference_done(result_key=key, reused=False)]
+    done = result.inference_done(result_key=key, reused=False)
+    return [done.model_copy(update={"refine": converted.refine, "precision": "quick" if quick else "exact"})]
+
+
+def _run_precision(store: ObjectStore, run_id: str) -> str:
+    """The run's precision (`quick` or `exact`), from its stored plan or, before the archiver
+    stored it, the run record; `exact` if neither is stored."""
+    try:
+        return RunPlanned.model_validate_json(store.get_bytes(keys.plan(run_id)), context=STORED).request.precision
+    except NotFound:
+        pass
+    try:
+        return (RunRecord.read(store.get_bytes(keys.run_record(run_id))).request or {}).get("precision") or "exact"
+    except (NotFound, SchemaError):
+        return "exact"
 
 
 def _asks_profile(store: ObjectStore, run_id: str) -> bool:
@@ -303,7 +346,7 @@ def _measure_in_function(
         ]
 
 
-def result_cost(report: dict, combo, region: str) -> dict:
+def result_cost(report: dict, combo, region: str) -> Cost:
     """The `cost` of a measured result in `region` (see `schemas.cost`)."""
     return cost_block(
         billed_ms_per_request=report["latency_ms"]["billed_ms_mean"],

@@ -1,0 +1,249 @@
+"""The archiver's part of racing (`core/racing.py`): when every combination of a racing run has
+its quick outcome, decide once which can still be an answer and measure those again to full
+precision; keep the running answer (`runs/{id}/answer.json`) as refined results arrive.
+
+At-least-once: the decision is written once (`runs/{id}/racing.json`, conditional write); the
+event that wrote it emits the refinements (again, with the same ids, when it is redelivered) and
+raises the `expected-{N}` marker by their number, so the run closes when every refinement has an
+outcome of its own (`outcomes/{combo key}.exact.json`, beside the quick one). A refined result
+replaces the quick one in the summary; a failed refinement leaves the quick figures standing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from core.lambda_model.prediction import predict_run
+from core.outcomes import Arrived
+from core.ports import NotFound, ObjectStore
+from core.racing import Figures, Race, answer, family_of, figures_of, margins, race
+from core.results import is_quick
+from report.recommendation import exclusion
+from schemas import keys
+from schemas.combos import Combo
+from schemas.cost import UnknownPriceRegion, cost_block
+from schemas.documents import ArtifactManifest, MeasuredResult, Recommendation
+from schemas.events import Envelope, InferenceDone, Payload, RunPlanned
+
+log = structlog.get_logger()
+ANSWER_WRITES = 4  # compare-and-put attempts of a running answer's update (it is a view: the summary is the word)
+
+
+def as_dict(row: Any) -> dict:
+    """A summary row or stored result as a dict (rows are dicts or `SummaryResult`s)."""
+    return row if isinstance(row, dict) else row.model_dump(mode="json")
+
+
+def label_of(row: Any) -> str:
+    return Combo.model_validate(as_dict(row)["combo"]).label if isinstance(row, dict) else row.combo.label
+
+
+def refined_end(key: str, end: tuple, arrived: Arrived, end_of: Callable) -> tuple:
+    """A combination's end with its refinement in place of its quick measurement, if it has one
+    (a failed refinement leaves the quick end standing)."""
+    refined = f"{key}{keys.REFINED}"
+    if refined not in arrived.own:
+        return end
+    outcome, result = end_of(refined, arrived, None)
+    return (outcome, result) if result is not None else end
+
+
+def read_racing(store: ObjectStore, run_id: str) -> dict | None:
+    try:
+        return json.loads(store.get_bytes(keys.racing(run_id)))
+    except NotFound:
+        return None
+
+
+def refinements(store: ObjectStore, run_id: str) -> int:
+    """How many refinements the run's race added to its expected outcomes (0: none, or no race)."""
+    decided = read_racing(store, run_id)
+    return len(decided["refine"]) if decided else 0
+
+
+def race_figures(plan: RunPlanned, results: list[dict], failures: list[dict]) -> tuple[list[Figures], dict, list[str]]:
+    """The figures that race (measured and, with predict, predicted rows), the labels out of it
+    with the reason, and the quick rows measured again whatever (disturbed, or without intervals)."""
+    request = plan.request
+    rows = list(results)
+    if plan.predicted:
+        predicted, _ = predict_run(request, list(plan.predicted.values()), results, failures, request.price_region)
+        rows += predicted
+    figures, out, forced = [], {}, []
+    for row in map(as_dict, rows):
+        label = Combo.model_validate(row["combo"]).label
+        if (row.get("load") or {}).get("disturbed"):
+            forced.append(label)  # measured again: a quiet measurement may still be an answer
+            continue
+        why = exclusion(row, slo_p99_ms=None, min_agreement=request.min_agreement)  # the SLO races on intervals
+        if why:
+            out[label] = why
+            continue
+        f = figures_of(row, family_of(row["combo"]) if plan.predicted else None)
+        if f is None:
+            forced.append(label)
+        else:
+            figures.append(f)
+    return figures, out, forced
+
+
+def race_quick_pass(
+    event: Envelope,
+    plan: RunPlanned,
+    results: list[dict],
+    failures: list[dict],
+    arrived: Arrived,
+    deps,
+) -> list[Payload] | None:
+    """When the run's results include quick ones: decide the race once and emit the refinements
+    (the deciding event), [] while refinements are missing, None when the run may close."""
+    quick = {r["combo_key"]: r for r in map(as_dict, results) if is_quick(r)}
+    if not quick:
+        return None
+    run_id = event.run_id
+    decided = read_racing(deps.store, run_id)
+    if decided is None:
+        figures, out, forced = race_figures(plan, results, failures)
+        outcome = race(figures, slo_p99_ms=plan.request.slo_p99_ms, out=out)
+        labels = set(outcome.contenders) | set(forced)
+        refine = {k: r["combo"] for k, r in quick.items() if Combo.model_validate(r["combo"]).label in labels}
+        decided = {
+            "decided_by": event.event_id,
+            "refine": refine,
+            "race": outcome.as_dict(),
+            "quick": {f.label: f.as_dict() for f in figures},
+            "price_region": plan.request.price_region,
+            "balance_weight": plan.request.balance_weight,
+        }
+        if deps.store.put_bytes(keys.racing(run_id), json.dumps(decided).encode(), if_absent=True):
+            running = answer(
+                {f.label: f for f in figures},
+                outcome,
+                balance_weight=plan.request.balance_weight,
+                stage="quick",
+                refining=[Combo.model_validate(c).label for c in refine.values()],
+            )
+            deps.store.put_bytes(keys.answer(run_id), json.dumps(running).encode())
+            log.info(
+                "race_decided",
+                run_id=run_id,
+                refined=len(refine),
+                dominated=len(outcome.dominated),
+                out=len(outcome.out),
+            )
+        else:
+            decided = read_racing(deps.store, run_id)
+    missing = [k for k in decided["refine"] if f"{k}{keys.REFINED}" not in arrived.own]
+    if not missing:
+        return None
+    if decided["decided_by"] != event.event_id:
+        return []  # another arrival decided: its refinements are under way
+    deps.store.put_bytes(keys.expected_outcomes(run_id, len(plan.combos) + len(decided["refine"])), b"", if_absent=True)
+    out: list[Payload] = []
+    for key in decided["refine"]:
+        result = quick[key]
+        manifest = ArtifactManifest.read(deps.store.get_bytes(keys.manifest(result["artifact_key"])))
+        converted = manifest.model_converted(
+            model=plan.model,
+            combo=plan.combos[key],
+            combo_key=key,
+            artifact_key=result["artifact_key"],
+            reused=True,
+        )
+        out.append(converted.model_copy(update={"refine": True}))
+    return out
+
+
+def mark_stopped(results: list[dict], decided: dict | None) -> tuple[list[dict], dict[str, str]]:
+    """The rows a race stopped with what stopped them (`dominated_by` and its `evidence`), and
+    label -> reason for the recommendation's `excluded`."""
+    if not decided:
+        return results, {}
+    dominated = decided["race"]["dominated"]
+    out, reasons = [], {}
+    for row in results:
+        label = label_of(row)
+        stop = dominated.get(label)
+        if stop is not None and is_quick(as_dict(row)):
+            marked = {**as_dict(row), "dominated_by": stop["by"], "evidence": stop["evidence"]}
+            row = marked if isinstance(row, dict) else type(row).model_validate(marked)
+            reasons[label] = stop["reason"]
+        out.append(row)
+    return out, reasons
+
+
+def final_answer(
+    results: list, recommendation: Recommendation, decided: dict | None, stopped: dict[str, str], *, predict: bool
+) -> tuple[Recommendation, dict[str, Any]]:
+    """The recommendation with each pick's margin over the next (`margins`) and the combinations the
+    race stopped under `excluded` ("dominated by X" with the evidence), and the final answer."""
+    candidates = set(recommendation.candidates)
+    balance_weight = recommendation.criteria.balance_weight if recommendation.criteria else 0.5
+    figures = {}
+    for row in map(as_dict, results):
+        f = figures_of(row, family_of(row["combo"]) if predict else None)
+        if f is not None and f.label in candidates:
+            figures[f.label] = f
+    race_result = Race.of(decided["race"]) if decided else Race()
+    done = answer(figures, race_result, balance_weight=balance_weight, stage="final", refining=[])
+    done["picks"] = {k: recommendation.pick(k) for k in ("fastest", "cheapest", "balanced")}
+    done["margins"] = margins(list(figures.values()), done["picks"])
+    excluded = {**recommendation.excluded, **stopped}
+    return recommendation.model_copy(update={"margins": done["margins"], "excluded": excluded}), done
+
+
+def _priced(result: dict, region: str) -> dict:
+    """`result` with its cost in `region` (the run's: a stored result was costed in the default one)."""
+    cost = result.get("cost")
+    if not cost or cost.get("price_region") == region:
+        return result
+    try:
+        repriced = cost_block(
+            billed_ms_per_request=cost["billed_ms_per_request"],
+            cold_start_ms=cost["cold_start_billed_ms"],
+            memory_mb=result["combo"]["memory_mb"],
+            batch_size=result["combo"]["batch_size"],
+            hardware=result["combo"]["hardware"],
+            region=region,
+        )
+    except UnknownPriceRegion:
+        return {**result, "cost": None}
+    return {**result, "cost": repriced}
+
+
+def on_refined(event: Envelope, deps) -> None:
+    """A refined result arrived: its figures replace the quick ones in the running answer (a view
+    for the CLI, the API and the page; the summary is the run's word)."""
+    done: InferenceDone = event.payload
+    decided = read_racing(deps.store, event.run_id)
+    if decided is None:
+        return
+    try:
+        result = _priced(MeasuredResult.read(deps.store.get_bytes(done.result_key)).to_dict(), decided["price_region"])
+    except NotFound:
+        return
+    for _ in range(ANSWER_WRITES):
+        try:
+            data, version = deps.store.get_versioned(keys.answer(event.run_id))
+        except NotFound:
+            return
+        running = json.loads(data)
+        rows = {k: Figures.of(v) for k, v in running["rows"].items()}
+        family = rows[done.combo.label].family if done.combo.label in rows else None
+        figures = figures_of(result, family)
+        if figures is not None:
+            rows[figures.label] = figures
+        left = [label for label in running["refining"] if label != done.combo.label]
+        updated = answer(
+            rows,
+            Race.of(decided["race"]),
+            balance_weight=running.get("balance_weight", 0.5),
+            stage="refining",
+            refining=left,
+        )
+        if deps.store.compare_and_put(keys.answer(event.run_id), json.dumps(updated).encode(), version=version):
+            return

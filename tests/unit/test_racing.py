@@ -1,0 +1,125 @@
+"""Racing's decision (`core/racing.py`), on its own: which combinations can still be an answer,
+which are dominated (with the evidence), and each pick's margin."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.racing import RUN_TO_RUN_SLACK, Figures, answer, answer_lines, figures_of, margins, picks, race
+
+
+def fig(label: str, p99: float, cost: float, spread: float = 0.05, family: str | None = None, **kw) -> Figures:
+    return Figures(
+        label=label,
+        combo_key=label,
+        family=family or label,
+        p99=p99,
+        p99_low=p99 * (1 - spread),
+        p99_high=p99 * (1 + spread),
+        cost=cost,
+        cost_low=cost * (1 - spread),
+        cost_high=cost * (1 + spread),
+        **kw,
+    )
+
+
+def test_a_combination_beaten_on_both_p99_and_cost_beyond_the_intervals_is_dominated_with_the_evidence():
+    fast = fig("intel/onnx_int8/b1/1024MB", p99=10, cost=2.0)
+    slow = fig("intel/base/b1/1024MB", p99=30, cost=6.0, precision="quick")
+    outcome = race([fast, slow])
+    assert outcome.contenders == [fast.label]
+    dominated = outcome.dominated[slow.label]
+    assert dominated.by == fast.label
+    evidence = dominated.evidence
+    assert evidence["p99"] == [slow.p99_low, slow.p99_high] and evidence["by_p99"] == [fast.p99_low, fast.p99_high]
+    assert evidence["cost"] == [slow.cost_low, slow.cost_high] and evidence["by_cost"] == [
+        fast.cost_low,
+        fast.cost_high,
+    ]
+    assert evidence["by_p99"][1] < evidence["p99"][0] and evidence["by_cost"][1] < evidence["cost"][0]
+    assert dominated.reason.startswith(f"dominated by {fast.label}")
+    assert "28.5-31.5 ms" in dominated.reason  # its own interval is in the reason
+
+
+def test_overlapping_intervals_keep_both_in_the_race():
+    a = fig("a", p99=10, cost=2.0, spread=0.2)
+    b = fig("b", p99=11, cost=2.1, spread=0.2)  # worse on both, but within the intervals
+    assert race([a, b]).contenders == ["a", "b"]
+    assert race([a, b]).dominated == {}
+
+
+def test_better_on_one_axis_is_a_contender_the_pareto_front_stays():
+    cheap = fig("cheap", p99=50, cost=1.0)
+    fast = fig("fast", p99=5, cost=9.0)
+    middle = fig("middle", p99=20, cost=4.0)
+    loser = fig("loser", p99=60, cost=10.0)
+    outcome = race([cheap, fast, middle, loser])
+    assert outcome.contenders == ["cheap", "fast", "middle"]
+    assert set(outcome.dominated) == {"loser"}
+    # the named dominator is itself not dominated
+    assert outcome.dominated["loser"].by in outcome.contenders
+
+
+def test_above_the_slo_with_confidence_is_out_and_straddling_it_is_a_contender():
+    outcome = race([fig("a", p99=10, cost=5.0), fig("b", p99=100, cost=1.0), fig("c", p99=20, cost=1.0)], slo_p99_ms=19)
+    assert "b" in outcome.out and "above the SLO" in outcome.out["b"]
+    assert "c" in outcome.contenders  # 19-21 ms straddles 19 ms: it may still meet it
+    assert "a" in outcome.contenders
+
+
+def test_a_family_stops_only_when_none_of_its_sizes_can_be_an_answer():
+    leader = fig("intel/onnx/b1/1769MB", p99=10, cost=1.0, family="onnx")
+    small = fig("intel/base/b1/512MB", p99=40, cost=3.0, family="base")
+    big = fig("intel/base/b1/3538MB", p99=8, cost=9.0, family="base")  # the fastest: base stays in the race
+    outcome = race([leader, small, big])
+    assert set(outcome.contenders) == {leader.label, small.label, big.label}
+    outcome = race([leader, small, fig("intel/base/b1/3538MB", p99=30, cost=9.0, family="base")])
+    assert set(outcome.dominated) == {small.label, "intel/base/b1/3538MB"}
+
+
+def test_the_margin_says_how_much_more_the_next_costs_with_its_spread():
+    best = fig("intel/onnx_int8/b1/1024MB", p99=10, cost=1.0, spread=0.03)
+    nxt = fig("intel/onnx/b1/1024MB", p99=12, cost=1.31, spread=0.03)
+    chosen = picks([best, nxt])
+    assert chosen == {"fastest": best.label, "cheapest": best.label, "balanced": best.label}
+    text = margins([best, nxt], chosen)
+    assert text["cheapest"] == (
+        "cheapest: intel/onnx_int8/b1/1024MB; the next, intel/onnx/b1/1024MB, costs 31 % ± 6 % more"
+    )
+    assert text["fastest"].startswith(
+        "fastest: intel/onnx_int8/b1/1024MB; the next, intel/onnx/b1/1024MB, has a p99 20 %"
+    )
+
+
+def test_figures_of_a_measured_result_widen_its_intervals_by_the_run_to_run_slack():
+    row = {
+        "combo_key": "k",
+        "combo": {"hardware": "intel", "optimizer": "onnx", "batch_size": 1, "memory_mb": 1024},
+        "latency_ms": {"p50": 5.0, "p99": 8.0, "p99_ci95_low": 7.0, "p99_ci95_high": 9.0, "cv": 0.1, "iterations": 100},
+        "cost": {"per_million_inferences_usd": 2.0},
+        "precision": "quick",
+    }
+    f = figures_of(row)
+    assert f.label == "intel/onnx/b1/1024MB" and f.precision == "quick"
+    assert f.p99_low == pytest.approx(7.0 / (1 + RUN_TO_RUN_SLACK))
+    assert f.p99_high == pytest.approx(9.0 * (1 + RUN_TO_RUN_SLACK))
+    half = 1.96 * 0.1 / 10
+    assert f.cost_low == pytest.approx(2.0 * (1 - half) / (1 + RUN_TO_RUN_SLACK))
+    assert f.cost_high == pytest.approx(2.0 * (1 + half) * (1 + RUN_TO_RUN_SLACK))
+    assert figures_of({**row, "cost": None}) is None  # no cost: it cannot race
+    no_interval = {**row, "latency_ms": {"p50": 5.0, "p99": 8.0}}
+    assert figures_of(no_interval) is None
+
+
+def test_the_running_answer_lists_picks_with_intervals_and_what_is_dominated():
+    fast = fig("intel/onnx_int8/b1/1024MB", p99=10, cost=2.0, precision="quick")
+    slow = fig("intel/base/b1/1024MB", p99=30, cost=6.0, precision="quick")
+    outcome = race([fast, slow])
+    doc = answer({f.label: f for f in (fast, slow)}, outcome, balance_weight=0.5, stage="quick", refining=[fast.label])
+    assert doc["picks"]["cheapest"] == fast.label and doc["refining"] == [fast.label]
+    lines = answer_lines(doc)
+    assert lines[0] == "first answer (quick pass):"
+    assert any(
+        line.strip().startswith("cheapest: intel/onnx_int8/b1/1024MB") and "[9.5-10.5]" in line for line in lines
+    )
+    assert any(line.strip().startswith("intel/base/b1/1024MB: dominated by intel/onnx_int8") for line in lines)

@@ -1,0 +1,173 @@
+"""Racing runs through every service on the embedded bus (fakes for the engines and the
+measurement, as tests/unit/test_pipeline.py): the quick pass, the refinements, the dominated
+combinations listed with their evidence, and the quick answer against the exact run's."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from adapters.memory_store import MemoryStore
+from ayci.bootstrap import embedded
+from ayci.settings import Settings
+from core.racing import answer_lines
+from core.results import latest_result
+from schemas import keys
+from schemas.combos import Matrix
+from schemas.events import Envelope, RequestSubmitted
+from services.request.submission import new_run
+from tests.unit.test_pipeline import Fakes, stored_model
+
+# p50 in ms at 1 vCPU of each optimizer: base is slower than onnx everywhere, int8 the fastest
+SPEED = {"base": 40.0, "onnx": 12.0, "onnx_int8": 8.0}
+FULL_CAP_S = 12.0
+
+
+class RacingFakes(Fakes):
+    """Figures that depend on the optimizer and the memory size; a quick pass (a shorter time cap)
+    measures fewer samples: wider intervals and figures a few % off."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.caps: list[tuple[str, int, float]] = []
+        self.quick_bias = 1.04
+
+    def measure(self, spec, python_command) -> dict:
+        report = super().measure(spec, python_command)
+        quick = spec.time_cap_s < FULL_CAP_S
+        self.caps.append((spec.optimizer, spec.memory_mb, spec.time_cap_s))
+        p50 = SPEED[spec.optimizer] * 1769 / min(spec.memory_mb, 1769) * (self.quick_bias if quick else 1.0)
+        samples, tail = (30, 0.25) if quick else (300, 0.05)
+        report["latency_ms"] |= {
+            "p50": p50,
+            "p90": p50 * 1.1,
+            "p99": p50 * 1.2,
+            "mean": p50,
+            "ci95_low": p50 * 0.98,
+            "ci95_high": p50 * 1.02,
+            "p99_ci95_low": p50 * 1.2 * (1 - tail),
+            "p99_ci95_high": p50 * 1.2 * (1 + tail),
+            "cv": 0.1,
+            "iterations": samples,
+            "billed_ms_mean": float(int(p50) + 1),
+        }
+        return report
+
+
+@pytest.fixture
+def fakes() -> RacingFakes:
+    return RacingFakes()
+
+
+@pytest.fixture
+def app(tmp_path, fakes):
+    parts = {
+        "dedup": {"target_cpu": lambda hardware, optimizer: "fake-cpu"},
+        "archiver": {"target_cpu": lambda hardware, optimizer: "fake-cpu"},
+        "converter": {"convert": fakes.convert, "compute_reference": fakes.compute_reference, "work_dir": tmp_path},
+        "inference": {
+            "measure": fakes.measure,
+            "runtime_for": lambda hardware: ([sys.executable], False),
+            "work_dir": tmp_path,
+            "time_cap_s": FULL_CAP_S,
+        },
+    }
+    return embedded(Settings(data_dir=tmp_path / "unused"), fakes, store=MemoryStore(), parts=parts)
+
+
+def submit(app, *, precision: str, optimizers=("base", "onnx", "onnx_int8"), memory=(1024, 1769), **extra) -> dict:
+    matrix = Matrix(optimizers={"intel": list(optimizers)}, batch_sizes=[1], memory_sizes_mb=list(memory))
+    request = RequestSubmitted(model=stored_model(app), matrix=matrix, precision=precision, force=True, **extra)
+    envelope = new_run(request)
+    app.publisher.publish([envelope])
+    app.bus.run_until_idle()
+    return json.loads(app.store.get_bytes(keys.summary(envelope.run_id)))
+
+
+PICKS = ("fastest", "cheapest", "balanced")
+
+
+def label(row: dict) -> str:
+    c = row["combo"]
+    return f"{c['hardware']}/{c['optimizer']}/b{c['batch_size']}/{c['memory_mb']}MB"
+
+
+def test_a_quick_run_measures_every_combination_briefly_and_only_contenders_fully(app, fakes):
+    summary = submit(app, precision="quick")
+    quick = [(o, m) for o, m, cap in fakes.caps if cap < FULL_CAP_S]
+    full = [(o, m) for o, m, cap in fakes.caps if cap == FULL_CAP_S]
+    assert len(quick) == 6 and all(cap == FULL_CAP_S / 4 for *_, cap in fakes.caps if cap < FULL_CAP_S)
+    assert ("base", 1024) not in full and ("base", 1769) not in full  # base is beaten everywhere: never refined
+    assert ("onnx_int8", 1769) in full
+    rows = {r["combo"]["optimizer"] + f"/{r['combo']['memory_mb']}": r for r in summary["results"]}
+    assert len(rows) == 6 and not summary["failures"]  # none dropped
+    assert rows["base/1024"].get("precision") == "quick" and rows["onnx_int8/1769"].get("precision") is None
+    racing = json.loads(app.store.get_bytes(keys.racing(summary["run_id"])))
+    assert set(racing["refine"]) == {rows[k]["combo_key"] for k, r in rows.items() if r.get("precision") != "quick"}
+
+
+def test_a_dominated_combination_is_listed_with_its_evidence(app, fakes):
+    summary = submit(app, precision="quick")
+    base = next(r for r in summary["results"] if label(r) == "intel/base/b1/1769MB")
+    by = base["dominated_by"]
+    assert by.startswith("intel/onnx")
+    evidence = base["evidence"]
+    assert evidence["by_p99"][1] < evidence["p99"][0] and evidence["by_cost"][1] < evidence["cost"][0]
+    assert evidence["p99_ms"] == pytest.approx(base["latency_ms"]["p99"])  # its rough figures
+    reason = summary["recommendation"]["excluded"]["intel/base/b1/1769MB"]
+    assert reason.startswith(f"dominated by {by} (quick pass, 95 %): p99 ")
+    assert "intel/base/b1/1769MB" not in summary["recommendation"]["candidates"]
+    # a quick result is never the one a later run reuses
+    assert latest_result(app.store, base["combo_key"]) is None
+
+
+def test_the_quick_answer_picks_what_the_exact_run_picks_with_margins(app, fakes):
+    quick = submit(app, precision="quick")
+    exact = submit(app, precision="exact")
+    assert all(cap == FULL_CAP_S for *_, cap in fakes.caps[-6:])  # the exact run: everything to full precision
+    for kind in PICKS:
+        assert quick["recommendation"][kind] == exact["recommendation"][kind]
+    margins = quick["recommendation"]["margins"]
+    assert margins["cheapest"].startswith(f"cheapest: {quick['recommendation']['cheapest']}; the next, ")
+    assert " % ± " in margins["cheapest"] and margins["cheapest"].endswith("% more")
+
+
+def test_a_refinement_replaces_the_quick_result_and_is_the_one_later_runs_reuse(app, fakes):
+    summary = submit(app, precision="quick")
+    row = next(r for r in summary["results"] if label(r) == "intel/onnx_int8/b1/1769MB")
+    assert row.get("precision") is None and row["latency_ms"]["iterations"] == 300
+    stored = latest_result(app.store, row["combo_key"])
+    assert stored is not None and stored.version == keys.result_version(row["combo_key"], summary["run_id"])
+    quick_version = keys.result_version(row["combo_key"], f"{summary['run_id']}.quick")
+    assert json.loads(app.store.get_bytes(quick_version))["precision"] == "quick"
+
+
+def test_the_running_answer_is_there_after_the_first_pass_and_final_at_the_end(app, fakes):
+    seen: list[dict] = []
+
+    def observe(queue: str, event: Envelope) -> None:
+        if event.type == "ModelConverted" and event.payload.refine:
+            seen.append(json.loads(app.store.get_bytes(keys.answer(event.run_id))))
+
+    app.bus.observers.append(observe)
+    summary = submit(app, precision="quick")
+    first = seen[0]
+    assert first["stage"] in ("quick", "refining") and first["picks"]["cheapest"]
+    assert first["dominated"] and first["refining"]
+    assert answer_lines(first)[0].startswith(("first answer", "refining"))
+    final = json.loads(app.store.get_bytes(keys.answer(summary["run_id"])))
+    assert final["stage"] == "final" and final["refining"] == []
+    assert final["picks"] == {k: summary["recommendation"][k] for k in PICKS}
+
+
+def test_every_event_delivered_twice_races_once(app, fakes):
+    matrix = Matrix(optimizers={"intel": ["base", "onnx_int8"]}, batch_sizes=[1], memory_sizes_mb=[1769])
+    request = RequestSubmitted(model=stored_model(app), matrix=matrix, precision="quick", force=True)
+    envelope = new_run(request)
+    app.publisher.publish([envelope, envelope])
+    app.bus.run_until_idle()
+    summary = json.loads(app.store.get_bytes(keys.summary(envelope.run_id)))
+    assert summary["status"] == "complete" and len(summary["results"]) == 2
+    assert sum(1 for _, _, cap in fakes.caps if cap == FULL_CAP_S) == 1  # onnx_int8 refined once

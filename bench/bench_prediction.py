@@ -34,7 +34,7 @@ from core.run_plan import measured_and_predicted
 from measuring.confinement import unavailable_reason
 from schemas import keys
 from schemas.combos import Matrix
-from schemas.documents import RunSummary, SummaryResult
+from schemas.documents import RunSummary
 from schemas.events import RequestSubmitted
 from services.request.submission import new_run, store_inputs, store_model
 
@@ -92,13 +92,11 @@ def compare(request: RequestSubmitted, summary: RunSummary) -> list[dict]:
     anchors, predicted = measured_and_predicted(predicting)
     anchor_labels = {c.label for c in anchors}
     measured = {r.label: r for r in summary.results}
-    anchor_results = [
-        r.model_dump(mode="json", exclude_unset=True) for r in measured.values() if r.label in anchor_labels
-    ]
-    anchor_failures = [f.model_dump(mode="json") for f in summary.failures if f.label in anchor_labels]
+    anchor_results = [r for r in measured.values() if r.label in anchor_labels]
+    anchor_failures = [f for f in summary.failures if f.label in anchor_labels]
     rows, refused = predict_run(predicting, predicted, anchor_results, anchor_failures, predicting.price_region)
     out = []
-    for row in map(SummaryResult.model_validate, rows):
+    for row in rows:
         actual = measured.get(row.label)
         if actual is None or actual.disturbed:
             continue
@@ -111,10 +109,8 @@ def compare(request: RequestSubmitted, summary: RunSummary) -> list[dict]:
             entry[f"{stat}_inside"] = low <= real <= high
         out.append(entry)
     for item in refused:
-        failed = next((f for f in summary.failures if f.label == item["label"]), None)
-        out.append(
-            {"label": item["label"], "refused": item["reason"], "measured_failed": failed.reason if failed else None}
-        )
+        failed = next((f for f in summary.failures if f.label == item.label), None)
+        out.append({"label": item.label, "refused": item.reason, "measured_failed": failed.reason if failed else None})
     return out
 
 

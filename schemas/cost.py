@@ -120,7 +120,7 @@ def cost_block(
     hardware: Hardware,
     region: str,
     table: PriceTable | None = None,
-) -> dict:
+) -> Cost:
     """A result's `cost`: per request (its mean billed duration), per million inferences, and
     of a cold start (a request whose billed duration is the whole cold start, since Lambda
     bills the init phase too)."""
@@ -128,16 +128,16 @@ def cost_block(
     prices = table.region(region)
     per_request = request_cost_usd(billed_ms_per_request, memory_mb, hardware, prices)
     cold_billed_ms = max(1, math.ceil(cold_start_ms))
-    return {
-        "billed_ms_per_request": billed_ms_per_request,
-        "per_request_usd": per_request,
-        "per_million_inferences_usd": per_request / batch_size * 1e6,
-        "cold_start_billed_ms": cold_billed_ms,
-        "cold_start_usd": request_cost_usd(cold_billed_ms, memory_mb, hardware, prices),
-        "architecture": ARCHITECTURE[Hardware(hardware)],
-        "price_region": region,
-        "price_date": table.date,
-    }
+    return Cost(
+        billed_ms_per_request=billed_ms_per_request,
+        per_request_usd=per_request,
+        per_million_inferences_usd=per_request / batch_size * 1e6,
+        cold_start_billed_ms=cold_billed_ms,
+        cold_start_usd=request_cost_usd(cold_billed_ms, memory_mb, hardware, prices),
+        architecture=ARCHITECTURE[Hardware(hardware)],
+        price_region=region,
+        price_date=table.date,
+    )
 
 
 BUILD_MEMORY_MB = 3008  # the converter function's size (infra/template.yaml): tuning runs there, on x86_64

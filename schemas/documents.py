@@ -332,16 +332,6 @@ class ResultBundle(Document):
     results: dict[str, dict[str, Any]]  # the stored result's key -> its document
 
 
-class PickChecks(Document):
-    """runs/{id}/checks.json: predicted picks of a `predict` run measured before it closes.
-    `predicted` keeps each one's prediction (its row) to set beside the measurement."""
-
-    combos: dict[str, Combo]  # combination key -> combination
-    predicted: dict[str, dict[str, Any]]  # combination key -> its predicted row
-    kinds: dict[str, list[str]]  # combination key -> the recommendation kinds that picked it
-    decided_by: str  # the event whose handling decided the checks (it alone emits them)
-
-
 class Prediction(Flexible):
     """How a predicted row was predicted (`core/lambda_model/prediction.py`)."""
 
@@ -387,6 +377,8 @@ class SummaryResult(Flexible):
     latency_ms: Latency
     cold_start_ms: ColdStartTotal | None = None
     peak_rss_mb: float | None = None
+    cgroup_peak_mb: float | None = None
+    smallest_fit_mb: int | None = None  # a predicted row's: the smallest size its family fits in
     agreement: Agreement | None = None
     cost: Cost | None = None
     load: MachineLoad | None = None
@@ -418,6 +410,16 @@ class SummaryResult(Flexible):
     @property
     def disturbed(self) -> bool:
         return self.load is not None and self.load.disturbed
+
+    @classmethod
+    def of(cls, row: SummaryResult | MeasuredResult | dict[str, Any]) -> SummaryResult:
+        """`row` as a summary's row: itself, or a stored result (a `MeasuredResult`, or its
+        document) validated once."""
+        if isinstance(row, cls):
+            return row
+        if isinstance(row, MeasuredResult):
+            row = row.to_dict()
+        return cls.model_validate(row)
 
 
 class TableRow(Flexible):
@@ -456,6 +458,17 @@ class FailedCombination(Flexible):
     label: str
     stage: FailureStage
     reason: str
+    smallest_fit_mb: int | None = None  # refused by the prediction: the smallest size that fits
+
+
+class PickChecks(Document):
+    """runs/{id}/checks.json: predicted picks of a `predict` run measured before it closes.
+    `predicted` keeps each one's prediction (its row) to set beside the measurement."""
+
+    combos: dict[str, Combo]  # combination key -> combination
+    predicted: dict[str, SummaryResult]  # combination key -> its predicted row
+    kinds: dict[str, list[str]]  # combination key -> the recommendation kinds that picked it
+    decided_by: str  # the event whose handling decided the checks (it alone emits them)
 
 
 class _ArchivedBy(BaseModel):  # the one field `RunSummary.archived_by_in` reads

@@ -35,7 +35,8 @@ import numpy as np
 from core.run_plan import FIT_MARGIN, ONE_VCPU_MB, TWO_VCPU_MB
 from schemas.combos import Combo, combo_key
 from schemas.cost import UnknownPriceRegion, cost_block
-from schemas.events import RequestSubmitted
+from schemas.documents import ColdStartTotal, FailedCombination, Interval, Latency, Prediction, SummaryResult
+from schemas.events import FailureStage, RequestSubmitted
 from schemas.lambda_limits import CPU_PERIOD_US, lambda_threads, lambda_vcpus
 
 CPU_PERIOD_MS = CPU_PERIOD_US / 1000
@@ -60,39 +61,54 @@ SIMULATED_INFERENCES = 4000
 
 @dataclass(frozen=True)
 class Anchor:
+    """A measured size of a family: its memory size and its row (a stored row is validated
+    once, here)."""
+
     memory_mb: int
-    result: dict
+    result: SummaryResult
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "result", SummaryResult.of(self.result))
 
     @property
-    def latency(self) -> dict:
-        return self.result["latency_ms"]
+    def latency(self) -> Latency:
+        return self.result.latency_ms
+
+    def stat(self, which: str) -> float | None:
+        """One of its latency figures (p50, p90, p95, p99, mean), None if it has none."""
+        return getattr(self.latency, which, None)
 
     def rel_ci(self, which: str) -> float:
         """Half the 95 % CI of the p50 or p99, relative to it."""
-        lat = self.latency
         low, high = (
-            (lat.get("ci95_low"), lat.get("ci95_high"))
+            (self.stat("ci95_low"), self.stat("ci95_high"))
             if which == "p50"
-            else (lat.get("p99_ci95_low"), lat.get("p99_ci95_high"))
+            else (self.stat("p99_ci95_low"), self.stat("p99_ci95_high"))
         )
-        if low is None or high is None or not lat[which]:
+        if low is None or high is None or not self.stat(which):
             return 0.05 if which == "p50" else 0.15
-        return (high - low) / 2 / lat[which]
+        return (high - low) / 2 / self.stat(which)
+
+    @property
+    def cold_ms(self) -> float:
+        return self.result.cold_start_ms.total
 
     @property
     def peak_mb(self) -> float:
-        return max(self.result.get("cgroup_peak_mb") or 0.0, self.result.get("peak_rss_mb") or 0.0)
+        return max(self.result.cgroup_peak_mb or 0.0, self.result.peak_rss_mb or 0.0)
 
     @property
     def usable(self) -> bool:
         """Timed natively as Lambda would run it."""
         r = self.result
-        return not r.get("emulated") and not r.get("host_limited") and r.get("confined") is not False
+        return not r.emulated and not r.host_limited and r.confined is not False
 
 
-def latency_quantiles(latency: dict) -> list[tuple[float, float]]:
+def latency_quantiles(latency: Latency | dict) -> list[tuple[float, float]]:
     """(quantile, ms) points of a result's latency stats (a predicted row has no min or max:
     its p50 and p99 stand in)."""
+    if isinstance(latency, Latency):
+        latency = latency.model_dump(exclude_none=True)
     return [
         (0.0, latency.get("min", latency["p50"])),
         (0.5, latency["p50"]),
@@ -133,7 +149,7 @@ def simulate_quota(work_ms: np.ndarray, vcpus: float, period_ms: float = CPU_PER
     return latencies
 
 
-def _throttled(latency: dict, vcpus: float, work_factor: float, seed: int = 0) -> dict:
+def _throttled(latency: Latency | dict, vcpus: float, work_factor: float, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     work = draw_latencies(latency_quantiles(latency), rng, SIMULATED_INFERENCES) * work_factor
     lat = simulate_quota(work, vcpus)[SIMULATED_INFERENCES // 20 :]
@@ -151,7 +167,7 @@ def _throttled(latency: dict, vcpus: float, work_factor: float, seed: int = 0) -
     }
 
 
-def _calibrate_work_factor(one: dict, vcpus: float, measured_mean: float) -> float:
+def _calibrate_work_factor(one: Latency | dict, vcpus: float, measured_mean: float) -> float:
     """The work factor making the simulated mean latency at `vcpus` the measured one (bisection:
     the mean grows steadily with the work; a percentile jumps between stalled and not)."""
     low, high = 0.25, 4.0
@@ -224,7 +240,7 @@ class FamilyModel:
         if not small.usable:
             self.throttled_problem = f"the {small.memory_mb} MB anchor was not measured as Lambda would run it"
             return
-        one_p50, small_p50 = self.one.latency["p50"], small.latency["p50"]
+        one_p50, small_p50 = self.one.latency.p50, small.latency.p50
         if small_p50 < one_p50 * (1 - self._noise(self.one, small)):
             self.throttled_problem = (
                 f"measured faster with less CPU ({small_p50:.2f} ms at {small.memory_mb} MB against "
@@ -232,24 +248,24 @@ class FamilyModel:
             )
             return
         vcpus = lambda_vcpus(small.memory_mb)
-        self.work_factor = _calibrate_work_factor(self.one.latency, vcpus, small.latency.get("mean") or small_p50)
+        self.work_factor = _calibrate_work_factor(self.one.latency, vcpus, small.latency.mean or small_p50)
         simulated = _throttled(self.one.latency, vcpus, self.work_factor)
         self.p50_ratio_small = small_p50 / simulated["p50"]
-        self.p99_ratio_small = small.latency["p99"] / simulated["p99"]
-        one_cold, small_cold = self.one.result["cold_start_ms"]["total"], small.result["cold_start_ms"]["total"]
+        self.p99_ratio_small = small.latency.p99 / simulated["p99"]
+        one_cold, small_cold = self.one.cold_ms, small.cold_ms
         self.cold_alpha = min(1.5, max(0.0, math.log(small_cold / one_cold) / math.log(1 / vcpus)))
 
     def _fit_threads(self) -> None:
         two = self.two
         if two is None:
             return
-        if two.result.get("host_limited"):
+        if two.result.host_limited:
             self.threads_problem = f"the {TWO_VCPU_MB} MB anchor is host-limited (this host cannot give 2 vCPUs)"
             return
         if not two.usable:
             self.threads_problem = f"the {TWO_VCPU_MB} MB anchor was not measured as Lambda would run it"
             return
-        one_p50, two_p50 = self.one.latency["p50"], two.latency["p50"]
+        one_p50, two_p50 = self.one.latency.p50, two.latency.p50
         if two_p50 > one_p50 * (1 + self._noise(self.one, two)):
             self.threads_problem = (
                 f"measured slower with 2 vCPUs than with 1 beyond noise ({two_p50:.2f} ms at {TWO_VCPU_MB} MB, "
@@ -264,7 +280,7 @@ class FamilyModel:
         return math.exp(weight * math.log(at_small))
 
     def _amdahl(self, stat: str, threads: int) -> float:
-        t1, t2 = self.one.latency[stat], self.two.latency[stat]
+        t1, t2 = self.one.stat(stat), self.two.stat(stat)
         serial, parallel = max(0.0, 2 * t2 - t1), t1 - max(0.0, 2 * t2 - t1)  # T(n) = A + B/n, T(1)=t1, T(2)=t2
         return serial + parallel / threads
 
@@ -308,13 +324,11 @@ class FamilyModel:
                 "p99": [v * r99 for v in simulated["p99_spread"]],
             }
             alpha = self.cold_alpha if calibrated else 1.0
-            cold = one.result["cold_start_ms"]["total"] * (1 / vcpus) ** alpha
+            cold = one.cold_ms * (1 / vcpus) ** alpha
         elif threads == 1:
             regime = "same_threads"
-            latency = {
-                k: one.latency[k] for k in ("p50", "p90", "p95", "p99", "mean") if one.latency.get(k) is not None
-            }
-            cold = one.result["cold_start_ms"]["total"]
+            latency = {k: one.stat(k) for k in ("p50", "p90", "p95", "p99", "mean") if one.stat(k) is not None}
+            cold = one.cold_ms
             basis = f"1 thread, never throttled: as at {ONE_VCPU_MB} MB"
         else:
             if self.two is None:
@@ -322,13 +336,9 @@ class FamilyModel:
             if self.threads_problem:
                 raise NoPrediction(self.threads_problem)
             regime = "threads" if threads == 2 else "threads_beyond"
-            stats = [
-                k
-                for k in ("p50", "p90", "p95", "p99", "mean")
-                if None not in (one.latency.get(k), self.two.latency.get(k))
-            ]
+            stats = [k for k in ("p50", "p90", "p95", "p99", "mean") if None not in (one.stat(k), self.two.stat(k))]
             latency = {k: self._amdahl(k, threads) for k in stats}
-            cold_one, cold_two = one.result["cold_start_ms"]["total"], self.two.result["cold_start_ms"]["total"]
+            cold_one, cold_two = one.cold_ms, self.two.cold_ms
             cold = max(0.0, 2 * cold_two - cold_one) + (cold_one - max(0.0, 2 * cold_two - cold_one)) / threads
             anchors.append(self.two)
             basis = (
@@ -361,25 +371,29 @@ class FamilyModel:
         }
 
 
-def _family(combo: dict | Combo) -> tuple:
-    c = combo if isinstance(combo, dict) else combo.model_dump(mode="json")
-    return (c["hardware"], c["optimizer"], c["batch_size"])
+def _family(combo: Combo) -> tuple:
+    return (combo.hardware, combo.optimizer, combo.batch_size)
 
 
 def predict_run(
-    request: RequestSubmitted, predicted: list[Combo], results: list[dict], failures: list[dict], region: str
-) -> tuple[list[dict], list[dict]]:
+    request: RequestSubmitted,
+    predicted: list[Combo],
+    results: list[SummaryResult],
+    failures: list[FailedCombination],
+    region: str,
+) -> tuple[list[SummaryResult], list[FailedCombination]]:
     """Rows for the `predicted` combinations from the run's measured `results` (and the
-    `failures` of its anchors): (predicted results, combinations that will not fit or get no
-    prediction, each `{combo_key, combo, label, reason, smallest_fit_mb?}`)."""
+    `failures` of its anchors): (predicted rows, combinations that will not fit or get no
+    prediction, each failed at the stage `prediction` with the reason, and `smallest_fit_mb`
+    when it will not fit)."""
     anchors: dict[tuple, list[Anchor]] = {}
     for result in results:
-        if not result.get("predicted"):
-            anchors.setdefault(_family(result["combo"]), []).append(Anchor(result["combo"]["memory_mb"], result))
+        if not result.predicted:
+            anchors.setdefault(_family(result.combo), []).append(Anchor(result.combo.memory_mb, result))
     oom: dict[tuple, list[int]] = {}
     for failure in failures:
-        if "out of memory" in (failure.get("reason") or ""):
-            oom.setdefault(_family(failure["combo"]), []).append(failure["combo"]["memory_mb"])
+        if "out of memory" in (failure.reason or ""):
+            oom.setdefault(_family(failure.combo), []).append(failure.combo.memory_mb)
     models: dict[tuple, FamilyModel | str] = {}
     rows, refused = [], []
     for combo in predicted:
@@ -391,23 +405,30 @@ def predict_run(
                 models[family] = str(exc)
         model = models[family]
         key = combo_key(request.model, combo, request.tuning)
-        base = {"combo_key": key, "combo": combo.model_dump(mode="json"), "label": combo.label}
         if isinstance(model, str):
-            refused.append({**base, "reason": f"no prediction: {model}"})
+            refused.append(_refused(key, combo, f"no prediction: {model}"))
             continue
         if combo.memory_mb < model.min_fit_mb:
-            refused.append({**base, "reason": f"will not fit: {model.fit_reason}", "smallest_fit_mb": model.min_fit_mb})
+            refused.append(_refused(key, combo, f"will not fit: {model.fit_reason}", smallest_fit_mb=model.min_fit_mb))
             continue
         try:
             guess = model.predict(combo.memory_mb)
         except NoPrediction as exc:
-            refused.append({**base, "reason": f"no prediction: {exc}"})
+            refused.append(_refused(key, combo, f"no prediction: {exc}"))
             continue
         rows.append(_row(request, combo, key, model, guess, region))
     return rows, refused
 
 
-def _row(request: RequestSubmitted, combo: Combo, key: str, model: FamilyModel, guess: dict, region: str) -> dict:
+def _refused(key: str, combo: Combo, reason: str, **more) -> FailedCombination:
+    return FailedCombination(
+        combo_key=key, combo=combo, label=combo.label, stage=FailureStage.prediction, reason=reason, **more
+    )
+
+
+def _row(
+    request: RequestSubmitted, combo: Combo, key: str, model: FamilyModel, guess: dict, region: str
+) -> SummaryResult:
     one = model.one.result
     latency = dict(guess["latency"])
     billed = math.ceil(latency["mean"]) if latency["mean"] >= 1 else 1.0
@@ -422,21 +443,21 @@ def _row(request: RequestSubmitted, combo: Combo, key: str, model: FamilyModel, 
         )
     except UnknownPriceRegion:
         cost = None
-    return {
-        "combo_key": key,
-        "combo": combo.model_dump(mode="json"),
-        "model": request.model.model_dump(mode="json"),
-        "predicted": True,
-        "prediction": {k: guess[k] for k in ("regime", "beyond_measured_range", "basis", "anchors")},
-        "interval": guess["interval"],
-        "latency_ms": {**latency, "billed_ms_mean": float(billed)},
-        "cold_start_ms": {"total": guess["cold_start_ms"]},
-        "peak_rss_mb": model.one.peak_mb,
-        "smallest_fit_mb": model.min_fit_mb,
-        "agreement": one["agreement"],  # the same artifact on the same inputs: memory does not change the answers
-        "emulated": bool(one.get("emulated")),
-        "threads": guess["threads"],
-        "vcpus": guess["vcpus"],
-        "cost": cost,
-        "reused": False,
-    }
+    return SummaryResult(
+        combo_key=key,
+        combo=combo.model_dump(mode="json"),  # every field set: the row is stored as it was built
+        model=request.model.model_dump(mode="json"),
+        predicted=True,
+        prediction=Prediction(**{k: guess[k] for k in ("regime", "beyond_measured_range", "basis", "anchors")}),
+        interval=Interval.model_validate(guess["interval"]),
+        latency_ms=Latency.model_validate({**latency, "billed_ms_mean": float(billed)}),
+        cold_start_ms=ColdStartTotal(total=guess["cold_start_ms"]),
+        peak_rss_mb=model.one.peak_mb,
+        smallest_fit_mb=model.min_fit_mb,
+        agreement=one.agreement,  # the same artifact on the same inputs: memory does not change the answers
+        emulated=one.emulated,
+        threads=guess["threads"],
+        vcpus=guess["vcpus"],
+        cost=cost,
+        reused=False,
+    )

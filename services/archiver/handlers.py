@@ -39,7 +39,6 @@ from core.results import pack_results, reused_result
 from core.run_plan import measured_combos
 from core.runtime import Delayed, WithId
 from report import RECOMMENDATION_KINDS, recommend
-from report.recommendation import label as combination_label
 from report.recommendation import with_break_even
 from schemas import keys
 from schemas.combos import Hardware, Optimizer, artifact_key, combo_key
@@ -70,6 +69,7 @@ from schemas.events import (
     SchemaError,
 )
 from schemas.lambda_limits import lambda_threads
+from schemas.recommendation import PickCheckReport
 from services.archiver import racing
 
 log = structlog.get_logger()
@@ -183,41 +183,24 @@ def _archive(
     results, failures = [], []
     for (key, combo), (outcome, result) in zip(plan.combos.items(), ends, strict=True):
         if result is not None:
-            results.append(priced_for_region({**result, "reused": outcome.reused}, request.price_region))
+            results.append(priced_for_region(_row(result, outcome), request.price_region))
         else:
             failures.append(
                 FailedCombination(
                     combo_key=key, combo=combo, label=combo.label, stage=outcome.stage, reason=outcome.reason
                 )
             )
-    failed_rows = [f.model_dump(mode="json") for f in failures]
-    if (
-        not at_deadline
-        and (raced := racing.race_quick_pass(event, plan, results, failed_rows, arrived, deps)) is not None
-    ):
+    if not at_deadline and (raced := racing.race_quick_pass(event, plan, results, failures, arrived, deps)) is not None:
         return raced  # racing (core/racing.py): the quick pass decides what is measured again
     if checks is not None and not at_deadline and any(outcome is None for outcome, _ in checked):
         return []  # the checks of predicted picks are still being measured
-    predicted_rows: list[dict] = []
-    check_report: list[dict] = []
+    predicted_rows: list[SummaryResult] = []
+    check_report: list[PickCheckReport] = []
     if plan.predicted:
         predicted_rows, refused = predict_run(
-            request,
-            list(plan.predicted.values()),
-            results,
-            [f.model_dump(mode="json") for f in failures],
-            request.price_region,
+            request, list(plan.predicted.values()), results, failures, request.price_region
         )
-        failures += [
-            FailedCombination(
-                combo_key=r["combo_key"],
-                combo=r["combo"],
-                label=r["label"],
-                stage=FailureStage.prediction,
-                reason=r["reason"],
-            )
-            for r in refused
-        ]
+        failures += refused
         if checks is None and not at_deadline:
             first = recommend(
                 results + predicted_rows,
@@ -304,7 +287,11 @@ def _pick_checks(run_id: str, deps: ArchiverDeps) -> PickChecks | None:
 
 
 def _check_picks(
-    event: Envelope, plan: RunPlanned, recommendation: Recommendation, predicted_rows: list[dict], deps: ArchiverDeps
+    event: Envelope,
+    plan: RunPlanned,
+    recommendation: Recommendation,
+    predicted_rows: list[SummaryResult],
+    deps: ArchiverDeps,
 ) -> list[Payload] | None:
     """If the recommendation picks predicted sizes this host can measure as Lambda would (up to 2
     vCPUs, natively), measure them before closing: the checks are written once (the event that
@@ -312,15 +299,15 @@ def _check_picks(
     outcome each. None: nothing to check, close the run now."""
     if deps.target_cpu is None:
         return None
-    by_label = {combination_label(r): r for r in predicted_rows}
+    by_label = {r.label: r for r in predicted_rows}
     kinds: dict[str, list[str]] = {}
     for kind in RECOMMENDATION_KINDS:
         row = by_label.get(recommendation.pick(kind) or "")
-        if row is not None and lambda_threads(row["combo"]["memory_mb"]) <= 2 and not row.get("emulated"):
-            kinds.setdefault(row["combo_key"], []).append(kind)
+        if row is not None and lambda_threads(row.combo.memory_mb) <= 2 and not row.emulated:
+            kinds.setdefault(row.combo_key, []).append(kind)
     if not kinds:
         return None
-    rows = {r["combo_key"]: r for r in predicted_rows}
+    rows = {r.combo_key: r for r in predicted_rows}
     combos = {key: plan.predicted[key] for key in kinds}
     checks = PickChecks(
         combos=combos, predicted={key: rows[key] for key in kinds}, kinds=kinds, decided_by=event.event_id
@@ -358,14 +345,18 @@ def _check_picks(
 
 
 def _with_checks(
-    checks: PickChecks, checked: list, predicted_rows: list[dict], results: list[dict], region: str
-) -> tuple[list[dict], list[dict], list[dict]]:
+    checks: PickChecks,
+    checked: list,
+    predicted_rows: list[SummaryResult],
+    results: list[SummaryResult],
+    region: str,
+) -> tuple[list[SummaryResult], list[SummaryResult], list[PickCheckReport]]:
     """The checked picks' measurements in place of their predictions, each with what was
     predicted beside it: (predicted rows left, results, the check report)."""
     report = []
     checked_keys = set()
     for (key, combo), (outcome, result) in zip(checks.combos.items(), checked, strict=True):
-        guess = SummaryResult.model_validate(checks.predicted[key])
+        guess = checks.predicted[key]
         entry = {
             "combination": combo.label,
             "picked_as": checks.kinds.get(key, []),
@@ -377,12 +368,11 @@ def _with_checks(
         if result is None:
             why = outcome.reason if outcome is not None else "not measured before the run's deadline"
             report.append(
-                {**entry, "measured": False, "verdict": f"could not be checked ({why}): no longer recommended"}
+                PickCheckReport(**entry, measured=False, verdict=f"could not be checked ({why}): no longer recommended")
             )
             continue
-        measured = priced_for_region({**result, "reused": outcome.reused}, region)
-        latency = SummaryResult.model_validate(measured).latency_ms
-        p50, p99 = latency.p50, latency.p99
+        measured = priced_for_region(_row(result, outcome), region)
+        p50, p99 = measured.latency_ms.p50, measured.latency_ms.p99
         low50, high50 = guess.interval.p50
         low99, high99 = guess.interval.p99
         within = low50 <= p50 <= high50 and low99 <= p99 <= high99
@@ -392,24 +382,24 @@ def _with_checks(
             else f"measured outside the predicted interval (p50 {p50:.2f} ms against {low50:.2f}-{high50:.2f}, "
             f"p99 {p99:.2f} ms against {low99:.2f}-{high99:.2f}): re-ranked with the measurement"
         )
-        measured["check"] = PredictionCheck(
+        check = PredictionCheck(
             predicted_p50_ms=guess.latency_ms.p50,
             predicted_p99_ms=guess.latency_ms.p99,
             interval=guess.interval,
             within_interval=within,
         )
-        results.append(measured)
+        results.append(measured.model_copy(update={"check": check}))
         report.append(
-            {
+            PickCheckReport(
                 **entry,
-                "measured": True,
-                "measured_p50_ms": p50,
-                "measured_p99_ms": p99,
-                "within_interval": within,
-                "verdict": verdict,
-            }
+                measured=True,
+                measured_p50_ms=p50,
+                measured_p99_ms=p99,
+                within_interval=within,
+                verdict=verdict,
+            )
         )
-    return [r for r in predicted_rows if r["combo_key"] not in checked_keys], results, report
+    return [r for r in predicted_rows if r.combo_key not in checked_keys], results, report
 
 
 def _announcement(summary: RunSummary) -> RunArchived:
@@ -493,25 +483,33 @@ def _ensure_pack(summary: RunSummary, deps: ArchiverDeps) -> None:
     pack_results(deps.store, summary.model.sha256, summary.run_id, archived_at, measured)
 
 
-def priced_for_region(result: dict, region: str) -> dict:
+def _row(result: dict, outcome: Outcome) -> SummaryResult:
+    """A stored result (as `MeasuredResult.to_dict` gives it) as a row of the run's summary: the
+    result as stored, with `reused`."""
+    return SummaryResult.model_validate({**result, "reused": outcome.reused})
+
+
+def priced_for_region(result: SummaryResult, region: str) -> SummaryResult:
     """`result` with its cost in the run's price region. A stored result was costed in the
     region of the run that measured it; the billed durations are the same everywhere."""
-    cost = result.get("cost")
-    if not cost or cost.get("price_region") == region:
+    cost = result.cost
+    if cost is None or cost.price_region == region:
         return result
     try:
+        if cost.billed_ms_per_request is None or cost.cold_start_billed_ms is None:
+            raise UnknownPriceRegion(f"its cost in {cost.price_region!r} names no billed durations to price again")
         repriced = cost_block(
-            billed_ms_per_request=cost["billed_ms_per_request"],
-            cold_start_ms=cost["cold_start_billed_ms"],
-            memory_mb=result["combo"]["memory_mb"],
-            batch_size=result["combo"]["batch_size"],
-            hardware=result["combo"]["hardware"],
+            billed_ms_per_request=cost.billed_ms_per_request,
+            cold_start_ms=cost.cold_start_billed_ms,
+            memory_mb=result.combo.memory_mb,
+            batch_size=result.combo.batch_size,
+            hardware=result.combo.hardware,
             region=region,
         )
     except UnknownPriceRegion as exc:  # the price table changed since the request was accepted
         log.warning("price_region_unknown", region=region, reason=str(exc))
-        return {**result, "cost": None, "cost_unavailable": f"no price for region {region!r}: {exc}"}
-    return {**result, "cost": repriced}
+        return result.model_copy(update={"cost": None, "cost_unavailable": f"no price for region {region!r}: {exc}"})
+    return result.model_copy(update={"cost": repriced})
 
 
 HANDLERS = {

@@ -212,7 +212,7 @@ def _priced(result: dict, region: str) -> dict:
         )
     except UnknownPriceRegion:
         return {**result, "cost": None}
-    return {**result, "cost": repriced}
+    return {**result, "cost": repriced.model_dump(mode="json")}
 
 
 def on_refined(event: Envelope, deps) -> None:

@@ -364,7 +364,7 @@ def test_a_run_archives_after_its_price_region_left_the_price_table(tmp_path, mo
             batch_size=1,
             hardware="intel",
             region="eu-test-1",
-        )  # measured under the new table's default region
+        ).model_dump(mode="json")  # measured under the new table's default region
         store.objects[keys.result(key)] = json.dumps(result).encode()
         outs += on_inference_done(Envelope.parse(arrival.to_json()), deps)
     assert announcements(outs)

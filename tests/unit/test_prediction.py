@@ -15,8 +15,9 @@ from core.lambda_model.prediction import (
     simulate_quota,
 )
 from core.run_plan import measured_and_predicted
-from schemas.combos import Matrix, ModelRef, parse_memory_sizes
-from schemas.events import RequestSubmitted
+from schemas.combos import Combo, Matrix, ModelRef, parse_memory_sizes
+from schemas.documents import FailedCombination, SummaryResult
+from schemas.events import FailureStage, RequestSubmitted
 from schemas.lambda_limits import lambda_threads, lambda_vcpus
 
 MODEL = ModelRef(
@@ -120,26 +121,28 @@ def test_sizes_below_the_peak_or_an_out_of_memory_will_not_fit():
     measured, predicted = measured_and_predicted(request)
     assert sorted(c.memory_mb for c in measured) == [256, 1769]
     one = result(1769, 10.0, peak=280.0)
-    results = [{**throttled_anchor(256, one, 1.1), "peak_rss_mb": 200.0}, one]
+    results = [SummaryResult.of(r) for r in ({**throttled_anchor(256, one, 1.1), "peak_rss_mb": 200.0}, one)]
     rows, refused = predict_run(request, predicted, results, [], "us-east-1")
-    assert {r["label"]: r["smallest_fit_mb"] for r in refused} == {"intel/onnx/b1/300MB": 308}
-    assert refused[0]["reason"].startswith("will not fit: the measured peak is 280 MB")
-    assert [r["combo"]["memory_mb"] for r in rows] == [512, 1024]
-    assert all(r["predicted"] and r["cost"]["per_million_inferences_usd"] > 0 for r in rows)
+    assert {r.label: r.smallest_fit_mb for r in refused} == {"intel/onnx/b1/300MB": 308}
+    assert refused[0].reason.startswith("will not fit: the measured peak is 280 MB")
+    assert refused[0].stage == FailureStage.prediction
+    assert [r.combo.memory_mb for r in rows] == [512, 1024]
+    assert all(r.predicted and r.cost.per_million_inferences_usd > 0 for r in rows)
+    assert all(r.smallest_fit_mb == 308 and r.interval.p50[0] < r.latency_ms.p50 < r.interval.p50[1] for r in rows)
     oom = [
-        {
-            "combo": {"hardware": "intel", "optimizer": "onnx", "batch_size": 1, "memory_mb": 256},
-            "reason": "out of memory at 256 MB (peak 256 MB)",
-        }
+        FailedCombination(
+            combo_key="k-256",
+            combo=Combo(hardware="intel", optimizer="onnx", batch_size=1, memory_mb=256),
+            label="intel/onnx/b1/256MB",
+            stage=FailureStage.inference,
+            reason="out of memory at 256 MB (peak 256 MB)",
+        )
     ]
-    rows, refused = predict_run(request, predicted, [one], oom, "us-east-1")
-    reasons = {r["label"]: r["reason"] for r in refused}
+    rows, refused = predict_run(request, predicted, [SummaryResult.of(one)], oom, "us-east-1")
+    reasons = {r.label: r.reason for r in refused}
     assert "ran out of memory at 256 MB" in reasons["intel/onnx/b1/300MB"] or "peak" in reasons["intel/onnx/b1/300MB"]
-    uncalibrated = {r["combo"]["memory_mb"]: r for r in rows}[512]  # the quota alone, marked beyond the measured range
-    assert (
-        uncalibrated["prediction"]["regime"] == "throttled_uncalibrated"
-        and uncalibrated["prediction"]["beyond_measured_range"]
-    )
+    uncalibrated = {r.combo.memory_mb: r for r in rows}[512]  # the quota alone, marked beyond the measured range
+    assert uncalibrated.prediction.regime == "throttled_uncalibrated" and uncalibrated.prediction.beyond_measured_range
 
 
 def test_a_request_measures_at_most_three_anchors_per_family():

@@ -183,3 +183,29 @@ def test_a_v1_run_archived_event_reads_with_a_typed_recommendation():
     ].pop("p99_ms")
     with pytest.raises(SchemaError, match="p99_ms"):
         Envelope.parse(broken)
+
+
+def test_pick_checks_written_with_untyped_rows_read_typed():
+    """runs/{id}/checks.json as AYCI wrote it before its predicted rows were typed (the row a
+    summary keeps, as a dict): each reads as a `SummaryResult`, and writes back the same JSON."""
+    from schemas.documents import PickChecks
+
+    row = next(r for r in json.loads(stored("summary_v1_predicted.json"))["results"] if r.get("predicted"))
+    old = {
+        "combos": {row["combo_key"]: row["combo"]},
+        "predicted": {row["combo_key"]: row},
+        "kinds": {row["combo_key"]: ["cheapest"]},
+        "decided_by": "e-1",
+    }  # no document_version: version 1
+    checks = PickChecks.read(json.dumps(old))
+    guess = checks.predicted[row["combo_key"]]
+    assert isinstance(guess, SummaryResult) and guess.predicted
+    assert guess.latency_ms.p50 == row["latency_ms"]["p50"] and guess.interval.p99 == row["interval"]["p99"]
+    assert guess.label == checks.combos[row["combo_key"]].label
+    assert json.loads(checks.to_bytes()) == {**old, "document_version": PickChecks.VERSION}
+    renamed = copy.deepcopy(old)
+    renamed["predicted"][row["combo_key"]]["interval"]["p99_range"] = renamed["predicted"][row["combo_key"]][
+        "interval"
+    ].pop("p99")
+    with pytest.raises(SchemaError, match="p99"):
+        PickChecks.read(json.dumps(renamed))

@@ -25,6 +25,12 @@ def register(sub) -> None:
     traffic.add_argument("--idle-timeout", default="10m", help="how long an idle instance is kept, e.g. 5m")
     traffic.add_argument("--duration", default="30d", help="the period billed, e.g. 30d")
     traffic.add_argument("--slo", type=float, help="p99 in ms, cold starts included")
+    traffic.add_argument(
+        "--concurrency-limit",
+        type=int,
+        help="the account's concurrency limit (default: Lambda's default, 1,000; data/lambda_limits.json); "
+        "requests past it or past the scaling rate (1,000 environments per 10 s) are throttled",
+    )
     traffic.add_argument("--data-dir", help=DATA_DIR_HELP)
     traffic.add_argument("--json", action="store_true")
     traffic.set_defaults(func=cmd_traffic)
@@ -42,6 +48,7 @@ def cmd_traffic(args: argparse.Namespace) -> int:
             pattern=args.pattern,
             idle_timeout_s=parse_duration(args.idle_timeout, "idle-timeout"),
             duration_s=parse_duration(args.duration, "duration"),
+            concurrency_limit=args.concurrency_limit,
         )
         summary = archived_summary(local_store(settings), args.run_id, settings)
         report = traffic_report(summary, traffic, args.slo)
@@ -53,7 +60,7 @@ def cmd_traffic(args: argparse.Namespace) -> int:
     days = traffic.duration_s / 86400
     title = (
         f"run {args.run_id} under {traffic.rps:g} req/s ({traffic.pattern}), "
-        f"idle timeout {traffic.idle_timeout_s:g} s, {days:g} days"
+        f"idle timeout {traffic.idle_timeout_s:g} s, {days:g} days, concurrency limit {traffic.limit:,}"
     )
     table, cheapest = traffic_view(report, title, days, args.slo)
     terminal.out(150).print(table)

@@ -21,6 +21,22 @@ window holds more arrivals than its share, the arrivals are thinned (each kept w
 `kept`, which keeps a Poisson process Poisson) and the counts, instances and bill scaled back by
 `1 / kept`: the row then says it was thinned. Memory follows the events: the arrivals are drawn
 already thinned, never generated in full.
+
+Lambda's scaling rules (`data/lambda_limits.json`, `concurrency`): the requests in flight at once
+(on-demand and provisioned instances together) stay within the concurrency limit (`Traffic.
+concurrency_limit`, the account's default 1,000 when not given), and a function starts at most
+1,000 new execution environments every 10 seconds (a bucket of 1,000 refilled continuously, as AWS
+says it makes a best attempt to; never more than 1,000 in it). A request past either is throttled
+(a 429 error, not billed, not answered): each way of serving counts them and their share, and the
+pick (`traffic_report`) takes only a way that throttles at most `THROTTLE_PICK_MAX` (1 %) of its
+requests, since a p99 counts a throttled request as slower than any answer.
+
+Billing as AWS bills it (`schemas/lambda_billing.py`, the price file's `billing` block): provisioned
+concurrency in 5-minute steps; SnapStart only where the combination may use it (`core/lambda_rules`:
+a zip on Python 3.12+, 512 MB of ephemeral storage, no provisioned concurrency), with its cache for at
+least 3 hours, its restore fee per GB of memory restored, and per restore the Billed Restore Duration
+(the runtime's load plus the after-restore hooks) as duration, the snapshot's restore itself adding
+latency only; ephemeral storage above the free 512 MB priced per GB-second of billed duration.
 """
 
 from __future__ import annotations
@@ -36,8 +52,11 @@ from pathlib import Path
 import numpy as np
 
 from core.lambda_model.prediction import draw_latencies, latency_quantiles
+from core.lambda_rules import fit_of_row
 from schemas.cost import load_prices
 from schemas.documents import RunSummary, SummaryResult
+from schemas.lambda_billing import load_billing
+from schemas.lambda_limits import load_limits
 
 BURST_MULTIPLIER = 10.0
 BURST_S = 30.0
@@ -52,6 +71,11 @@ MIN_WINDOW_S = BURST_PERIOD_S  # a shorter window is thinned instead of shortene
 SIMULATIONS_PER_ROW = 4  # on demand, provisioned at the mean and at the peak, SnapStart
 WALL_CHECK_EVERY = 4096  # arrivals between looks at the clock
 MAX_FILE_ARRIVALS = 10_000_000  # a file of per-minute counts spreads at most this many arrivals
+# the pick's rule: a way of serving that throttles more than this share of its requests is never picked
+# (its p99, counting a throttled request as slower than any answer, is a failure)
+THROTTLE_PICK_MAX = 0.01
+MAX_CONCURRENCY_LIMIT = 1_000_000
+SCALING_WINDOW_S = 10.0  # Lambda's scaling rate: `concurrency.scaling_per_10_s` new environments per 10 s
 
 
 @dataclass
@@ -99,8 +123,26 @@ class Traffic:
     pattern: str = "steady"  # steady | spiky | a CSV file's path
     idle_timeout_s: float = 600.0
     duration_s: float = 30 * 86400.0
+    concurrency_limit: int | None = None  # None: the account's default (data/lambda_limits.json)
+
+    @property
+    def limit(self) -> int:
+        """The concurrency limit simulated: the one given, else the account's default."""
+        return self.concurrency_limit or load_limits().concurrency.account_default
+
+    @property
+    def limit_source(self) -> str:
+        if self.concurrency_limit:
+            return "given"
+        limits = load_limits()
+        return f"the account's default (data/lambda_limits.json, {limits.date}: {limits.concurrency.source.split()[0]})"
 
     def __post_init__(self) -> None:
+        limit = self.concurrency_limit
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CONCURRENCY_LIMIT
+        ):
+            raise TrafficError(f"concurrency_limit: a whole number from 1 to {MAX_CONCURRENCY_LIMIT:,}, got {limit!r}")
         if not (isinstance(self.rps, (int, float)) and math.isfinite(self.rps) and 0 < self.rps <= MAX_RPS):
             raise TrafficError(f"rps: a request rate above 0 and at most {MAX_RPS:,.0f} per second, got {self.rps!r}")
         if not (math.isfinite(self.idle_timeout_s) and 0 < self.idle_timeout_s <= 86400 * 7):
@@ -203,7 +245,8 @@ def _is_number(text: str) -> bool:
 
 @dataclass
 class PoolResult:
-    """`latencies_ms` per request; `on_provisioned` marks those a provisioned instance served."""
+    """`requests` arrivals simulated, of which `throttled` were refused; `latencies_ms` of those answered,
+    `on_provisioned` marks those a provisioned instance served, `cold` those that started an instance."""
 
     requests: int
     cold_starts: int
@@ -215,10 +258,70 @@ class PoolResult:
     wall_s: float
     notes: list[str] = field(default_factory=list)
     on_provisioned: np.ndarray | None = None
+    throttled: int = 0
+    cold: np.ndarray | None = None
 
     @property
     def cold_share(self) -> float:
         return self.cold_starts / self.requests if self.requests else 0.0
+
+    @property
+    def throttled_share(self) -> float:
+        return self.throttled / self.requests if self.requests else 0.0
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """Lambda's scaling rules in a simulation: at most `limit` requests in flight (on-demand and
+    provisioned instances together), and new environments from a bucket of `burst` refilled at
+    `per_s` (1,000 per 10 s)."""
+
+    limit: float
+    per_s: float
+    burst: float
+
+    @classmethod
+    def lambdas(cls, limit: int) -> Scaling:
+        rate = load_limits().concurrency.scaling_per_10_s
+        return cls(limit=limit, per_s=rate / SCALING_WINDOW_S, burst=rate)
+
+
+FLUID_BINS = 100_000  # at most this many time steps in the fluid throttling of a thinned window
+
+
+def fluid_throttled(
+    times: np.ndarray,
+    window_s: float,
+    kept: float,
+    service_s: float,
+    scaling: Scaling,
+    provisioned: int,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Which of a thinned window's arrivals Lambda's scaling rules throttle, by a fluid model of the
+    full traffic (a thinned pool is too small to hit a limit of the full one request by request):
+    per time step, the concurrency the full traffic needs (Little: arrivals / `kept` per second x
+    `service_s`) beyond the `provisioned` instances, against the environments started so far (from the
+    scaling bucket, never more than the limit less the provisioned ones; kept for the window, as idle
+    instances outlive a 10-minute window); the share of the need left unserved is throttled, each
+    arrival of the step with that probability."""
+    if not len(times):
+        return np.zeros(0, dtype=bool)
+    dt = max(1.0, window_s / FLUID_BINS)
+    bins = np.minimum((times / dt).astype(int), int(window_s / dt))
+    counts = np.bincount(bins, minlength=int(window_s / dt) + 1)
+    cap = max(0.0, scaling.limit - provisioned)
+    environments, tokens = 0.0, scaling.burst
+    share = np.zeros(len(counts))
+    for b, count in enumerate(counts):
+        need = count / kept / dt * service_s
+        on_demand = max(0.0, need - provisioned)
+        tokens = min(scaling.burst, tokens + scaling.per_s * dt) if b else tokens
+        started = min(max(0.0, min(on_demand, cap) - environments), tokens)
+        environments, tokens = environments + started, tokens - started
+        if need > 0:
+            share[b] = max(0.0, on_demand - environments) / need
+    return rng.uniform(0, 1, len(times)) < share[bins]
 
 
 def simulate(
@@ -232,12 +335,16 @@ def simulate(
     provisioned: int = 0,
     max_instances: int | None = None,
     deadline: float | None = None,
+    scaling: Scaling | None = None,
 ) -> PoolResult:
     """Serve the arrivals `times` (s) with a pool of instances (see the module's docstring).
     `provisioned` instances are always initialized: a request takes one of them first, and
     only spills over to on-demand instances when all are busy (`served_provisioned` counts).
     `max_instances` caps the on-demand pool (an endpoint's workers, `serving/`): a request that
-    finds none idle at the cap waits for the first to free up, and its latency includes the wait."""
+    finds none idle at the cap waits for the first to free up, and its latency includes the wait.
+    `scaling` (Lambda's concurrency limit and scaling rate; None: unbounded) throttles a request
+    that would take the requests in flight past the limit, or start an instance when the scaling
+    bucket is empty."""
     started = time.perf_counter()
     deadline = min(deadline or math.inf, started + MAX_WALL_S)
     warm = draw_latencies(warm_ms, rng, len(times))
@@ -248,8 +355,12 @@ def simulate(
     idle: deque[float] = deque()  # free since (ascending): the newest at the right
     latencies = np.empty(len(times))
     on_provisioned = np.zeros(len(times), dtype=bool)
-    cold_starts = peak = 0
+    started_cold = np.zeros(len(times), dtype=bool)
+    answered = np.ones(len(times), dtype=bool)
+    cold_starts = peak = throttled = 0
     alive_s = 0.0
+    limit = scaling.limit if scaling else math.inf
+    tokens, refilled = (scaling.burst, float(times[0]) if len(times) else 0.0) if scaling else (math.inf, 0.0)
     notes = []
     for i, t in enumerate(times):
         if kept and kept[0] <= t:
@@ -262,6 +373,10 @@ def simulate(
         while idle and t - idle[0] > idle_timeout_s:  # reclaimed
             alive_s += idle_timeout_s
             idle.popleft()
+        if len(busy) + provisioned >= limit:  # the concurrency limit: every provisioned instance counts
+            throttled += 1
+            answered[i] = False
+            continue
         if idle:
             free_since = idle.pop()
             alive_s += t - free_since
@@ -270,26 +385,42 @@ def simulate(
             latency = (heapq.heappop(busy) - t) * 1000 + warm[i]  # queued behind the instance that frees first
             alive_s -= latency / 1000 - warm[i] / 1000  # that instance was alive and counted while it was busy
         else:
+            if scaling:
+                tokens, refilled = min(scaling.burst, tokens + (t - refilled) * scaling.per_s), t
+                if tokens < 1:  # the scaling rate: no new environment yet
+                    throttled += 1
+                    answered[i] = False
+                    continue
+                tokens -= 1
             cold_starts += 1
+            started_cold[i] = True
             latency = cold[i]
         latencies[i] = latency
         heapq.heappush(busy, t + latency / 1000)
         alive_s += latency / 1000
         peak = max(peak, len(busy))
         if i % WALL_CHECK_EVERY == WALL_CHECK_EVERY - 1 and time.perf_counter() > deadline:
-            latencies = latencies[: i + 1]
+            latencies, answered = latencies[: i + 1], answered[: i + 1]
             window_s, cut_short = max(float(t), 1e-3), True
             notes.append(f"stopped by the time bound after {time.perf_counter() - started:.1f} s at {i + 1:,} requests")
             break
     alive_s += sum(min(idle_timeout_s, window_s - s) for s in idle)
+    n = len(latencies)
     result = PoolResult(
-        len(latencies), cold_starts, latencies, peak, alive_s, window_s, cut_short, time.perf_counter() - started, notes
+        n,
+        cold_starts,
+        latencies[answered],
+        peak,
+        alive_s,
+        window_s,
+        cut_short,
+        time.perf_counter() - started,
+        notes,
+        throttled=throttled,
     )
-    result.on_provisioned = on_provisioned[: len(latencies)]
+    result.on_provisioned = on_provisioned[:n][answered]
+    result.cold = started_cold[:n][answered]
     return result
-
-
-SNAPSTART_RESTORE_MS = 400.0  # assumed: AWS documents sub-second restores; `--snapstart-restore-ms` replaces it
 
 
 def _row(result: SummaryResult | dict) -> SummaryResult:
@@ -301,26 +432,34 @@ def combination_under_traffic(
     result: SummaryResult | dict,
     traffic: Traffic,
     seed: int = 0,
-    snapstart_restore_ms: float = SNAPSTART_RESTORE_MS,
+    snapstart_restore_ms: float | None = None,
     budget: Budget | None = None,
 ) -> dict:
-    """A measured (or predicted) combination under `traffic`: cold-start share, latency
-    percentiles including cold starts, peak instances and the bill over the duration, on demand;
-    and the alternatives priced: provisioned concurrency (as many instances as the on-demand pool
-    kept busy at its peak, and as the mean it kept alive) and SnapStart (an estimate).
-    Its simulations take their arrivals from `budget` (a fresh one: `SIMULATIONS_PER_ROW` x
-    `MAX_EVENTS`); thinned arrivals are scaled back and the row says so (`thinned`, `notes`)."""
+    """A measured (or predicted) combination under `traffic`: cold-start share, throttled share,
+    latency percentiles including cold starts (of the answered requests), peak instances and the
+    bill over the duration, on demand; and the alternatives priced: provisioned concurrency (as
+    many instances as the on-demand pool kept busy at its peak, and as the mean it kept alive) and
+    SnapStart (where the combination may use it: `core.lambda_rules`), billed as AWS bills them
+    (see the module's docstring). `snapstart_restore_ms`: the snapshot's restore latency (None: the
+    price file's assumption). Its simulations take their arrivals from `budget` (a fresh one:
+    `SIMULATIONS_PER_ROW` x `MAX_EVENTS`); thinned arrivals are scaled back and the row says so
+    (`thinned`, `notes`)."""
     budget = budget or Budget(events=SIMULATIONS_PER_ROW * MAX_EVENTS, wall_s=SIMULATIONS_PER_ROW * MAX_WALL_S)
     result = _row(result)
     warm = latency_quantiles(result.latency_ms.model_dump(exclude_unset=True))
     combo = result.combo
     region = (result.cost.price_region if result.cost else None) or load_prices().default_region
     prices = load_prices().region(region)
+    billing = load_billing()
+    fit = fit_of_row(result)
+    ephemeral_mb = fit.ephemeral_storage_mb if fit else billing.free_ephemeral_storage_mb
     gb = combo.memory_mb / 1024
     cold_split = result.cold_start_ms
     share = max(1, (budget.events - budget.used) // SIMULATIONS_PER_ROW)
     arrived = window_of(traffic, np.random.default_rng(seed), share)  # the same requests for every way of serving
     kept, window, cut = arrived.kept, arrived.window_s, arrived.cut_short
+    scaling = Scaling.lambdas(traffic.limit)
+    service_s = float(np.mean(draw_latencies(warm, np.random.default_rng(seed), 1000))) / 1000
 
     def run(cold_ms: float, provisioned: int = 0) -> PoolResult | None:
         """A simulation of the window's arrivals, if the budget still holds them (None: it does not)."""
@@ -329,47 +468,75 @@ def combination_under_traffic(
             budget.give_back(granted)
             return None
         rng = np.random.default_rng(seed + 1)  # and the same warm latencies
+        times, refused = arrived.times, 0
+        if kept < 1:  # thinned: Lambda's scaling rules by the fluid model, the rest simulated without them
+            throttled = fluid_throttled(
+                times, window, kept, service_s, scaling, provisioned, np.random.default_rng(seed + 2)
+            )
+            times, refused = times[~throttled], int(throttled.sum())
         pool = simulate(
-            arrived.times,
+            times,
             warm,
             cold_ms,
             traffic.idle_timeout_s,
             rng,
             window,
             cut,
-            provisioned=provisioned,
+            provisioned=thinned(provisioned),
             deadline=budget.deadline,
+            scaling=scaling if kept == 1 else None,
         )
+        pool.requests += refused
+        pool.throttled += refused
         budget.give_back(len(arrived.times) - pool.requests)  # stopped early by the clock
         return pool
 
     def figures(
-        pool: PoolResult, option: str, extra_usd: float = 0.0, duration_price: float | None = None, kept_n: int = 0
+        pool: PoolResult,
+        option: str,
+        extra_usd: float = 0.0,
+        duration_price: float | None = None,
+        kept_n: int = 0,
+        unbilled_cold_ms: float = 0.0,
+        cold_ms: float = 0.0,
     ) -> dict:
+        """An option's figures; `unbilled_cold_ms` of a cold start's `cold_ms` is latency AWS does not bill
+        (SnapStart's snapshot restore), spread as the cold start is."""
         scale = traffic.duration_s / pool.window_s / kept if pool.window_s else 0.0
-        billed = np.ceil(pool.latencies_ms) / 1000
+        billed_ms = pool.latencies_ms.copy()
+        if unbilled_cold_ms and cold_ms and pool.cold is not None:
+            billed_ms[pool.cold] *= 1 - unbilled_cold_ms / cold_ms
+        billed = np.ceil(billed_ms) / 1000
         on_kept = pool.on_provisioned if pool.on_provisioned is not None else np.zeros(len(billed), dtype=bool)
         compute = float(billed[~on_kept].sum()) * gb * prices.per_gb_second(combo.hardware)
         if duration_price is not None:
             compute += float(billed[on_kept].sum()) * gb * duration_price
+        compute += billing.ephemeral_storage_usd(ephemeral_mb, float(billed.sum()), region)
         requests = pool.requests * scale
-        bill = compute * scale + requests * prices.per_million_requests_usd / 1e6 + extra_usd
-        p = np.percentile(pool.latencies_ms, [50, 99, 99.9]) if pool.requests else [float("nan")] * 3
+        answered = (pool.requests - pool.throttled) * scale  # a throttled request is not billed
+        bill = compute * scale + answered * prices.per_million_requests_usd / 1e6 + extra_usd
+        p = np.percentile(pool.latencies_ms, [50, 99, 99.9]) if len(pool.latencies_ms) else [float("nan")] * 3
+        # the p99 the pick judges: a throttled request counts as slower than any answer
+        rank = math.ceil(0.99 * pool.requests) - 1  # the p99's rank among all requests, the throttled last
+        p99_all = float(np.sort(pool.latencies_ms)[rank]) if 0 <= rank < len(pool.latencies_ms) else None
         on_demand_peak = pool.peak_instances if kept == 1 else math.ceil(pool.peak_instances / kept)
         return {
             "option": option,
             "cold_share": pool.cold_share,
+            "throttled_share": pool.throttled_share,
+            "throttled": pool.throttled * scale,
             "p50_ms": float(p[0]),
             "p99_ms": float(p[1]),
             "p999_ms": float(p[2]),
-            "peak_instances": on_demand_peak + kept_n,
+            "p99_counting_throttled_ms": p99_all,
+            "peak_instances": min(traffic.limit, on_demand_peak + kept_n),  # a thinned pool's peak overshoots
             "bill_usd": bill,
             "requests": requests,
         }
 
     def thinned(instances: int) -> int:
         """Instances of the full traffic as the thinned simulation holds them."""
-        return instances if kept == 1 else max(1, round(instances * kept))
+        return instances if kept == 1 or not instances else max(1, round(instances * kept))
 
     options: list[dict] = []
     on_demand = run(cold_split.total)
@@ -383,36 +550,43 @@ def combination_under_traffic(
     provisioned_prices = prices.provisioned(combo.hardware)
     if provisioned_prices:
         kept_price, duration_price = provisioned_prices
-        for n in sorted({max(1, math.ceil(mean_alive)), peak}):
-            pool = run(cold_split.total, provisioned=thinned(n))
+        provisioned_s = billing.provisioned_seconds(traffic.duration_s)  # billed in 5-minute steps
+        for n in sorted({min(traffic.limit, max(1, math.ceil(mean_alive))), min(traffic.limit, peak)}):
+            pool = run(cold_split.total, provisioned=n)
             if pool is None:
                 left_out.append(f"provisioned {n}")
                 continue
-            options.append(
-                figures(pool, f"provisioned {n}", n * gb * traffic.duration_s * kept_price, duration_price, kept_n=n)
-            )
-    if (
-        prices.snapstart_cache_per_gb_second_usd
-        and prices.snapstart_restore_per_gb_usd
-        and cold_split.first_inference is not None
-    ):
-        # a snapshot taken after the imports and the model load: a cold start restores it, then answers
-        restored_ms = snapstart_restore_ms + cold_split.first_inference
+            options.append(figures(pool, f"provisioned {n}", n * gb * provisioned_s * kept_price, duration_price, n))
+    snapstart_priced = prices.snapstart_cache_per_gb_second_usd and prices.snapstart_restore_per_gb_usd
+    if fit is None:
+        notes.append("SnapStart not priced: its eligibility is unknown (the row names no model)")
+    elif not fit.snapstart:
+        notes.append(f"no SnapStart: {fit.snapstart_reason}")
+    elif snapstart_priced and cold_split.first_inference is not None:
+        # a snapshot taken after the imports and the model load: a cold start restores it (latency AWS does
+        # not bill), loads the runtime and runs the after-restore hooks (the billed restore), then answers
+        restore_ms = billing.snapstart_restore_latency_ms if snapstart_restore_ms is None else snapstart_restore_ms
+        restored_ms = restore_ms + billing.snapstart_billed_restore_ms + cold_split.first_inference
         pool = run(restored_ms)
         if pool is None:
             left_out.append("SnapStart")
         else:
             scale = traffic.duration_s / pool.window_s / kept if pool.window_s else 0.0
             fees = (
-                gb * traffic.duration_s * prices.snapstart_cache_per_gb_second_usd
+                gb * billing.snapstart_cache_seconds(traffic.duration_s) * prices.snapstart_cache_per_gb_second_usd
                 + pool.cold_starts * scale * gb * prices.snapstart_restore_per_gb_usd
             )
             options.append(
                 {
-                    **figures(pool, "SnapStart (estimate)", fees),
+                    **figures(pool, "SnapStart (estimate)", fees, unbilled_cold_ms=restore_ms, cold_ms=restored_ms),
+                    "restores": pool.cold_starts * scale,
                     "assumption": (
-                        f"restore {snapstart_restore_ms:g} ms (assumed) + the first inference "
-                        f"{cold_split.first_inference:.0f} ms"
+                        f"snapshot restore {restore_ms:g} ms (assumed, not billed) + billed restore "
+                        f"{billing.snapstart_billed_restore_ms:g} ms (the runtime's load "
+                        f"{billing.snapstart_runtime_load_ms:g} ms, assumed, + after-restore hooks "
+                        f"{billing.snapstart_after_restore_hooks_ms:g} ms) + the first inference "
+                        f"{cold_split.first_inference:.0f} ms; cache billed "
+                        f"{billing.snapstart_cache_seconds(traffic.duration_s) / 3600:g} h"
                     ),
                 }
             )
@@ -423,13 +597,23 @@ def combination_under_traffic(
             f"thinned: 1 arrival in {1 / kept:,.0f} simulated ({on_demand.requests:,} of "
             f"{on_demand.requests / kept:,.0f} in {window:,.0f} s), counts and bill scaled back"
         )
+    if on_demand.throttled:
+        notes.append(
+            f"throttled {on_demand.throttled_share:.2%} on demand (concurrency limit {traffic.limit:,}, "
+            f"scaling {load_limits().concurrency.scaling_per_10_s:,} environments per 10 s)"
+        )
+    if ephemeral_mb > billing.free_ephemeral_storage_mb:
+        notes.append(
+            f"ephemeral storage {ephemeral_mb} MB: {ephemeral_mb - billing.free_ephemeral_storage_mb} MB priced"
+        )
     if left_out:
         notes.append(f"not simulated (the request's simulation budget was spent): {', '.join(left_out)}")
     best = options[0]
+    keys = ("cold_share", "throttled_share", "throttled", "p50_ms", "p99_ms", "p999_ms", "peak_instances")
     return {
         "combination": result.label,
         "predicted": result.predicted,
-        **{k: best[k] for k in ("cold_share", "p50_ms", "p99_ms", "p999_ms", "peak_instances", "bill_usd", "requests")},
+        **{k: best[k] for k in (*keys, "bill_usd", "requests")},
         "mean_instances": mean_alive,
         "options": options,
         "simulated_requests": on_demand.requests,
@@ -440,12 +624,24 @@ def combination_under_traffic(
     }
 
 
+def pickable(option: dict, slo_p99_ms: float | None) -> bool:
+    """The pick's rule: at most `THROTTLE_PICK_MAX` of the requests throttled, and with an SLO, the
+    p99 counting each throttled request as slower than any answer within it."""
+    if option.get("throttled_share", 0.0) > THROTTLE_PICK_MAX:
+        return False
+    if slo_p99_ms is None:
+        return True
+    p99 = option.get("p99_counting_throttled_ms", option["p99_ms"])
+    return p99 is not None and p99 <= slo_p99_ms
+
+
 def traffic_report(
     summary: RunSummary | dict, traffic: Traffic, slo_p99_ms: float | None = None, budget: Budget | None = None
 ) -> dict:
     """Every timed combination of a run under `traffic`, and the cheapest (combination, way of
-    serving it: on demand, provisioned concurrency, SnapStart) whose p99 including cold starts
-    meets the SLO (none given: the cheapest). All rows share one `budget` (a fresh one: `REQUEST_EVENTS`
+    serving it: on demand, provisioned concurrency, SnapStart) that `pickable` allows: its p99
+    including cold starts meets the SLO (none given: the cheapest) and it throttles at most 1 % of
+    its requests. All rows share one `budget` (a fresh one: `REQUEST_EVENTS`
     arrivals, `REQUEST_WALL_S`): each row's simulations get an equal share of at least
     `MIN_SIMULATION_EVENTS`, and rows past what the budget holds are left out (`left_out` says how many)."""
     budget = budget or Budget()
@@ -463,21 +659,34 @@ def traffic_report(
         )  # this row's equal share of what is left, within the request's deadline
         rows.append(combination_under_traffic(r, traffic, budget=share))
         budget.used += share.used
-    meeting = [(r, o) for r in rows for o in r["options"] if slo_p99_ms is None or o["p99_ms"] <= slo_p99_ms]
+    meeting = [(r, o) for r in rows for o in r["options"] if pickable(o, slo_p99_ms)]
     best = min(meeting, key=lambda ro: (ro[1]["bill_usd"], ro[1]["p99_ms"])) if meeting else None
     pick = f"{best[0]['combination']} ({best[1]['option']})" if best else None
+    limits = load_limits()
     return {
         "traffic": {
             "rps": traffic.rps,
             "pattern": traffic.pattern,
             "idle_timeout_s": traffic.idle_timeout_s,
             "duration_s": traffic.duration_s,
+            "concurrency_limit": traffic.limit,
+            "concurrency_limit_source": traffic.limit_source,
+            "scaling_per_10_s": limits.concurrency.scaling_per_10_s,
         },
         "slo_p99_ms": slo_p99_ms,
+        "pick_rule": (
+            f"the cheapest way of serving that throttles at most {THROTTLE_PICK_MAX:.0%} of its requests"
+            + (
+                ", with its p99 (a throttled request counted as slower than any answer) within the SLO"
+                if slo_p99_ms
+                else ""
+            )
+        ),
         "rows": sorted(rows, key=lambda r: r["bill_usd"]),
         "recommended": pick,
         "simulated_events": budget.used,
         "event_budget": budget.events,
         "thinned": any(r["thinned"] for r in rows),
+        "throttled": any(o["throttled"] for r in rows for o in r["options"]),
         "left_out": len(timed) - len(rows),
     }

@@ -13,11 +13,14 @@ from core.lambda_model.traffic import (
     MIN_SIMULATION_EVENTS,
     SIMULATIONS_PER_ROW,
     Budget,
+    Scaling,
     Traffic,
     TrafficError,
     arrivals,
     combination_under_traffic,
+    draw_latencies,
     parse_duration,
+    pickable,
     simulate,
     traffic_report,
 )
@@ -120,9 +123,15 @@ def test_the_pick_is_the_cheapest_meeting_the_slo_with_cold_starts_counted():
     assert "assumed" in options["SnapStart (estimate)"]["assumption"]
 
 
-def result(memory_mb: int = 1769, p50: float = 10.0, cold: float = 500.0, **extra) -> dict:
+MODEL = {"sha256": "a" * 64, "size_bytes": 2**20, "format": "onnx", "workload": "image_classification"}
+
+
+def result(
+    memory_mb: int = 1769, p50: float = 10.0, cold: float = 500.0, optimizer: str = "onnx", model=MODEL, **extra
+) -> dict:
     return {
-        "combo": {"hardware": "intel", "optimizer": "onnx", "batch_size": 1, "memory_mb": memory_mb},
+        "combo": {"hardware": "intel", "optimizer": optimizer, "batch_size": 1, "memory_mb": memory_mb},
+        **({"model": {"input_size": [32, 32], **model}} if model else {}),
         "latency_ms": {"p50": p50, "p90": p50 * 1.1, "p99": p50 * 1.3, "min": p50 * 0.9, "max": p50 * 1.5},
         "cold_start_ms": {"total": cold, "first_inference": p50 * 2},
         "confined": True,
@@ -136,7 +145,8 @@ def test_spiky_traffic_at_the_highest_rate_stays_within_the_budget_and_says_it_w
     budget = Budget(events=200_000)
     started = time.perf_counter()
     rows = [result(memory_mb=m) for m in (1024, 1769, 3008)]
-    report = traffic_report({"results": rows}, Traffic(rps=100_000, pattern="spiky"), budget=budget)
+    traffic = Traffic(rps=100_000, pattern="spiky", concurrency_limit=1_000_000)
+    report = traffic_report({"results": rows}, traffic, budget=budget)
     assert time.perf_counter() - started < 15
     assert 0 < report["simulated_events"] <= budget.events and report["thinned"]
     for row in report["rows"]:
@@ -144,6 +154,22 @@ def test_spiky_traffic_at_the_highest_rate_stays_within_the_budget_and_says_it_w
         # scaled back: the month's requests (bursts add 45 %), not the simulated handful
         assert row["requests"] == pytest.approx(100_000 * 1.45 * 30 * 86400, rel=0.05)
         assert row["simulated_requests"] < budget.events and row["peak_instances"] > 1000
+
+
+def test_the_account_s_default_limit_throttles_the_heaviest_traffic_as_the_fluid_model_says():
+    """100,000 req/s of ~10.5 ms requests need ~1,050 in flight: the default limit of 1,000 (from the
+    data file) throttles ~5 % of steady traffic; with 10x bursts for 30 s in 10 minutes, ~90 % of the
+    bursts' requests too: ~35 % in all. Nothing throttling that much is picked."""
+    steady = traffic_report({"results": [result()]}, Traffic(rps=100_000), budget=Budget(events=200_000))
+    assert steady["traffic"]["concurrency_limit"] == 1000 and "default" in steady["traffic"]["concurrency_limit_source"]
+    assert steady["rows"][0]["throttled_share"] == pytest.approx(1 - 1000 / (100_000 * 0.0106), abs=0.02)
+    assert steady["throttled"] and steady["recommended"] is None
+    spiky = traffic_report(
+        {"results": [result()]}, Traffic(rps=100_000, pattern="spiky"), budget=Budget(events=200_000)
+    )
+    assert spiky["rows"][0]["throttled_share"] == pytest.approx(0.35, abs=0.05)
+    assert spiky["rows"][0]["peak_instances"] <= 1000
+    assert any("throttled" in note for note in spiky["rows"][0]["notes"])
 
 
 def test_one_budget_for_all_rows_leaves_out_what_it_cannot_hold():
@@ -159,3 +185,94 @@ def test_a_low_rate_is_not_thinned_and_the_budget_does_not_change_it():
     large = traffic_report({"results": [result()]}, traffic, budget=Budget(events=4_000_000))
     assert not small["thinned"] and small["rows"] == large["rows"]
     assert small["rows"][0]["requests"] == small["rows"][0]["simulated_requests"]
+
+
+def erlang_b(servers: int, load: float) -> float:
+    blocked = 1.0
+    for n in range(1, servers + 1):
+        blocked = load * blocked / (n + load * blocked)
+    return blocked
+
+
+def test_the_concurrency_limit_throttles_poisson_traffic_as_erlang_s_loss_formula_says():
+    """Poisson arrivals at 1,000 req/s of ~10 ms each offer 10.3 requests in flight; a limit of 8 loses
+    what Erlang B(8, A) says (whatever the latency's distribution); a throttled request is not answered."""
+    rng = np.random.default_rng(3)
+    times = np.cumsum(rng.exponential(1 / 1000, 200_000))
+    scaling = Scaling(limit=8, per_s=100.0, burst=1000.0)
+    pool = simulate(times, WARM, 10.0, 600, rng, float(times[-1]), scaling=scaling)
+    mean_ms = np.mean(draw_latencies(WARM, np.random.default_rng(0), 100_000))
+    assert pool.throttled_share == pytest.approx(erlang_b(8, 1000 * mean_ms / 1000), abs=0.01)
+    assert len(pool.latencies_ms) == pool.requests - pool.throttled and pool.peak_instances == 8
+    unlimited = simulate(times, WARM, 10.0, 600, np.random.default_rng(3), float(times[-1]))
+    assert unlimited.throttled == 0 and unlimited.peak_instances > 8
+
+
+def test_the_scaling_rate_starts_1000_environments_at_once_then_100_a_second():
+    """3,000 requests in the first second, each holding its instance 5 s: the bucket's 1,000 start at
+    once, ~100 more within the second (refilled continuously); the rest are throttled (limit 10,000)."""
+    times = np.linspace(0, 1, 3000)
+    pool = simulate(times, WARM, 5000.0, 600, np.random.default_rng(0), 60.0, scaling=Scaling(10_000, 100.0, 1000.0))
+    assert pool.cold_starts == pytest.approx(1100, abs=5) and pool.throttled == 3000 - pool.cold_starts
+
+
+def test_a_way_of_serving_throttling_beyond_one_percent_is_never_picked():
+    assert pickable({"throttled_share": 0.0, "p99_ms": 50.0, "p99_counting_throttled_ms": 50.0}, None)
+    assert not pickable({"throttled_share": 0.02, "p99_ms": 5.0, "p99_counting_throttled_ms": None}, None)
+    # within 1 %, the p99 judged counts the throttled requests as the slowest
+    assert not pickable({"throttled_share": 0.005, "p99_ms": 40.0, "p99_counting_throttled_ms": 70.0}, 60)
+    # a limit of 1 for 2 req/s of 10 ms requests throttles ~2 %: the cheapest is then a larger limit's row
+    tiny = Traffic(rps=2, duration_s=6 * 3600, concurrency_limit=1)  # 43,200 requests: not thinned
+    report = traffic_report({"results": [result()]}, tiny)
+    assert (
+        0.01 < report["rows"][0]["throttled_share"] < 0.05 and report["traffic"]["concurrency_limit_source"] == "given"
+    )
+    assert report["recommended"] is None and "1%" in report["pick_rule"]
+
+
+def test_snapstart_bills_the_restore_fee_the_billed_restore_and_three_hours_of_cache():
+    """The snapshot's restore adds latency but is not billed: a slower restore leaves the bill as it
+    was; the cache is billed for 3 hours even for a 2-hour duration; the fee per GB per restore."""
+    from schemas.cost import load_prices
+    from schemas.lambda_billing import load_billing
+
+    traffic = Traffic(rps=0.003, idle_timeout_s=60, duration_s=7200)
+    fast = combination_under_traffic(result(), traffic, snapstart_restore_ms=100)
+    slow = combination_under_traffic(result(), traffic, snapstart_restore_ms=4000)
+    fast_ss, slow_ss = (next(o for o in r["options"] if o["option"].startswith("SnapStart")) for r in (fast, slow))
+    assert slow_ss["p99_ms"] > fast_ss["p99_ms"] + 3000
+    assert slow_ss["restores"] == fast_ss["restores"]
+    assert slow_ss["bill_usd"] == pytest.approx(fast_ss["bill_usd"], rel=1e-4)
+    east, billing = load_prices().region("us-east-1"), load_billing()
+    cache = 1769 / 1024 * 3 * 3600 * east.snapstart_cache_per_gb_second_usd
+    restores = fast_ss["restores"] * 1769 / 1024 * east.snapstart_restore_per_gb_usd
+    assert fast_ss["restores"] >= 1 and fast_ss["bill_usd"] > cache + restores
+    billed_restore = billing.snapstart_billed_restore_ms
+    assert f"billed restore {billed_restore:g} ms" in fast_ss["assumption"] and "not billed" in fast_ss["assumption"]
+
+
+def test_snapstart_is_priced_only_where_the_combination_may_use_it():
+    torch = combination_under_traffic(result(optimizer="base", model={**MODEL, "format": "pt2"}), Traffic(rps=0.01))
+    assert not any(o["option"].startswith("SnapStart") for o in torch["options"])
+    assert any("no SnapStart" in n and "container image" in n for n in torch["notes"])
+    unknown = combination_under_traffic(result(model=None), Traffic(rps=0.01))
+    assert not any(o["option"].startswith("SnapStart") for o in unknown["options"])
+    assert any("eligibility is unknown" in n for n in unknown["notes"])
+
+
+def test_provisioned_concurrency_is_billed_in_five_minute_steps():
+    """Kept 1 h 0 min 1 s: billed 1 h 5 min; the difference is exactly 5 minutes of one instance."""
+    from schemas.cost import load_prices
+
+    price = load_prices().region("us-east-1").provisioned_x86_64_per_gb_second_usd
+    bills = []
+    for duration in (3600, 3601):
+        row = combination_under_traffic(result(), Traffic(rps=0.001, idle_timeout_s=60, duration_s=duration))
+        bills.append(next(o for o in row["options"] if o["option"] == "provisioned 1")["bill_usd"])
+    assert bills[1] - bills[0] == pytest.approx(300 * 1769 / 1024 * price, rel=0.02)
+
+
+def test_a_concurrency_limit_is_a_whole_number_within_bounds():
+    for bad in (0, -5, 2.5, 10**7, True):
+        with pytest.raises(TrafficError, match="concurrency_limit"):
+            Traffic(rps=1, concurrency_limit=bad)

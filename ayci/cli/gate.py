@@ -1,18 +1,26 @@
-"""`ayci gate --baseline FILE|RUN_ID RUN_ID`: exit 1 when a combination of the run regresses
+"""`ayci gate --baseline FILE|RUN_ID RUN_ID|run options`: exit 1 when a combination of the run regresses
 against the baseline beyond the thresholds AND beyond noise (`report/compare.py gate`), 0 when
 nothing regresses, 2 on an error (no such run, nothing compared). Prints the comparison (table,
 Markdown for a pull request's comment, or JSON) and which combinations regress, by how much.
 With `--confirm N` the regressed combinations are measured again N times (a forced replay of
-their conversions on this machine) and judged again on the median of the run and them."""
+their conversions on this machine) and judged again on the median of the run and them.
+
+Without RUN_ID the run is measured first, here, from the run options (`--model`, `--matrix`,
+`--batch`, `--memory`, ...: those of `ayci run`), on the embedded default: its progress goes to
+stderr, so stdout holds the comparison alone (Markdown for a comment, or JSON). A model unchanged
+since the baseline is answered from the stored results (nothing measured twice: `--force` to
+measure again); a run that measured nothing is an error (exit 2)."""
 
 from __future__ import annotations
 
 import argparse
+import uuid
 from datetime import UTC, datetime
 
 from ayci.cli.common import settings_of
 from ayci.cli.compare import add_output_options, compared, merged, show
 from ayci.cli.console import UsageError, err, terminal
+from ayci.cli.options import add_request_options
 
 EXIT_PASSED, EXIT_REGRESSED = 0, 1
 
@@ -30,9 +38,20 @@ def percent(text: str) -> float:
 
 def register(sub) -> None:
     gate = sub.add_parser(
-        "gate", help="exit 1 when a run regresses against a baseline beyond thresholds and noise (for CI)"
+        "gate",
+        help="exit 1 when a run (or one measured now from run options) regresses against a baseline beyond "
+        "thresholds and noise (for CI)",
+        conflict_handler="resolve",  # the gate's --min-agreement replaces the request's
     )
-    gate.add_argument("run_id", help="the run to judge")
+    gate.add_argument(
+        "run_id",
+        nargs="?",
+        help="the run to judge; without it, a run is measured now from the run options (--model, --matrix, ...)",
+    )
+    add_request_options(gate)
+    gate.add_argument(
+        "--force", action="store_true", help="(measuring now) measure again even where results are stored"
+    )
     gate.add_argument("--baseline", required=True, help="a baseline file (`ayci baseline`) or a run id")
     gate.add_argument("--max-p99-regression", type=percent, default=10.0, help="largest p99 increase (default 10%%)")
     gate.add_argument("--max-cost-regression", type=percent, default=5.0, help="largest cost increase (default 5%%)")
@@ -58,10 +77,13 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
     if args.confirm < 0:
         raise UsageError("--confirm takes a number of re-measurements, at least 0")
-    comparison, summary, baseline, history = compared(args, args.baseline, args.run_id)
+    if args.run_id and (args.model or args.inputs or args.force):
+        raise UsageError("give a run id or run options (--model, --matrix, ...) to measure one now, not both")
+    run_id = args.run_id or measure_run(args)
+    comparison, summary, baseline, history = compared(args, args.baseline, run_id)
     if not comparison.combinations:
         show(comparison, args.format)
-        raise UsageError(f"no combination of run {args.run_id} was measured in the baseline: nothing to gate")
+        raise UsageError(f"no combination of run {run_id} was measured in the baseline: nothing to gate")
     minimum = args.min_agreement if args.min_agreement is not None else summary.request.get("min_agreement")
     thresholds = Thresholds(
         max_p99_regression_pct=args.max_p99_regression,
@@ -74,7 +96,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
         regressed = {r.combination for r in result.regressions}
         combo_keys = {c.key_b for c in comparison.combinations if c.combination in regressed and c.key_b}
         settings = settings_of(args)
-        confirmations = remeasure(settings, args.run_id, combo_keys, args.confirm, verbose=args.verbose)
+        confirmations = remeasure(settings, run_id, combo_keys, args.confirm, verbose=args.verbose)
         history = merged(history, stored_history(local_store(settings), [summary]))
         comparison = compare(baseline, summary, history, b_repeats=[c.run_id for c in confirmations])
         result = confirmed(baseline, summary, confirmations, history, thresholds)
@@ -86,6 +108,49 @@ def cmd_gate(args: argparse.Namespace) -> int:
             highlight=False,
         )
     return EXIT_PASSED if result.passed else EXIT_REGRESSED
+
+
+def measure_run(args: argparse.Namespace, parts=None) -> str:
+    """Submit the run the options describe on the embedded default and wait for it (progress on
+    stderr): its id. `parts` replaces the embedded app's parts (tests: a fake measurement)."""
+    from ayci.bootstrap import embedded
+    from ayci.cli.common import (
+        build_request,
+        checked_inputs,
+        model_path_of,
+        plan_of,
+        say_impossible,
+        warn_if_unconfined,
+        workload_and_size,
+    )
+    from ayci.cli.follow import follow_embedded
+    from ayci.cli.runlog import run_log
+    from core.run_plan import measured_combos
+    from services.request.submission import store_inputs, store_model, submit_run
+
+    settings = settings_of(args)
+    workload, input_size = workload_and_size(args)
+    inputs_path = checked_inputs(args)
+    # the request's minimum agreement (the recommendation's) is the gate's when given, else the default
+    request_args = argparse.Namespace(**{**vars(args), "min_agreement": args.min_agreement or 0.99})
+    run_id = str(uuid.uuid4())
+    with run_log(settings.data_dir.parent / "logs" / f"run-{run_id}.log", terminal, verbose=args.verbose) as log:
+        model_path = model_path_of(args, settings, workload, input_size)
+        warn_if_unconfined()
+        app = embedded(settings, parts=parts)
+        inputs_sha = store_inputs(app.store, inputs_path) if inputs_path else None
+        model = store_model(app.store, model_path, workload, input_size, inputs_sha)
+        request = build_request(request_args, model)
+        say_impossible(plan_of(request, model_path, inputs_path, app.store))
+        submit_run(app.store, app.publisher, request, run_id)
+        what = f"{model_path.name} (sha256 {model.sha256[:12]}), to gate against {args.baseline}"
+        summary = follow_embedded(app, run_id, len(measured_combos(request)), what)
+    err.print(log.where(), highlight=False, soft_wrap=True)
+    if not summary.results:
+        reasons = "; ".join(f"{f.label}: {f.reason}" for f in summary.failures[:3])
+        raise UsageError(f"run {run_id} measured nothing to gate ({reasons or summary.status})")
+    err.print(f"gate: run {run_id} ({summary.status}) judged against {args.baseline}", highlight=False)
+    return run_id
 
 
 def remeasure(settings, run_id: str, combo_keys: set[str], times: int, *, verbose: bool = False, parts=None) -> list:

@@ -443,3 +443,54 @@ def test_confirmation_judges_the_median_of_the_run_and_its_re_measurements(lab):
     assert not lasting.passed and {r.figure for r in lasting.regressions} >= {"p50_ms"}
     one_off = judged("busy", [12.0, 10.0, 10.05])  # one busy moment
     assert one_off.passed and {r.figure for r in one_off.unconfirmed} >= {"p50_ms"}
+
+
+def test_gate_measures_the_run_itself_from_run_options(tmp_path, monkeypatch, capsys):
+    """`ayci gate --baseline RUN --model FILE (run options)`: the run is submitted and followed
+    (every service on the embedded bus, the measuring process faked), then gated; stdout holds
+    the comparison alone. The same model again is answered from the stored result and passes; a
+    forced re-measurement 30 % slower fails naming the combination; RUN_ID and run options
+    together, or a run that measured nothing, are errors (2)."""
+    from ayci.bootstrap import embedded
+    from ayci.cli import gate as gate_command
+    from ayci.settings import Settings
+    from schemas.combos import Matrix
+    from schemas.events import RequestSubmitted
+    from services.request.submission import new_run, store_model
+    from tests.fakes import tiny_onnx_model
+
+    settings = Settings(data_dir=tmp_path / "data")
+    measuring = Measuring()
+    parts = measuring.parts(tmp_path)
+    model_file = tmp_path / "model.onnx"
+    model_file.write_bytes(tiny_onnx_model())
+    app = embedded(settings, parts=parts)
+    model = store_model(app.store, model_file, "image_classification", [8, 8])
+    matrix = Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1769])
+    envelope = new_run(RequestSubmitted(model=model, matrix=matrix, min_agreement=0.99))
+    app.publisher.publish([envelope])
+    app.bus.run_until_idle()
+    baseline = envelope.run_id
+    measured = measuring.fakes.measurements[("onnx", 1769)]
+    monkeypatch.setattr(gate_command, "measure_run", functools.partial(gate_command.measure_run, parts=parts))
+    lab = Lab(settings.data_dir)
+    options = ["--model", str(model_file), "--input-size", "8,8", "--matrix", "intel=onnx", "--memory", "1769"]
+
+    assert lab.cli("gate", "--baseline", baseline, *options, "--format", "json") == 0
+    passed = json.loads(capsys.readouterr().out)  # JSON alone on stdout: the run's progress went to stderr
+    assert passed["gate"]["passed"] and passed["gate"]["compared"] == 1
+    judged = passed["run_b"]
+    assert judged != baseline and judged in {k.split("/")[1] for k in lab.store.list_keys("runs/")}
+    assert measuring.fakes.measurements[("onnx", 1769)] == measured  # the unchanged model: its stored result
+
+    measuring.slowdown = 1.3
+    assert lab.cli("gate", "--baseline", baseline, *options, "--force", "--format", "json") == 1
+    failed = json.loads(capsys.readouterr().out)["gate"]
+    assert ("intel/onnx/b1/1769MB", "p99_ms") in {(r["combination"], r["figure"]) for r in failed["regressions"]}
+    assert measuring.fakes.measurements[("onnx", 1769)] > measured
+
+    assert lab.cli("gate", baseline, "--baseline", baseline, *options) == 2
+    assert "a run id or run options" in capsys.readouterr().err
+    measuring.fakes.out_of_memory_below_mb = 10_000  # every measurement fails: nothing to gate
+    assert lab.cli("gate", "--baseline", baseline, *options, "--force") == 2
+    assert "measured nothing to gate" in capsys.readouterr().err

@@ -7,12 +7,16 @@
 # `python -m infra deploy` does both and pushes them to the stack's ECR repository.
 # Expected size: ~2.3 GB uncompressed per architecture (scripts/lambda_image_size.py; it could
 # not be built on the machine this was written on, which has no Docker engine).
-FROM public.ecr.aws/lambda/python:3.11
+# Python 3.12 on Amazon Linux 2023: the runtime SnapStart takes (Python 3.12 and later;
+# data/lambda_limits.json), where python:3.11 ran on Amazon Linux 2 (end of life 2026-06-30).
+# This project runs Python 3.11 elsewhere (.venv, Dockerfile); the image is built only by AWS deploys.
+FROM public.ecr.aws/lambda/python:3.12
 
 # TVM links the libraries it compiles with the system compiler (the converter function); the
 # measuring functions only load them. Nothing is compiled at a measuring function's cold start:
 # TVM artifacts arrive compiled, ONNX models converted, Python byte-compiled below.
-RUN yum install -y gcc gcc-c++ && yum clean all && rm -rf /var/cache/yum
+# Amazon Linux 2023's minimal image has dnf (microdnf), not yum.
+RUN dnf install -y gcc gcc-c++ && dnf clean all && rm -rf /var/cache/dnf
 
 COPY requirements.txt ${LAMBDA_TASK_ROOT}/
 # torch's CPU build (the default index's x86_64 wheel carries CUDA libraries Lambda has no use for)

@@ -21,11 +21,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CODE_DIRS = ("adapters", "ayci", "core", "data", "engines", "measuring", "report", "schemas", "services", "workloads")
 LAMBDA_IMAGE_LIMIT_MB = 10240  # Lambda's limit on a container image, uncompressed
-# Not measurable here (no Docker, no pull): public.ecr.aws/lambda/python:3.11 (Amazon Linux 2,
-# Python 3.11, the runtime interface client, boto3) is about half a gigabyte uncompressed, and
+# Not measurable here (no Docker, no pull): public.ecr.aws/lambda/python:3.12 (Amazon Linux 2023,
+# Python 3.12, the runtime interface client, boto3) is about half a gigabyte uncompressed, and
 # gcc + gcc-c++ from Amazon Linux 2's repositories (TVM links its libraries with them) about 0.2 GB.
 STATED_MB = {
-    "base image public.ecr.aws/lambda/python:3.11 (stated, not measured)": 550,
+    "base image public.ecr.aws/lambda/python:3.12 (stated, not measured)": 550,
     "gcc, gcc-c++ for TVM's linking (stated, not measured)": 200,
 }
 

@@ -1,0 +1,38 @@
+"""Memory sizes estimated from one unconfined, single-thread measurement (core/lambda_model/unconfined.py):
+the CPU-quota simulation below 1 vCPU, the measurement itself above, marked and with an interval."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.lambda_model.unconfined import ESTIMATED_UNCONFINED, estimate_at
+
+MEASURED = {
+    "threads": 1,
+    "confined": False,
+    "latency_ms": {"p50": 30.0, "p90": 32.0, "p99": 36.0, "min": 28.0, "max": 40.0, "mean": 30.5},
+    "cold_start_ms": {"total": 900.0, "first_inference": 60.0},
+}
+
+
+def test_below_one_vcpu_the_quota_stretches_the_latency_as_the_simulation_says():
+    """At 884 MB (0.5 vCPU) a 30 ms inference gets 50 ms of CPU per 100 ms period: one runs in one
+    period when it starts early enough, two back to back cross a stall; the mean doubles."""
+    half = estimate_at(MEASURED, 884)
+    assert half["mark"] == ESTIMATED_UNCONFINED and half["regime"] == "throttled_uncalibrated"
+    assert half["latency_ms"]["mean"] == pytest.approx(2 * 30.5, rel=0.1)
+    assert half["latency_ms"]["p99"] > 36.0 and half["cold_start_ms"]["total"] == pytest.approx(900 / (884 / 1769))
+    low, high = half["interval"]["p50_low"], half["interval"]["p50_high"]
+    assert low < half["latency_ms"]["p50"] < high and (high - low) / half["latency_ms"]["p50"] > 0.4
+
+
+def test_from_one_vcpu_the_measurement_and_from_two_an_upper_bound():
+    one = estimate_at(MEASURED, 1769)
+    assert one["latency_ms"]["p50"] == 30.0 and "upper bound" not in one["basis"]
+    four = estimate_at(MEASURED, 7076)
+    assert four["latency_ms"]["p50"] == 30.0 and "upper bound" in four["basis"] and "4 threads" in four["basis"]
+
+
+def test_a_measurement_with_more_than_one_thread_is_refused():
+    with pytest.raises(ValueError, match="one-thread"):
+        estimate_at({**MEASURED, "threads": 2}, 1769)

@@ -79,6 +79,7 @@ def build_request(args: argparse.Namespace, model) -> RequestSubmitted:
         else None,
         balance_weight=getattr(args, "balance_weight", 0.5),
         profile=getattr(args, "profile", False),
+        precision=getattr(args, "precision", "quick"),
         **({"price_region": args.price_region} if getattr(args, "price_region", None) else {}),
     )
 

@@ -5,6 +5,7 @@ process per service), reading the store."""
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Iterator
 
@@ -13,6 +14,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ayci.cli.console import UsageError, err
 from ayci.cli.runlog import listening
 from ayci.settings import Settings
+from core.ports import NotFound
+from core.racing import answer_lines
 from schemas import keys
 from schemas.documents import RunSummary
 
@@ -53,21 +56,50 @@ class TuningBar:
         self.progress.update(self.task, completed=done, total=total, description=description, note=note)
 
 
+class RunningAnswer:
+    """Prints a racing run's running answer (`runs/{id}/answer.json`) above the bars: after the
+    quick pass, and again whenever a refined measurement changes a pick or its margin."""
+
+    def __init__(self, store, run_id: str, progress: Progress) -> None:
+        self.store, self.run_id, self.progress = store, run_id, progress
+        self.shown: tuple | None = None
+
+    def check(self) -> dict | None:
+        try:
+            answer = json.loads(self.store.get_bytes(keys.answer(self.run_id)))
+        except NotFound:
+            return None
+        if answer.get("stage") == "final":  # the report that follows shows it
+            return answer
+        seen = (json.dumps(answer.get("picks"), sort_keys=True), json.dumps(answer.get("margins"), sort_keys=True))
+        if seen != self.shown:
+            self.shown = seen
+            for line in answer_lines(answer):
+                self.progress.console.print(line, highlight=False, soft_wrap=True)
+        return answer
+
+
 def follow_embedded(app, run_id: str, total: int, what: str) -> RunSummary:
     """Drive the run whose first events are published on the embedded default, with progress
     shown; returns its summary."""
     err.print(f"run {run_id}: {total} combinations of {what}", highlight=False, soft_wrap=True)
     with progress_bar() as progress:
         task = progress.add_task("planning", total=total, note="")
+        answer = RunningAnswer(app.store, run_id, progress)
 
         def observe(queue: str, event) -> None:
             combo = getattr(event.payload, "combo", None)
             if event.type == "ComboPending":
                 progress.update(task, description=f"converting {combo.label}")
             elif event.type == "ModelConverted":
-                progress.update(task, description=f"measuring {combo.label}")
+                refine = getattr(event.payload, "refine", False)
+                if refine:  # the quick pass is over: its answer is stored
+                    answer.check()
+                progress.update(task, description=f"{'refining' if refine else 'measuring'} {combo.label}")
             elif event.type in ("InferenceDone", "ComboFailed", "CombosReused") and queue == "archiver":
                 count = len(event.payload.results) if event.type == "CombosReused" else 1
+                if getattr(event.payload, "refine", False):
+                    answer.check()
                 done = progress.tasks[0].completed + count
                 # a predicted pick being checked adds one
                 progress.update(task, advance=count, total=max(progress.tasks[0].total, done))
@@ -120,7 +152,9 @@ def follow_store(store, run_id: str, combo_keys: list[str], timeout_s: float, pr
     deadline = time.monotonic() + timeout_s
     with progress_bar() as progress:
         task = progress.add_task("running on LocalStack", total=len(combo_keys), note="")
+        answer = RunningAnswer(store, run_id, progress)
         while not store.exists(keys.summary(run_id)):
+            answer.check()
             if time.monotonic() > deadline:
                 raise UsageError(f"run {run_id} did not end within --timeout {timeout_s:.0f} s")
             progress.update(task, completed=keys.outcomes_in(store.list_keys(keys.outcomes_prefix(run_id))))

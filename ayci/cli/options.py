@@ -61,6 +61,13 @@ def add_request_options(command: argparse.ArgumentParser) -> None:
         "batch, and predict the others with an interval (needs at least 4 sizes)",
     )
     command.add_argument(
+        "--precision",
+        default="quick",
+        choices=["quick", "exact"],
+        help="quick (default): measure every combination briefly, then to full precision only those that can "
+        "still be an answer; exact: everything to full precision",
+    )
+    command.add_argument(
         "--trials",
         type=int,
         default=DEFAULT_TUNING_TRIALS,

@@ -97,6 +97,7 @@ def run_embedded(
     what = f"{model_path.name} (sha256 {model.sha256[:12]})"
     summary = follow_embedded(app, run_id, len(measured_combos(request)), what)
     print_report(summary, terminal.out(REPORT_WIDTH))
+    print_margins(summary)
     err.print(f"results: {settings.data_dir / keys.summary(run_id)}", highlight=False, soft_wrap=True)
     if args.profile:  # measured combinations were profiled after their measurement; reused ones are now
         from ayci.cli.profile import profile_run
@@ -127,4 +128,22 @@ def run_on_localstack(
         combos = [combo_key(model, c, request.tuning) for c in measured_combos(request)]
         summary = follow_store(wiring.store, run_id, combos, args.timeout, processes)
     print_report(summary, terminal.out(REPORT_WIDTH))
+    print_margins(summary)
     return EXIT_STATUS[summary.status]
+
+
+def print_margins(summary) -> None:
+    """Each pick with its margin over the next best (racing, `core/racing.margins`), and what the
+    quick pass stopped as dominated."""
+    recommendation = summary.recommendation
+    margins = (getattr(recommendation, "margins", None) or {}) if recommendation else {}
+    for line in margins.values():
+        terminal.out(REPORT_WIDTH).print(line, highlight=False, soft_wrap=True)
+    stopped = [r for r in summary.results if getattr(r, "dominated_by", None)]
+    if stopped:
+        terminal.out(REPORT_WIDTH).print(
+            f"{len(stopped)} combination{'s' if len(stopped) != 1 else ''} stopped after the quick pass "
+            f"(dominated: see the recommendation's excluded); --precision exact measures everything fully",
+            highlight=False,
+            soft_wrap=True,
+        )

@@ -65,6 +65,11 @@ class RunRequest(Strict):
         description="profile each measured combination after its measurement (a separate pass: "
         "Chrome trace and operator table, `GET /runs/{id}/profiles`)",
     )
+    precision: Literal["quick", "exact"] = Field(
+        default="quick",
+        description="quick: measure every combination briefly, then to full precision only those that can still "
+        "be an answer (the others shown as dominated, with the evidence); exact: everything to full precision",
+    )
     inputs_sha256: Annotated[str, Field(pattern=SHA256_PATTERN.pattern)] | None = Field(
         default=None,
         description="your own example inputs, stored by your `PUT /inputs` (required by the custom workload; "
@@ -103,6 +108,7 @@ class RunRequest(Strict):
                 predict=self.predict,
                 traffic=self.traffic,
                 profile=self.profile,
+                precision=self.precision,
             ),
             {"": "memory_sizes_mb"},  # the request's own check: enough memory sizes to predict
         )
@@ -166,6 +172,13 @@ class RunProgress(BaseModel):
     measured: int
     failed: int
     combinations: list[CombinationProgress]
+    answer: dict[str, Any] | None = Field(
+        default=None,
+        description="a racing run's running answer (after its quick pass): picks with their p99 and cost intervals, "
+        "each pick's margin over the next, what is dominated and by what (with both intervals), what is being "
+        "refined; `stage` quick, refining or final",
+    )
+    answer_text: list[str] = Field(default=[], description="the running answer as lines of text")
 
 
 class ModelStatus(BaseModel):

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from core.lambda_model.traffic import Traffic, TrafficError, traffic_report
 from core.planning import Plan
 from core.ports import NotFound
+from core.racing import answer_lines
 from core.results import stored_profile
 from core.run_plan import measured_combos
 from report import results_csv, results_document
@@ -125,8 +126,18 @@ def owned_run(deps: RequestDeps, run_id: str, owner: str) -> dict:
 
 @router.get("/runs/{run_id}", response_model=RunProgress, responses=ERRORS)
 def get_run(run_id: RunId, owner: Owner, deps: Deps) -> dict:
-    """The run's status and each combination's progress."""
-    return run_progress(deps.store, owned_run(deps, run_id, owner))
+    """The run's status and each combination's progress; for a racing run (precision quick), the
+    running answer from its first pass on, refined as measurements arrive (`answer`)."""
+    return {**run_progress(deps.store, owned_run(deps, run_id, owner)), **running_answer(deps.store, run_id)}
+
+
+def running_answer(store, run_id: str) -> dict:
+    """`answer` and `answer_text` of the run (`core/racing.py`), or nothing before its first pass ends."""
+    try:
+        answer = json.loads(store.get_bytes(keys.answer(run_id)))
+    except NotFound:
+        return {}
+    return {"answer": answer, "answer_text": answer_lines(answer)}
 
 
 @router.delete("/runs/{run_id}", response_model=RunProgress, status_code=202, responses=ERRORS)

@@ -22,16 +22,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.deadlines import MEASUREMENT_ESTIMATE_S, conversion_estimate_s
 from core.lambda_rules import LambdaFit, lambda_fit, output_shapes
+from core.plan_costs import SAMPLING_CAP_S, EngineCosts, sampling_s, stored_costs
 from core.ports import NotFound, ObjectStore
+from core.racing import QUICK_TIME_CAP_SHARE
 from core.results import reused_result
-from core.run_plan import measured_and_predicted, runtime_floor_mb
+from core.run_plan import MAX_CHECKS, measured_and_predicted, runtime_floor_mb
 from schemas import keys
 from schemas.combos import Combo, Hardware, Optimizer, combo_key
 from schemas.cost import load_prices
 from schemas.documents import ModelInfo
-from schemas.events import RequestSubmitted
+from schemas.events import TUNING_TIME_LIMIT_S, RequestSubmitted
 from schemas.signature import ModelSignature
 from workloads import workload_module
 from workloads.binding import BindingError, bind, bound_shapes
@@ -41,6 +42,11 @@ from workloads.custom import check_npz
 # function's, which waits for the measuring function of each combination's size
 AWS_CONVERTER_MB = 3008
 AWS_INFERENCE_MB = 256
+
+# Racing (`core/racing.py`, precision `quick`): a quick pass times every combination with
+# QUICK_TIME_CAP_SHARE of the time cap, then those that can still be an answer are measured again
+# to full precision: REFINED_SHARE of them is assumed (an assumption until racing runs are stored).
+REFINED_SHARE = 0.4
 
 Shapes = dict[str, tuple[tuple[int, ...], str]]
 
@@ -127,7 +133,8 @@ class PlannedCombo:
     state: str  # reused | measure | predict | impossible
     reason: str | None = None
     conversion_s: float = 0.0  # the artifact's conversion and tuning, counted once per artifact
-    measurement_s: float = 0.0
+    measurement_s: float = 0.0  # end to end: the measuring process and what surrounds it (`core.plan_costs`)
+    sampling_s: float = 0.0  # of which timing samples (what a quick pass shortens)
     lambda_fit: LambdaFit | None = None  # Lambda's rules, as far as they are known before measuring
 
     def as_dict(self) -> dict:
@@ -146,6 +153,9 @@ class PlannedCombo:
 @dataclass
 class Plan:
     combos: list[PlannedCombo] = field(default_factory=list)
+    checks_s: float = 0.0  # with `predict`: the predicted picks measured before the run closes
+    costs: EngineCosts = field(default_factory=EngineCosts)  # what the estimates rest on
+    precision: str = "exact"  # the request's: `quick` races (`core/racing.py`)
     benchmark_cost_usd: float = 0.0  # what measuring would cost as Lambda invocations
     # the run on the AWS deployment: the measuring functions (the above), the inference
     # functions waiting for them and the converter function (requests, S3, SQS: cents per thousand)
@@ -156,7 +166,17 @@ class Plan:
 
     @property
     def wall_s(self) -> float:
-        return sum(c.conversion_s + c.measurement_s for c in self.combos)
+        """The run's wall time as requested: racing (`quick`) or everything to full precision."""
+        return self.racing_wall_s if self.precision == "quick" else self.exact_wall_s
+
+    @property
+    def exact_wall_s(self) -> float:
+        return sum(c.conversion_s + c.measurement_s for c in self.combos) + self.checks_s
+
+    @property
+    def racing_wall_s(self) -> float:
+        """The run's wall time if it races (`racing_s`)."""
+        return racing_s(self.combos, self.checks_s)
 
     def impossible(self) -> dict[str, PlannedCombo]:
         return {c.key: c for c in self.combos if c.state == "impossible"}
@@ -171,6 +191,11 @@ class Plan:
                 "predicted": self.count("predict"),
                 "breaking_lambda_rules": sum(bool(c.lambda_fit and c.lambda_fit.broken) for c in self.combos),
                 "estimated_wall_s": round(self.wall_s, 1),
+                "precision": self.precision,
+                "estimated_wall_s_exact": round(self.exact_wall_s, 1),
+                "estimated_wall_s_racing": round(self.racing_wall_s, 1),
+                "estimated_racing_saves_s": round(self.exact_wall_s - self.racing_wall_s, 1),
+                "estimates_from": self.costs.source(),
                 "estimated_benchmark_cost_usd": round(self.benchmark_cost_usd, 6),
             },
         }
@@ -187,7 +212,8 @@ def plan_run(
     measure with estimates."""
     shapes = shapes or request_shapes(store, request)
     prices = load_prices().region(request.price_region)
-    plan = Plan()
+    plan = Plan(costs=stored_costs(store), precision=request.precision)
+    costs = plan.costs
     converted: set[tuple] = set()
     measured, predicted = measured_and_predicted(request)
     for combo in [*measured, *predicted]:
@@ -215,17 +241,45 @@ def plan_run(
         conversion = 0.0
         if artifact not in converted:
             converted.add(artifact)
-            conversion = conversion_estimate_s(combo.optimizer, request.tuning_trials)
+            conversion = conversion_s(costs, combo.optimizer, request.tuning_trials)
+        measurement = costs.combination_s(request.model.sha256, combo)
         plan.combos.append(
             PlannedCombo(
-                key, combo, "measure", conversion_s=conversion, measurement_s=MEASUREMENT_ESTIMATE_S, lambda_fit=fit
+                key,
+                combo,
+                "measure",
+                conversion_s=conversion,
+                measurement_s=measurement,
+                sampling_s=sampling_s(costs.expected_p50_ms(request.model.sha256, combo)),
+                lambda_fit=fit,
             )
         )
-        measuring = MEASUREMENT_ESTIMATE_S * combo.memory_mb / 1024 * prices.per_gb_second(combo.hardware)
+        measuring = measurement * combo.memory_mb / 1024 * prices.per_gb_second(combo.hardware)
         plan.benchmark_cost_usd += measuring
         plan.aws_run_cost_usd += (
             measuring
-            + MEASUREMENT_ESTIMATE_S * AWS_INFERENCE_MB / 1024 * prices.per_gb_second(combo.hardware)
+            + measurement * AWS_INFERENCE_MB / 1024 * prices.per_gb_second(combo.hardware)
             + conversion * AWS_CONVERTER_MB / 1024 * prices.per_gb_second(Hardware.intel)
         )
+    checked = [c for c in plan.combos if c.state == "predict"][:MAX_CHECKS]
+    plan.checks_s = sum(costs.combination_s(request.model.sha256, c.combo) for c in checked)
     return plan
+
+
+def conversion_s(costs: EngineCosts, optimizer: Optimizer, tuning_trials: int) -> float:
+    """One artifact's conversion as stored results tell; TVM's with its tuning (ended by its time limit)."""
+    tuning = min(tuning_trials * costs.trial_s, TUNING_TIME_LIMIT_S) if optimizer == Optimizer.tvm else 0.0
+    return costs.conversion_s[optimizer] + tuning
+
+
+def racing_s(combos: list[PlannedCombo], checks_s: float = 0.0) -> float:
+    """A racing run's wall time: every artifact converted, every combination timed in a quick
+    pass (its overhead and its samples within QUICK_TIME_CAP_SHARE of the cap), and
+    REFINED_SHARE of them timed to full precision after it (a measurement of its own: overhead
+    and sampling again)."""
+    measured = [c for c in combos if c.state == "measure"]
+    quick = sum(
+        c.measurement_s - c.sampling_s + min(c.sampling_s, QUICK_TIME_CAP_SHARE * SAMPLING_CAP_S) for c in measured
+    )
+    refined = REFINED_SHARE * sum(c.measurement_s for c in measured)
+    return sum(c.conversion_s for c in measured) + quick + refined + checks_s

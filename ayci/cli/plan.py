@@ -52,4 +52,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
     console = terminal.out(150)
     for part in plan_view(plan, f"plan: {model_path.name}, {workload.value} {'x'.join(map(str, input_size))}"):
         console.print(part)
+    console.print(estimate_basis(plan), markup=False)
     return 0
+
+
+def estimate_basis(plan) -> str:
+    """What the time estimate rests on, and what racing is expected to save (`core.planning.racing_s`)."""
+    from core.planning import REFINED_SHARE
+    from core.racing import QUICK_TIME_CAP_SHARE
+
+    totals = plan.as_dict()["totals"]
+    saves = totals["estimated_racing_saves_s"]
+    exact, racing = totals["estimated_wall_s_exact"] / 60, totals["estimated_wall_s_racing"] / 60
+    return (
+        f"estimates {totals['estimates_from']}; racing (`--precision quick`: a quick pass at "
+        f"{QUICK_TIME_CAP_SHARE:.0%} of the timing, then {REFINED_SHARE:.0%} of the combinations measured fully, "
+        f"as assumed) {racing:.1f} min, everything to full precision (`--precision exact`) {exact:.1f} min: racing "
+        + (f"saves {saves / 60:.1f} min" if saves >= 0 else f"costs {-saves / 60:.1f} min more here")
+    )

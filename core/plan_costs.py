@@ -1,0 +1,199 @@
+"""What a combination costs in wall time, learned from the results stored: per engine, the time a
+measured combination takes end to end, its artifact's conversion, and TVM's seconds per trial.
+
+A result says when it was measured (`measured_at`), how long its measuring process ran
+(`measurement_s`), what its artifact's conversion and tuning took (`conversion_s`, `tuning_s`)
+and its latency. Within one run combinations are measured one after another, so the time
+between a result and the one before it in the same run is what that combination took: its
+measuring process, the launcher around it (ONNX Runtime's session tuning, confinement, agreement),
+the reference outputs of a new batch size, and its artifact's conversion when this run converted
+it (taken out: it is counted once per artifact). That time is split into the measuring of the
+samples, which grows with the model's latency up to the time cap (`sampling_s`), and the rest,
+an engine's overhead (process start, imports, model load, its session tuning). A plan then
+charges each combination its engine's overhead plus the sampling its expected latency needs
+(`expected_p50_ms`: the same model's stored results when there are any).
+
+With nothing stored (or an engine never measured here), `PRIOR_*`, set on this 2-core host so
+that two runs come within 25 %: the README's ResNet-18 224 run (8 combinations, base and onnx,
+190 s; the priors give 149 s, -21 %) and the 6-layer BERT run of issue #38 (18 measured with
+`--predict`, 6.0 min; the priors give 7.2 min, +20 %, where `ayci plan` said 20.7 before). Two
+runs are thin ground: once results are stored, what they say replaces the priors.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from core.ports import NotFound, ObjectStore
+from core.racing import QUICK_TIME_CAP_SHARE
+from schemas import keys
+from schemas.combos import Combo, Optimizer
+
+# measuring/measure.py: at least TAIL_MIN_SAMPLES samples (more until the intervals converge),
+# timing capped at MeasureSpec.time_cap_s plus a quarter of it warming up
+SAMPLING_CAP_S = 15.0
+EXPECTED_SAMPLES = 200  # samples to converge (100 at least; 60-370 seen), warm-up windows included
+LAMBDA_FULL_VCPU_MB = 1769  # below it a Lambda size has a share of one vCPU: latency grows as the share shrinks
+
+# priors, seconds (no stored result of the engine): overhead per combination beyond its sampling,
+# conversion per artifact, TVM tuning per trial
+PRIOR_OVERHEAD_S = {Optimizer.base: 6.0, Optimizer.onnx: 6.0, Optimizer.onnx_int8: 6.0, Optimizer.tvm: 6.0}
+PRIOR_CONVERSION_S = {Optimizer.base: 3.0, Optimizer.onnx: 7.0, Optimizer.onnx_int8: 25.0, Optimizer.tvm: 30.0}
+PRIOR_TRIAL_S = 1.2  # docs/tvm.md: about 1-1.4 s per trial on 2 cores
+PRIOR_P50_MS = 30.0  # a model never measured here, for its sampling (within the cap whatever it is)
+MAX_RESULTS_READ = 400  # stored results read to learn from (the store may hold many more)
+
+
+def sampling_s(p50_ms: float, cap_share: float = 1.0) -> float:
+    """Seconds spent timing samples of a model of this latency (warm-up included), up to the cap
+    (`cap_share` of it: a racing run's quick pass, `core.racing.QUICK_TIME_CAP_SHARE`)."""
+    return min(SAMPLING_CAP_S * cap_share, EXPECTED_SAMPLES * p50_ms / 1000)
+
+
+@dataclass
+class EngineCosts:
+    """Per engine: overhead per combination (its wall time beyond sampling), conversion per
+    artifact; TVM seconds per trial; stored p50s, to expect a combination's latency; how many
+    results each figure rests on (0: the prior)."""
+
+    overhead_s: dict[Optimizer, float] = field(default_factory=lambda: dict(PRIOR_OVERHEAD_S))
+    conversion_s: dict[Optimizer, float] = field(default_factory=lambda: dict(PRIOR_CONVERSION_S))
+    trial_s: float = PRIOR_TRIAL_S
+    learned_from: dict[str, int] = field(default_factory=dict)  # optimizer -> results its overhead rests on
+    p50s: dict[tuple, float] = field(default_factory=dict)  # (model sha, optimizer, batch, memory) -> p50 ms
+
+    def expected_p50_ms(self, model_sha256: str, combo: Combo) -> float:
+        """The combination's latency as far as stored results tell: the same model, engine and
+        batch at the nearest memory size (scaled by the vCPU share below a full vCPU), else
+        another batch (scaled by batch), else another engine; else `PRIOR_P50_MS` per sample of
+        the batch at a full vCPU."""
+
+        def share(memory: int) -> float:
+            return min(1.0, memory / LAMBDA_FULL_VCPU_MB)
+
+        mine = [(k, v) for k, v in self.p50s.items() if k[0] == model_sha256]
+        for same in (
+            lambda k: k[1] == combo.optimizer.value and k[2] == combo.batch_size,
+            lambda k: k[1] == combo.optimizer.value,
+            lambda k: True,
+        ):
+            found = [(k, v) for k, v in mine if same(k)]
+            if found:
+                (_, _, batch, memory), p50 = min(found, key=lambda kv: abs(kv[0][3] - combo.memory_mb))
+                return p50 * share(memory) / share(combo.memory_mb) * combo.batch_size / batch
+        return PRIOR_P50_MS * combo.batch_size / share(combo.memory_mb)
+
+    def combination_s(self, model_sha256: str, combo: Combo) -> float:
+        """A measured combination's wall time, its artifact's conversion apart."""
+        return self.overhead_s[combo.optimizer] + sampling_s(self.expected_p50_ms(model_sha256, combo))
+
+    def source(self) -> str:
+        if not self.learned_from:
+            return "priors (no results stored yet)"
+        return "learned from stored results: " + ", ".join(f"{k} {n}" for k, n in sorted(self.learned_from.items()))
+
+
+def _when(result: dict) -> datetime | None:
+    try:
+        return datetime.fromisoformat(result["measured_at"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def stored_results(store: ObjectStore, limit: int = MAX_RESULTS_READ) -> list[dict]:
+    """Every measurement kept (`results/{combination}/{run}.json`), up to `limit` of them."""
+    found = []
+    for key in store.list_keys("results/"):
+        name = key.rsplit("/", 1)[-1]
+        if key.count("/") != 2 or not name.endswith(".json") or name.count(".") != 1:
+            continue  # the latest copy (`results/{key}.json`), profiles, traces
+        try:
+            found.append(json.loads(store.get_bytes(key)))
+        except (NotFound, ValueError):
+            continue
+        if len(found) >= limit:
+            break
+    return found
+
+
+def learn_costs(results: list[dict], submitted: dict[str, datetime] | None = None) -> EngineCosts:
+    """`EngineCosts` from stored results (dicts of `MeasuredResult`): an engine's overhead is the
+    median, over the combinations measured after another in the same run, of (time since the one
+    before - its conversion when this run converted its artifact - its sampling); its conversion
+    the median of its artifacts' conversion; TVM's seconds per trial from its tuned artifacts.
+    `submitted` (run id -> when it was submitted) times a run's first combination from the
+    submission: the run's start (workers starting, the first reference outputs) is its cost."""
+    costs = EngineCosts()
+    by_run: dict[str, list[tuple[datetime, dict]]] = defaultdict(list)
+    conversions: dict[Optimizer, dict[str, float]] = defaultdict(dict)
+    trial_s: dict[str, float] = {}
+    for result in results:
+        try:
+            optimizer = Optimizer(result["combo"]["optimizer"])
+            p50 = float(result["latency_ms"]["p50"])
+            combo = result["combo"]
+            costs.p50s[(result["model"]["sha256"], optimizer.value, combo["batch_size"], combo["memory_mb"])] = p50
+        except (KeyError, TypeError, ValueError):
+            continue
+        when = _when(result)
+        if when is not None and result.get("run_id"):
+            by_run[result["run_id"]].append((when, result))
+        artifact = result.get("artifact_key") or ""
+        conversions[optimizer][artifact] = float(result.get("conversion_s") or 0.0)
+        trials = (result.get("conversion") or {}).get("trials") or 0
+        if optimizer == Optimizer.tvm and trials and result.get("tuning_s"):
+            trial_s[artifact] = float(result["tuning_s"]) / int(trials)
+    overheads: dict[Optimizer, list[float]] = defaultdict(list)
+    for measured in by_run.values():
+        measured.sort(key=lambda pair: pair[0])
+        run_id = measured[0][1]["run_id"]
+        seen: set[str] = set()
+        if submitted and run_id in submitted and submitted[run_id] <= measured[0][0]:
+            measured.insert(0, (submitted[run_id], {}))
+        else:
+            seen.add(measured[0][1].get("artifact_key") or "")
+        for (before, _), (when, result) in zip(measured, measured[1:], strict=False):
+            gap = (when - before).total_seconds()
+            artifact = result.get("artifact_key") or ""
+            if artifact not in seen:  # the first of its artifact in this run: converted here if the gap holds it
+                seen.add(artifact)
+                converting = float(result.get("conversion_s") or 0.0) + float(result.get("tuning_s") or 0.0)
+                if gap - converting >= float(result.get("measurement_s") or 0.0):
+                    gap -= converting
+            share = QUICK_TIME_CAP_SHARE if result.get("precision") == "quick" else 1.0
+            overheads[Optimizer(result["combo"]["optimizer"])].append(
+                max(0.0, gap - sampling_s(float(result["latency_ms"]["p50"]), share))
+            )
+    for optimizer, values in overheads.items():
+        costs.overhead_s[optimizer] = statistics.median(values)
+        costs.learned_from[optimizer.value] = len(values)
+    for optimizer, per_artifact in conversions.items():
+        converted = [s for s in per_artifact.values() if s > 0]
+        if converted:
+            costs.conversion_s[optimizer] = statistics.median(converted)
+    if trial_s:
+        costs.trial_s = statistics.median(trial_s.values())
+    return costs
+
+
+def submitted_at(store: ObjectStore, run_ids: set[str]) -> dict[str, datetime]:
+    """When each run was submitted, from its record (runs without one are left out)."""
+    found = {}
+    for run_id in run_ids:
+        try:
+            found[run_id] = datetime.fromisoformat(json.loads(store.get_bytes(keys.run_record(run_id)))["submitted_at"])
+        except (NotFound, ValueError, KeyError, TypeError):
+            continue
+    return found
+
+
+def stored_costs(store: ObjectStore | None) -> EngineCosts:
+    """The costs learned from what `store` holds (the priors without one)."""
+    if store is None:
+        return EngineCosts()
+    results = stored_results(store)
+    return learn_costs(results, submitted_at(store, {r["run_id"] for r in results if r.get("run_id")}))

@@ -1,0 +1,189 @@
+"""`ayci plan`'s time estimate, learned from stored results (`core/plan_costs.py`, `core/planning.py`).
+
+Wall time on a shared 2-core machine is noise, so these tests do not time a run: they store the
+results of a run whose timings are known (when each combination finished, its measuring, its
+conversion), and check that the plan of the same matrix, estimated from what those results say,
+comes within 25 % of that run's wall time; and that racing's expected saving follows its formula.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from adapters.memory_store import MemoryStore
+from core.plan_costs import (
+    PRIOR_OVERHEAD_S,
+    SAMPLING_CAP_S,
+    EngineCosts,
+    learn_costs,
+    sampling_s,
+    stored_costs,
+)
+from core.planning import REFINED_SHARE, plan_run
+from core.racing import QUICK_TIME_CAP_SHARE
+from schemas import keys
+from schemas.combos import Combo, Optimizer
+from schemas.events import RequestSubmitted
+
+SHA = "a" * 64
+STARTED = datetime(2026, 12, 6, 1, 0, tzinfo=UTC)
+# what each engine costs in the run stored: overhead per combination, conversion per artifact
+OVERHEAD = {"base": 9.0, "onnx": 5.0}
+CONVERSION = {"base": 2.0, "onnx": 12.0}
+STARTUP_S = 4.0  # from the submission to the first combination's start
+
+
+def _request(**update) -> RequestSubmitted:
+    body = {
+        "model": {
+            "sha256": SHA,
+            "size_bytes": 1_000_000,
+            "format": "pt2",
+            "workload": "image_classification",
+            "input_size": [32, 32],
+        },
+        "matrix": {"optimizers": {"intel": ["base", "onnx"]}, "batch_sizes": [1, 4], "memory_sizes_mb": [1024, 3538]},
+        "owner": "local",
+        "force": True,
+        "precision": "exact",  # the stored run measured everything to full precision
+    }
+    return RequestSubmitted.model_validate({**body, **update})
+
+
+def _p50(combo: Combo) -> float:
+    """The latencies of the run stored: 3 ms per sample at a full vCPU (base), 2 ms (onnx)."""
+    per_sample = 3.0 if combo.optimizer == Optimizer.base else 2.0
+    return per_sample * combo.batch_size / min(1.0, combo.memory_mb / 1769)
+
+
+def _store_run(store: MemoryStore, request: RequestSubmitted, run_id: str = "run-1") -> float:
+    """Store the results of `request` measured one after another, as a run would; its wall time."""
+    now = STARTED + timedelta(seconds=STARTUP_S)
+    store.put_bytes(keys.run_record(run_id), json.dumps({"submitted_at": STARTED.isoformat()}).encode())
+    converted = set()
+    for combo in request.matrix.combos():
+        optimizer = combo.optimizer.value
+        artifact = f"{optimizer}-b{combo.batch_size if optimizer != 'base' else 0}"
+        if artifact not in converted:
+            converted.add(artifact)
+            now += timedelta(seconds=CONVERSION[optimizer])
+        p50 = _p50(combo)
+        measuring = OVERHEAD[optimizer] + sampling_s(p50)
+        now += timedelta(seconds=measuring)
+        result = {
+            "combo": combo.model_dump(mode="json"),
+            "model": {"sha256": SHA},
+            "run_id": run_id,
+            "measured_at": now.isoformat(),
+            "measurement_s": measuring - 2.0,  # the measuring process alone: the launcher's work is outside
+            "conversion_s": CONVERSION[optimizer],
+            "tuning_s": 0.0,
+            "artifact_key": artifact,
+            "latency_ms": {"p50": p50, "p99": p50 * 1.2},
+        }
+        combo_key = f"{optimizer}-b{combo.batch_size}-{combo.memory_mb}"
+        store.put_bytes(keys.result_version(combo_key, run_id), json.dumps(result).encode())
+        store.put_bytes(keys.result(combo_key), json.dumps(result).encode())
+    return (now - STARTED).total_seconds()
+
+
+def test_the_plan_of_a_matrix_comes_within_a_quarter_of_the_stored_run_it_learned_from():
+    store = MemoryStore()
+    request = _request()
+    actual = _store_run(store, request)
+    plan = plan_run(request, None, store, shapes=lambda batch: {})
+    estimated = plan.wall_s
+    assert abs(estimated - actual) <= 0.25 * actual, (estimated, actual)
+    assert plan.as_dict()["totals"]["estimates_from"] == "learned from stored results: base 4, onnx 4"
+    # each engine's figures are what the run says, not the priors
+    assert plan.costs.conversion_s[Optimizer.onnx] == CONVERSION["onnx"]
+    assert plan.costs.overhead_s[Optimizer.onnx] == pytest.approx(OVERHEAD["onnx"])
+    assert plan.costs.overhead_s[Optimizer.base] == pytest.approx(OVERHEAD["base"], abs=STARTUP_S / 2)
+
+
+def test_a_larger_matrix_of_the_same_model_is_estimated_from_its_stored_latencies():
+    """Batch 8 and 512 MB were never measured: their latency is scaled from the stored ones
+    (by batch and by the vCPU share), and so is the time their samples take."""
+    store = MemoryStore()
+    _store_run(store, _request())
+    larger = _request(
+        matrix={"optimizers": {"intel": ["base", "onnx"]}, "batch_sizes": [1, 8], "memory_sizes_mb": [512, 3538]}
+    )
+    plan = plan_run(larger, None, store, shapes=lambda batch: {})
+    expected = 0.0
+    artifacts = set()
+    for combo in larger.matrix.combos():
+        optimizer = combo.optimizer.value
+        artifact = (optimizer, combo.batch_size if optimizer != "base" else 0)
+        if artifact not in artifacts:
+            artifacts.add(artifact)
+            expected += CONVERSION[optimizer]
+        expected += OVERHEAD[optimizer] + sampling_s(_p50(combo))
+    assert abs(plan.wall_s - expected) <= 0.25 * expected, (plan.wall_s, expected)
+    assert plan.costs.expected_p50_ms(SHA, Combo(hardware="intel", optimizer="onnx", batch_size=8, memory_mb=512)) == (
+        pytest.approx(_p50(Combo(hardware="intel", optimizer="onnx", batch_size=8, memory_mb=512)))
+    )
+
+
+def test_without_stored_results_the_plan_rests_on_the_priors_and_says_so():
+    plan = plan_run(_request(), None, MemoryStore(), shapes=lambda batch: {})
+    assert plan.as_dict()["totals"]["estimates_from"] == "priors (no results stored yet)"
+    measured = [c for c in plan.combos if c.state == "measure"]
+    assert all(c.measurement_s == PRIOR_OVERHEAD_S[c.combo.optimizer] + c.sampling_s for c in measured)
+    assert all(0 < c.sampling_s <= SAMPLING_CAP_S for c in measured)
+
+
+def test_racing_is_expected_to_save_the_sampling_of_the_combinations_it_does_not_refine():
+    store = MemoryStore()
+    _store_run(store, _request())
+    plan = plan_run(_request(precision="quick"), None, store, shapes=lambda batch: {})
+    measured = [c for c in plan.combos if c.state == "measure"]
+    quick_cap = QUICK_TIME_CAP_SHARE * SAMPLING_CAP_S
+    quick = sum(c.measurement_s - c.sampling_s + min(c.sampling_s, quick_cap) for c in measured)
+    expected = sum(c.conversion_s for c in measured) + quick + REFINED_SHARE * sum(c.measurement_s for c in measured)
+    assert plan.racing_wall_s == pytest.approx(expected)
+    assert plan.wall_s == plan.racing_wall_s  # a quick run's estimate is the racing one
+    totals = plan.as_dict()["totals"]
+    assert totals["estimated_racing_saves_s"] == pytest.approx(plan.exact_wall_s - plan.racing_wall_s, abs=0.1)
+    assert plan_run(_request(), None, store, shapes=lambda batch: {}).wall_s == pytest.approx(plan.exact_wall_s)
+
+
+def test_a_conversion_this_run_did_not_do_is_not_taken_out_of_its_combination():
+    """A result whose artifact was converted by an earlier run still carries that conversion's
+    time; the gap before it cannot hold it, so the whole gap is its measuring."""
+    later = STARTED + timedelta(seconds=30)
+    results = [
+        {
+            "combo": {"hardware": "intel", "optimizer": "onnx", "batch_size": 1, "memory_mb": 1769},
+            "model": {"sha256": SHA},
+            "run_id": "r",
+            "measured_at": when.isoformat(),
+            "measurement_s": 8.0,
+            "conversion_s": 100.0,
+            "artifact_key": artifact,
+            "latency_ms": {"p50": 1.0},
+        }
+        for when, artifact in ((STARTED, "x"), (later, "y"))
+    ]
+    costs = learn_costs(results)
+    assert costs.overhead_s[Optimizer.onnx] == pytest.approx(30.0 - sampling_s(1.0))
+    assert costs.conversion_s[Optimizer.onnx] == 100.0
+
+
+def test_tvm_seconds_per_trial_come_from_its_tuned_artifacts():
+    result = {
+        "combo": {"hardware": "intel", "optimizer": "tvm", "batch_size": 1, "memory_mb": 1769},
+        "model": {"sha256": SHA},
+        "run_id": "r",
+        "measured_at": STARTED.isoformat(),
+        "conversion_s": 20.0,
+        "tuning_s": 300.0,
+        "artifact_key": "t",
+        "latency_ms": {"p50": 5.0},
+        "conversion": {"trials": 600},
+    }
+    assert learn_costs([result]).trial_s == 0.5
+    assert EngineCosts().trial_s > 0 and stored_costs(None).learned_from == {}

@@ -191,13 +191,13 @@ class Plan:
                 "predicted": self.count("predict"),
                 "breaking_lambda_rules": sum(bool(c.lambda_fit and c.lambda_fit.broken) for c in self.combos),
                 "estimated_wall_s": round(self.wall_s, 1),
-                "precision": self.precision,
                 "estimated_wall_s_exact": round(self.exact_wall_s, 1),
                 "estimated_wall_s_racing": round(self.racing_wall_s, 1),
                 "estimated_racing_saves_s": round(self.exact_wall_s - self.racing_wall_s, 1),
-                "estimates_from": self.costs.source(),
                 "estimated_benchmark_cost_usd": round(self.benchmark_cost_usd, 6),
             },
+            # what the time estimates rest on, and whether `estimated_wall_s` races (`quick`)
+            "estimates": {"from": self.costs.source(), "precision": self.precision},
         }
 
 

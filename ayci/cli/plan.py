@@ -62,10 +62,11 @@ def estimate_basis(plan) -> str:
     from core.racing import QUICK_TIME_CAP_SHARE
 
     totals = plan.as_dict()["totals"]
+    basis = plan.as_dict()["estimates"]["from"]
     saves = totals["estimated_racing_saves_s"]
     exact, racing = totals["estimated_wall_s_exact"] / 60, totals["estimated_wall_s_racing"] / 60
     return (
-        f"estimates {totals['estimates_from']}; racing (`--precision quick`: a quick pass at "
+        f"estimates {basis}; racing (`--precision quick`: a quick pass at "
         f"{QUICK_TIME_CAP_SHARE:.0%} of the timing, then {REFINED_SHARE:.0%} of the combinations measured fully, "
         f"as assumed) {racing:.1f} min, everything to full precision (`--precision exact`) {exact:.1f} min: racing "
         + (f"saves {saves / 60:.1f} min" if saves >= 0 else f"costs {-saves / 60:.1f} min more here")

@@ -97,7 +97,7 @@ def test_the_plan_of_a_matrix_comes_within_a_quarter_of_the_stored_run_it_learne
     plan = plan_run(request, None, store, shapes=lambda batch: {})
     estimated = plan.wall_s
     assert abs(estimated - actual) <= 0.25 * actual, (estimated, actual)
-    assert plan.as_dict()["totals"]["estimates_from"] == "learned from stored results: base 4, onnx 4"
+    assert plan.as_dict()["estimates"]["from"] == "learned from stored results: base 4, onnx 4"
     # each engine's figures are what the run says, not the priors
     assert plan.costs.conversion_s[Optimizer.onnx] == CONVERSION["onnx"]
     assert plan.costs.overhead_s[Optimizer.onnx] == pytest.approx(OVERHEAD["onnx"])
@@ -130,7 +130,7 @@ def test_a_larger_matrix_of_the_same_model_is_estimated_from_its_stored_latencie
 
 def test_without_stored_results_the_plan_rests_on_the_priors_and_says_so():
     plan = plan_run(_request(), None, MemoryStore(), shapes=lambda batch: {})
-    assert plan.as_dict()["totals"]["estimates_from"] == "priors (no results stored yet)"
+    assert plan.as_dict()["estimates"]["from"] == "priors (no results stored yet)"
     measured = [c for c in plan.combos if c.state == "measure"]
     assert all(c.measurement_s == PRIOR_OVERHEAD_S[c.combo.optimizer] + c.sampling_s for c in measured)
     assert all(0 < c.sampling_s <= SAMPLING_CAP_S for c in measured)

@@ -105,12 +105,13 @@ def _when(result: dict) -> datetime | None:
 
 
 def stored_results(store: ObjectStore, limit: int = MAX_RESULTS_READ) -> list[dict]:
-    """Every measurement kept (`results/{combination}/{run}.json`), up to `limit` of them."""
+    """Every measurement kept (`results/{combination}/{run}.json`, a racing run's quick pass
+    `{run}.quick.json`), up to `limit` of them."""
     found = []
     for key in store.list_keys("results/"):
         name = key.rsplit("/", 1)[-1]
-        if key.count("/") != 2 or not name.endswith(".json") or name.count(".") != 1:
-            continue  # the latest copy (`results/{key}.json`), profiles, traces
+        if key.count("/") != 2 or not name.endswith(".json") or name.count(".") - name.endswith(".quick.json") != 1:
+            continue  # the latest copy (`results/{key}.json`), profiles, traces; a quick pass's are read
         try:
             found.append(json.loads(store.get_bytes(key)))
         except (NotFound, ValueError):

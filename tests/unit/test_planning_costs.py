@@ -187,3 +187,24 @@ def test_tvm_seconds_per_trial_come_from_its_tuned_artifacts():
     }
     assert learn_costs([result]).trial_s == 0.5
     assert EngineCosts().trial_s > 0 and stored_costs(None).learned_from == {}
+
+
+def test_a_quick_pass_is_learned_from_with_its_shorter_sampling():
+    """A racing run's quick results (`{run}.quick.json`) are read; their sampling is a quarter of the cap's."""
+    store = MemoryStore()
+    slow = 100.0  # ms: 20 s of samples at full precision, capped at 15; a quarter of that in a quick pass
+    for index, when in enumerate((STARTED, STARTED + timedelta(seconds=10))):
+        result = {
+            "combo": {"hardware": "intel", "optimizer": "onnx", "batch_size": 1, "memory_mb": 1769 + index},
+            "model": {"sha256": SHA},
+            "run_id": "r",
+            "precision": "quick",
+            "measured_at": when.isoformat(),
+            "conversion_s": 1.0,
+            "artifact_key": "x",
+            "latency_ms": {"p50": slow},
+        }
+        store.put_bytes(keys.result_version(f"k{index}", "r.quick"), json.dumps(result).encode())
+    costs = stored_costs(store)
+    assert costs.learned_from == {"onnx": 1}
+    assert costs.overhead_s[Optimizer.onnx] == pytest.approx(10.0 - QUICK_TIME_CAP_SHARE * SAMPLING_CAP_S)

@@ -14,7 +14,7 @@ import structlog
 from core.ports import NotFound, ObjectStore
 from schemas import keys
 from schemas.combos import MEASUREMENT_VERSION
-from schemas.documents import CombinationProfile, MeasuredResult, ResultBundle, json_object
+from schemas.documents import CombinationProfile, MeasuredResult, ResultBundle, SummaryResult, json_object
 from schemas.events import InferenceDone, SchemaError
 
 log = structlog.get_logger()
@@ -146,11 +146,13 @@ def reused_result(store: ObjectStore, combo_key: str) -> InferenceDone | None:
     return None if found is None else found.inference_done()
 
 
-def stored_profile(store: ObjectStore, result: dict, for_run: str | None = None) -> CombinationProfile | None:
+def stored_profile(
+    store: ObjectStore, result: SummaryResult | MeasuredResult, for_run: str | None = None
+) -> CombinationProfile | None:
     """The stored profiled pass of a result for run `for_run` (`results/{combo key}/{run id}.profile.json`;
     by default the run that measured it), or None. A run that reused another's result has its own
     profile of it: profiles are keyed by the run that asked for them, never another owner's."""
     try:
-        return CombinationProfile.read(store.get_bytes(keys.profile(result["combo_key"], for_run or result["run_id"])))
+        return CombinationProfile.read(store.get_bytes(keys.profile(result.combo_key, for_run or result.run_id)))
     except NotFound:
         return None

@@ -32,13 +32,13 @@ def profilable(result: SummaryResult | dict[str, Any]) -> str | None:
     return None
 
 
-def chosen_results(summary: RunSummary | dict[str, Any], combo_key: str | None) -> list[dict[str, Any]]:
-    """The run's results to profile (each as stored in the summary): all profilable ones, or the
-    one `combo_key` names (NotProfilable naming why when it failed, is unknown to the run or
-    cannot be profiled)."""
+def chosen_results(summary: RunSummary | dict[str, Any], combo_key: str | None) -> list[SummaryResult]:
+    """The run's results to profile (rows of its summary): all profilable ones, or the one
+    `combo_key` names (NotProfilable naming why when it failed, is unknown to the run or cannot
+    be profiled)."""
     summary = as_summary(summary)
     if combo_key is None:
-        chosen = [_stored(r) for r in summary.results if profilable(r) is None]
+        chosen = [r for r in summary.results if profilable(r) is None]
         if not chosen:
             raise NotProfilable(f"run {summary.run_id} has no natively measured combination to profile")
         return chosen
@@ -47,16 +47,11 @@ def chosen_results(summary: RunSummary | dict[str, Any], combo_key: str | None) 
             why = profilable(result)
             if why:
                 raise NotProfilable(f"combination {combo_key} cannot be profiled: {why}")
-            return [_stored(result)]
+            return [result]
     for failure in summary.failures:
         if failure.combo_key == combo_key:
             raise NotProfilable(f"combination {combo_key} failed ({failure.reason}): there is nothing to profile")
     raise NotProfilable(f"run {summary.run_id} has no combination {combo_key}")
-
-
-def _stored(result: SummaryResult) -> dict[str, Any]:
-    """A summary's row as stored: what a profiling request carries to the measuring process."""
-    return result.model_dump(mode="json", exclude_unset=True)
 
 
 def profile_tables(profiles: list[dict], trace_url=lambda profile: None) -> list[dict]:

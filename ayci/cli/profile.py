@@ -59,16 +59,16 @@ def profile_run(
     warn_if_unconfined()
     profiles = []
     for result in chosen:
-        result = {**result, "run_id": run_id}  # the pass is this run's, also on a result it reused (never another's)
+        result = result.model_copy(update={"run_id": run_id})  # the pass is this run's, also on a reused result
         stored = stored_profile(store, result) if only_missing else None
         if stored is not None:
             profiles.append(stored.to_dict())
             continue
-        err.print(f"profiling {result['combo_key']} ({runs} inferences) ...")
+        err.print(f"profiling {result.combo_key} ({runs} inferences) ...")
         try:
             profiles.append(profile_result(store, result, runs=runs).to_dict())
         except MeasurementFailed as exc:
-            err.print(f"[yellow]{result['combo_key']}: profiling failed: {exc.reason}[/yellow]")
+            err.print(f"[yellow]{result.combo_key}: profiling failed: {exc.reason}[/yellow]")
     tables = profile_tables(profiles, trace_url=lambda p: str(settings.data_dir / p["trace_key"]))
     if as_json:
         terminal.print_json({"profiles": profiles, "tables": tables})

@@ -15,16 +15,20 @@ import json
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import structlog
 
 from core.ports import ObjectStore
 from core.profiles import operator_rows
 from measuring.launcher import MeasureSpec, profile
-from report.recommendation import label as combination_label
 from schemas import keys
-from schemas.combos import ModelRef, reference_key
-from schemas.documents import ArtifactManifest, CombinationProfile
+from schemas.combos import reference_key
+from schemas.documents import ArtifactManifest, CombinationProfile, MeasuredResult, SummaryResult
+
+# a measured result: a summary's row, a stored result, or its document (as a profiling request
+# carries it to the measuring process), validated once where it is read
+Measured = SummaryResult | MeasuredResult | dict[str, Any]
 
 log = structlog.get_logger()
 
@@ -32,23 +36,21 @@ PROFILE_RUNS = 20  # profiled inferences per pass (and as many unprofiled, for t
 PROFILE_TIME_CAP_S = 4.0  # warm time of a pass's unprofiled half
 
 
-def fetch_measured(store: ObjectStore, result: dict, work: Path) -> tuple[Path, Path]:
+def fetch_measured(store: ObjectStore, result: Measured, work: Path) -> tuple[Path, Path]:
     """A measured result's artifact and reference (the bound inputs and base's outputs), fetched
     into `work`."""
-    manifest = ArtifactManifest.read(store.get_bytes(keys.manifest(result["artifact_key"])))
+    result = SummaryResult.of(result)
+    manifest = ArtifactManifest.read(store.get_bytes(keys.manifest(result.artifact_key)))
     artifact = work / manifest.artifact_file
-    store.get_file(keys.artifact_file(result["artifact_key"], manifest.artifact_file), artifact)
+    store.get_file(keys.artifact_file(result.artifact_key, manifest.artifact_file), artifact)
     reference = work / "reference.npz"
-    store.get_file(
-        keys.reference(reference_key(ModelRef.model_validate(result["model"]), result["combo"]["batch_size"])),
-        reference,
-    )
+    store.get_file(keys.reference(reference_key(result.model, result.combo.batch_size)), reference)
     return artifact, reference
 
 
 def profile_result(
     store: ObjectStore,
-    result: dict,
+    result: Measured,
     *,
     runs: int = PROFILE_RUNS,
     time_cap_s: float = PROFILE_TIME_CAP_S,
@@ -56,18 +58,19 @@ def profile_result(
     work_root: Path | None = None,
 ) -> CombinationProfile:
     """Profile one measured combination confined as it was measured; store its trace and profile."""
-    combo, model, label = result["combo"], result["model"], combination_label(result)
-    bound = log.bind(run_id=result["run_id"], combo_key=result["combo_key"], combo=label)
+    result = SummaryResult.of(result)
+    combo, label = result.combo, result.label
+    bound = log.bind(run_id=result.run_id, combo_key=result.combo_key, combo=label)
     with tempfile.TemporaryDirectory(dir=work_root, prefix="ayci-profile-") as tmp:
         artifact, reference = fetch_measured(store, result, Path(tmp))
         spec = MeasureSpec(
-            optimizer=combo["optimizer"],
-            workload=model["workload"],
+            optimizer=combo.optimizer.value,
+            workload=result.model.workload,
             artifact_path=artifact,
             reference_path=reference,
-            memory_mb=combo["memory_mb"],
+            memory_mb=combo.memory_mb,
             time_cap_s=time_cap_s,
-            engine_settings=result.get("engine_settings"),
+            engine_settings=result.engine_settings,
             tune=False,
             profile_runs=runs,
             trace_max_events=trace_max_events,
@@ -76,13 +79,13 @@ def profile_result(
         report = profile(spec)
     trace = report["trace"] or {"traceEvents": []}  # bounded by the profiling process
     note = trace.get("otherData", {}).get("ayci_note")
-    trace_key = keys.profile_trace(result["combo_key"], result["run_id"])
+    trace_key = keys.profile_trace(result.combo_key, result.run_id)
     store.put_bytes(trace_key, json.dumps(trace).encode())
     document = CombinationProfile(
-        combo_key=result["combo_key"],
-        run_id=result["run_id"],
+        combo_key=result.combo_key,
+        run_id=result.run_id,
         label=label,
-        optimizer=combo["optimizer"],
+        optimizer=combo.optimizer.value,
         trace_key=trace_key,
         trace_note=note,
         runs=report["runs"],
@@ -93,7 +96,7 @@ def profile_result(
         confinement_reason=report["confinement_reason"],
         profiled_at=datetime.now(UTC).isoformat(),
     )
-    store.put_bytes(keys.profile(result["combo_key"], result["run_id"]), document.to_bytes(indent=1))
+    store.put_bytes(keys.profile(result.combo_key, result.run_id), document.to_bytes(indent=1))
     bound.info(
         "profile_done",
         operators=len(document.operators),

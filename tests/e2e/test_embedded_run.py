@@ -10,6 +10,7 @@ from ayci.settings import Settings
 from core.results import stored_profile
 from schemas import keys
 from schemas.combos import Matrix
+from schemas.documents import SummaryResult
 from schemas.events import RequestSubmitted
 from services.request.submission import new_run, store_model
 from tests.conftest import SMALL_IMAGE_SIZE, TINY_IMAGE_SIZE, skip_unless_required
@@ -348,7 +349,9 @@ def test_profile_of_a_finished_run_side_by_side(tmp_path, tiny_image_model, caps
     app = embedded(Settings(data_dir=data, measure_time_cap_s=1.0, measure_min_iterations=5))
     summary, run_id = run(app, request_for(app, tiny_image_model, ["base", "onnx"], memory=(128, 1769), profile=True))
     # the request asked: each measured combination was profiled after its measurement
-    profiles = {r["combo"]["optimizer"]: stored_profile(app.store, r).to_dict() for r in summary["results"]}
+    profiles = {
+        r["combo"]["optimizer"]: stored_profile(app.store, SummaryResult.of(r)).to_dict() for r in summary["results"]
+    }
     assert set(profiles) == {"base", "onnx"}
     assert all(
         r["profile_key"] == keys.profile(r["combo_key"], run_id) for r in summary["results"]
@@ -415,7 +418,7 @@ def test_profile_of_a_finished_run_side_by_side(tmp_path, tiny_image_model, caps
 def side_by_side_of(store, summary) -> dict:
     from report.profiles import profile_tables
 
-    (table,) = profile_tables([stored_profile(store, r).to_dict() for r in summary["results"]])
+    (table,) = profile_tables([stored_profile(store, SummaryResult.of(r)).to_dict() for r in summary["results"]])
     return table
 
 

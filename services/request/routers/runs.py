@@ -16,13 +16,11 @@ from fastapi.responses import JSONResponse
 from core.lambda_model.traffic import Traffic, TrafficError, traffic_report
 from core.planning import Plan
 from core.ports import NotFound
-from core.racing import answer_lines
 from core.results import stored_profile
 from core.run_plan import measured_combos
 from report import results_csv, results_document
 from report.profiles import NotProfilable, chosen_results, profilable, profile_tables
 from schemas import keys
-from schemas.combos import Combo
 from schemas.documents import RunSummary
 from schemas.events import Envelope, ProfileRequested, RequestSubmitted
 from schemas.signature import ModelSignature
@@ -126,18 +124,8 @@ def owned_run(deps: RequestDeps, run_id: str, owner: str) -> dict:
 
 @router.get("/runs/{run_id}", response_model=RunProgress, responses=ERRORS)
 def get_run(run_id: RunId, owner: Owner, deps: Deps) -> dict:
-    """The run's status and each combination's progress; for a racing run (precision quick), the
-    running answer from its first pass on, refined as measurements arrive (`answer`)."""
-    return {**run_progress(deps.store, owned_run(deps, run_id, owner)), **running_answer(deps.store, run_id)}
-
-
-def running_answer(store, run_id: str) -> dict:
-    """`answer` and `answer_text` of the run (`core/racing.py`), or nothing before its first pass ends."""
-    try:
-        answer = json.loads(store.get_bytes(keys.answer(run_id)))
-    except NotFound:
-        return {}
-    return {"answer": answer, "answer_text": answer_lines(answer)}
+    """The run's status and each combination's progress."""
+    return run_progress(deps.store, owned_run(deps, run_id, owner))
 
 
 @router.delete("/runs/{run_id}", response_model=RunProgress, status_code=202, responses=ERRORS)
@@ -302,12 +290,12 @@ def request_profile(run_id: RunId, combo_key: str, owner: Owner, deps: Deps) -> 
             "a profiled pass",
             now,
         )
-        combo = Combo.model_validate(result["combo"])
+        combo = result.combo
         deps.publisher.publish(
             [
                 Envelope.wrap(
                     ProfileRequested(
-                        combo=combo, combo_key=combo_key, result_key=keys.result_version(combo_key, result["run_id"])
+                        combo=combo, combo_key=combo_key, result_key=keys.result_version(combo_key, result.run_id)
                     ),
                     run_id=run_id,
                     producer="request",
@@ -335,11 +323,7 @@ def get_profiles(run_id: RunId, owner: Owner, deps: Deps) -> dict:
     summary = _profiled(deps, run_id, owner)
     profiles = [
         p.to_dict()
-        for p in (
-            stored_profile(deps.store, {"combo_key": r.combo_key, "run_id": r.run_id}, for_run=run_id)
-            for r in summary.results
-            if profilable(r) is None
-        )
+        for p in (stored_profile(deps.store, r, for_run=run_id) for r in summary.results if profilable(r) is None)
         if p
     ]
     return {

@@ -20,7 +20,9 @@ additions survive a round trip through an older reader.
 - `PickChecks`       runs/{id}/checks.json: predicted picks measured before the run closes
 - `RunSummary`       runs/{id}/summary.json: the archived run (v2): its rows (`SummaryResult`: a
                      measured result with its `Cost`, `MachineLoad`, `Environment`, or a predicted
-                     one) and its `Recommendation`; a v1 summary is upcast on reading
+                     one) and its `Recommendation`; a v1 summary is upcast on reading. `Cost` is
+                     declared beside the formula (`schemas/cost.py`), `Recommendation` in
+                     `schemas/recommendation.py` (the `RunArchived` event carries it too)
 - `TableRow`         a row of the report's table (not stored: the API's JSON and CSV, the email,
                      the CLI); `model_dump(exclude_unset=True)` is the row as the page reads it
 
@@ -327,7 +329,11 @@ class ReusedOutcomes(Document):
 class ResultBundle(Document):
     """Stored results in one object, each a `MeasuredResult` document as stored under its
     exact key: what dedup read for a reuse (the archiver reads them once), and the pack of
-    what a run measured (a resubmission reads these instead of one object per combination)."""
+    what a run measured (a resubmission reads these instead of one object per combination).
+    The documents stay as stored (each of its own version) and are read where they are used
+    (`MeasuredResult.read`, `SummaryResult.of`): a pack holds up to 1,536 of them and a
+    resubmission reads up to 8 packs for the few it wants (validating all of one pack: ~120 ms
+    on a 2-core host, against the 0.3-0.5 s a resubmitted matrix answers in)."""
 
     results: dict[str, dict[str, Any]]  # the stored result's key -> its document
 

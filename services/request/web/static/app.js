@@ -232,6 +232,7 @@ async function onSubmit(event) {
 // ---------------------------------------------------------------- progress
 async function follow(runId) {
   state.runId = runId;
+  rememberRun(runId);
   $("progress").hidden = false; $("results").hidden = true;
   $("run-id").textContent = runId;
   for (;;) {
@@ -310,6 +311,7 @@ function renderResults(results) {
   $("results-table").tHead.replaceChildren(head);
   renderRows();
   drawChart(results);
+  renderExportChoices(results);
   loadProfiles();
 }
 
@@ -573,6 +575,134 @@ async function download(kind) {
   await downloadBlob(`runs/${state.runId}/results`, `ayci-${state.runId}.${kind}`, { headers: { Accept: accept } });
 }
 
+// ---------------------------------------------------------------- export (a deployable Lambda function)
+function renderExportChoices(results) {
+  const pick = results.recommended.balanced;
+  const measured = results.rows.filter((r) => r.status === "measured").map((r) => r.combination);
+  const options = [new Option(pick ? `the balanced pick (${pick})` : "the balanced pick (none)", "")];
+  for (const label of measured) options.push(new Option(label, label));
+  $("export-combination").replaceChildren(...options);
+  $("export-status").textContent = "";
+}
+
+async function exportFunction() {
+  const combination = $("export-combination").value;
+  const label = combination || state.results.recommended.balanced || "pick";
+  const status = $("export-status");
+  status.classList.remove("error");
+  status.textContent = `writing the function of ${label}…`;
+  $("download-export").disabled = true;
+  try {
+    const query = combination ? `?combination=${encodeURIComponent(combination)}` : "";
+    await downloadBlob(`runs/${state.runId}/export${query}`, `ayci-${label.replaceAll("/", "-")}.zip`);
+    status.textContent = `${label}: downloaded (README.md inside says what was measured and how to deploy it)`;
+  } catch (e) {
+    status.textContent = e.message; status.classList.add("error");
+  } finally {
+    $("download-export").disabled = false;
+  }
+}
+
+// ---------------------------------------------------------------- compare two runs
+const KNOWN_RUNS = "ayci-runs";
+const COMPARED = [["p50_ms", "p50 ms"], ["p99_ms", "p99 ms"], ["cold_start_ms", "cold start ms"],
+  ["cost_per_million_usd", "$ per 1M"], ["peak_memory_mb", "peak MB"], ["agreement", "agreement"]];
+const WORSE = new Set(["slower", "costlier", "larger", "lower"]), BETTER = new Set(["faster", "cheaper", "smaller", "higher"]);
+
+function knownRuns() {
+  try { return JSON.parse(localStorage.getItem(KNOWN_RUNS) || "[]"); } catch (_) { return []; }
+}
+
+function rememberRun(runId) {
+  const runs = [runId, ...knownRuns().filter((r) => r !== runId)].slice(0, 20);
+  localStorage.setItem(KNOWN_RUNS, JSON.stringify(runs));
+  renderKnownRuns();
+  // B: the run on the page; A: the one followed before it (the baseline), unless chosen already
+  if (!$("compare-b").value || $("compare-b").value === runs[1]) $("compare-b").value = runId;
+  if (!$("compare-a").value && runs[1]) $("compare-a").value = runs[1];
+}
+
+function renderKnownRuns() {
+  $("known-runs").replaceChildren(...knownRuns().map((r) => new Option(r, r)));
+}
+
+function verdictClass(verdict) {
+  return WORSE.has(verdict) ? "verdict-worse" : BETTER.has(verdict) ? "verdict-better" : verdict === "within noise" ? "verdict-noise" : "";
+}
+
+function comparedRuns() {
+  const a = $("compare-a").value.trim(), b = $("compare-b").value.trim();
+  if (!apiKey()) throw new Error("enter your API key first");
+  if (!a || !b) throw new Error("name two runs: A (the baseline) and B");
+  return [a, b];
+}
+
+async function compareRuns() {
+  const status = $("compare-status");
+  status.classList.remove("error");
+  let a, b;
+  try {
+    [a, b] = comparedRuns();
+    status.textContent = "comparing…";
+    const comparison = await (await api(`runs/${encodeURIComponent(a)}/compare/${encodeURIComponent(b)}`)).json();
+    renderComparison(comparison);
+  } catch (e) {
+    status.textContent = e.message; status.classList.add("error");
+    $("compare-table").hidden = true;
+  }
+}
+
+function figureCell(change, key) {
+  const td = document.createElement("td");
+  td.className = `figure ${verdictClass(change.verdict)}`;
+  td.dataset.figure = key; td.dataset.verdict = change.verdict;
+  const delta = change.change_pct != null ? `${change.change_pct >= 0 ? "+" : ""}${change.change_pct.toFixed(1)} %`
+    : change.change != null ? `${change.change >= 0 ? "+" : ""}${change.change.toFixed(4)}` : "";
+  td.append(`${fmt(key, change.a)} → ${fmt(key, change.b)} `);
+  const small = document.createElement("small");
+  small.textContent = [delta, change.verdict].filter(Boolean).join(", ");
+  td.append(small);
+  if (change.noise != null) {
+    const band = key === "agreement" ? change.noise.toFixed(4) : `${change.noise.toFixed(1)} %`;
+    td.title = `noise: ±${band}${change.noise_basis ? ` (${change.noise_basis})` : ""}`;
+  }
+  return td;
+}
+
+function renderComparison(c) {
+  const regressions = c.combinations.filter((x) => WORSE.has(x.verdict)).length;
+  $("compare-status").textContent = `${c.combinations.length} combination(s) in both runs` +
+    (c.combinations.length ? `: ${regressions} slower beyond noise` : ": nothing to compare");
+  $("compare-differences").replaceChildren(...c.differences.map((d) => {
+    const item = document.createElement("li");
+    item.textContent = `${d.what}: ${d.a} → ${d.b}`;
+    return item;
+  }));
+  $("compare-table").hidden = !c.combinations.length;
+  $("compare-table").tBodies[0].replaceChildren(...c.combinations.map((x) => {
+    const tr = row([[x.combination, "text"], [x.verdict, `text verdict ${verdictClass(x.verdict)}`]],
+      { "data-combo": x.combination, "data-verdict": x.verdict });
+    for (const [key] of COMPARED) tr.append(x.figures[key] ? figureCell(x.figures[key], key) : Object.assign(document.createElement("td"), { textContent: "–" }));
+    if (x.notes && x.notes.length) tr.title = x.notes.join("; ");
+    return tr;
+  }));
+  const only = [];
+  if (c.only_in_a.length) only.push(`only in A: ${c.only_in_a.join(", ")}`);
+  if (c.only_in_b.length) only.push(`only in B: ${c.only_in_b.join(", ")}`);
+  $("compare-only").textContent = only.join("; ");
+  $("compare-noise").textContent = c.noise || "";
+}
+
+async function compareMarkdown() {
+  const status = $("compare-status");
+  try {
+    const [a, b] = comparedRuns();
+    await downloadBlob(`runs/${encodeURIComponent(a)}/compare/${encodeURIComponent(b)}?format=markdown`, `ayci-compare-${a.slice(0, 8)}-${b.slice(0, 8)}.md`);
+  } catch (e) {
+    status.textContent = e.message; status.classList.add("error");
+  }
+}
+
 // ---------------------------------------------------------------- start
 function start() {
   const hash = new URLSearchParams(location.hash.slice(1));
@@ -607,6 +737,10 @@ function start() {
   });
   $("download-csv").addEventListener("click", () => download("csv").catch((e) => status(e.message, true)));
   $("download-json").addEventListener("click", () => download("json").catch((e) => status(e.message, true)));
+  $("download-export").addEventListener("click", () => exportFunction());
+  $("compare-button").addEventListener("click", () => compareRuns());
+  $("compare-markdown").addEventListener("click", () => compareMarkdown());
+  renderKnownRuns();
   renderMemoryChips();
   if (hash.get("run") && apiKey()) follow(hash.get("run"));
 }

@@ -1,6 +1,6 @@
 """What the CLI prints of the studies of a finished run, as `rich` renderables: its
 combinations under a traffic profile (`ayci traffic`), the cold-start levers (`ayci
-coldstart`), a load test beside its simulation (`ayci loadtest`)."""
+coldstart`), a load test beside its simulation (`ayci loadtest`), a capacity search (`ayci capacity`)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ def traffic_view(report: dict, title: str, days: float, slo_ms: float | None) ->
     for column in (
         "served",
         "cold share",
+        "throttled",
         "p50 ms",
         "p99 ms",
         "p99.9 ms",
@@ -42,6 +43,7 @@ def traffic_view(report: dict, title: str, days: float, slo_ms: float | None) ->
                 row["combination"] if i == 0 else "",
                 option["option"],
                 f"{option['cold_share']:.2%}",
+                f"{option.get('throttled_share', 0.0):.2%}",
                 f"{option['p50_ms']:.1f}",
                 f"{option['p99_ms']:.1f}",
                 f"{option['p999_ms']:.1f}",
@@ -50,7 +52,8 @@ def traffic_view(report: dict, title: str, days: float, slo_ms: float | None) ->
                 note,
             )
     slo = f"p99 with cold starts within {slo_ms:g} ms" if slo_ms else "no SLO given"
-    return [table, Text(f"cheapest ({slo}): {report['recommended'] or 'none meets it'}")]
+    rule = f" [{report['pick_rule']}]" if report.get("pick_rule") else ""
+    return [table, Text(f"cheapest ({slo}){rule}: {report['recommended'] or 'none meets it'}")]
 
 
 COLDSTART_COLUMNS = (
@@ -104,81 +107,91 @@ LOADTEST_COLUMNS = (
     "p95 ms",
     "p99 ms",
     "cold share",
-    "cold loads",
-    "evictions",
+    "cold starts",
     "peak workers",
 )
-VERDICT = {True: "within", False: "outside", None: "not compared"}
 
 
-def loadtest_view(
-    report: dict, samples: list[dict], max_workers: int, tolerance: float, files: str
-) -> list[RenderableType]:
-    """Per model: what the load test observed beside the simulation of the same arrivals (at
-    most `max_workers` workers, and as a Lambda pool), whether it agrees within `tolerance` and
-    why not; the workers each second; where the files are."""
+def _loadtest_row(label: str, figures: dict, requests: int, errors: str, cold: str, peak: str) -> list[str]:
+    return [
+        label,
+        str(requests),
+        errors,
+        *(f"{figures[f'p{p}_ms']:.1f}" for p in (50, 90, 95, 99)),
+        f"{figures['cold_share']:.2%}",
+        cold,
+        peak,
+    ]
+
+
+def loadtest_view(report: dict, samples: list[dict], files: str) -> list[RenderableType]:
+    """Per model: the open-loop load test beside the simulation of the same arrivals fed this
+    machine's calibration (judged: pass or fail, figure by figure, with both values) and fed the
+    run's stored measurement (shown, not judged); the calibration, the generator's lag, time queued
+    against computing, the workers each second; where the files are."""
     out: list[RenderableType] = []
     for name, row in report["models"].items():
-        seen, guess = row["observed"], row["predicted"] or {}
-        table = Table(title=f"{name}: {row['combination']} of run {row['run_id']}")
+        seen, guess, stored = row["observed"], row["predicted"], row.get("from_run")
+        pool = "Lambda-like pool" if row.get("lambda_like") else "endpoint (not the Lambda pool the simulation models)"
+        table = Table(title=f"{name}: {row['combination']} of run {row['run_id']}, {pool}")
         for column in LOADTEST_COLUMNS:
             table.add_column(column)
         errors = ", ".join(f"{n} x {code}" for code, n in seen["errors"].items()) or "0"
         loads = ", ".join(f"{n} {kind}" for kind, n in seen["loads"].items()) or "0"
         table.add_row(
-            "load test",
-            str(seen["requests"]),
-            errors,
-            f"{seen['p50_ms']:.1f}",
-            f"{seen['p90_ms']:.1f}",
-            f"{seen['p95_ms']:.1f}",
-            f"{seen['p99_ms']:.1f}",
-            f"{seen['cold_share']:.2%}",
-            loads,
-            str(seen["evictions"]),
-            str(seen["peak_workers"]),
+            *_loadtest_row("load test (open loop)", seen, seen["requests"], errors, loads, str(seen["peak_workers"]))
         )
-        if guess:
-            table.add_row(
-                f"simulated, at most {max_workers} workers",
-                str(guess["simulated_requests"]),
-                "-",
-                f"{guess['p50_ms']:.1f}",
-                f"{guess['p90_ms']:.1f}",
-                f"{guess['p95_ms']:.1f}",
-                f"{guess['p99_ms']:.1f}",
-                f"{guess['cold_share']:.2%}",
-                str(guess["cold_starts"]),
-                "-",
-                f"{guess['peak_instances']}",
-            )
-            lam = guess["lambda"]
-            table.add_row(
-                "simulated Lambda pool",
-                str(guess["simulated_requests"]),
-                "-",
-                f"{lam['p50_ms']:.1f}",
-                "-",  # the Lambda pool's simulation keeps p50, p99 and p99.9
-                "-",
-                f"{lam['p99_ms']:.1f}",
-                f"{lam['cold_share']:.2%}",
-                "-",
-                "-",
-                f"{lam['peak_instances']} instances",
-            )
+        for label, simulated in (("simulated, fed this machine", guess), ("simulated, fed the run", stored)):
+            if simulated:
+                table.add_row(
+                    *_loadtest_row(
+                        label,
+                        simulated,
+                        simulated["simulated_requests"],
+                        "-",
+                        str(simulated["cold_starts"]),
+                        str(simulated["peak_instances"]),
+                    )
+                )
         out.append(table)
-        out.append(Text(f"{seen['waited_for_load']} requests waited for a cold load ({seen['waited_share']:.2%})"))
+        out.append(
+            Text(
+                f"queued p50 {seen['queued']['p50_ms']:.1f} / p99 {seen['queued']['p99_ms']:.1f} ms, computing "
+                f"p50 {seen['compute']['p50_ms']:.1f} / p99 {seen['compute']['p99_ms']:.1f} ms; "
+                f"{seen['waited_for_load']} requests waited for a cold load"
+            )
+        )
         comparison = row["comparison"]
-        if guess:
-            verdict = f" ({comparison['verdict']})" if comparison.get("verdict") else ""
+        if comparison.get("verdict") is None:
+            out.append(Text(f"not compared: {comparison.get('reason')}"))
+        else:
+            out.append(Text(f"simulation against the load test: {comparison['verdict'].upper()}"))
+            for f in comparison["figures"]:
+                shown = (lambda v: f"{v:.2%}") if f["figure"] == "cold-start share" else (lambda v: f"{v:.1f} ms")
+                ratio = f", {f['ratio']:.2f}x" if f["ratio"] is not None else ""
+                out.append(
+                    Text(
+                        f"  {f['figure']}: observed {shown(f['observed'])}, simulated {shown(f['predicted'])}{ratio} "
+                        f"(bound {f['bound']}): {'pass' if f['passed'] else 'FAIL'}"
+                    )
+                )
+        fed = (guess or {}).get("fed")
+        if fed:
             out.append(
                 Text(
-                    f"p99 {VERDICT[comparison['p99_within']]} ±{tolerance:.0%} of the prediction (at most "
-                    f"{max_workers} workers), cold-start share {VERDICT[comparison['cold_share_within']]}{verdict}"
+                    f"fed: service p50 {fed['service_p50_ms']:.2f} ms / p99 {fed['service_p99_ms']:.2f} ms, cold start "
+                    f"{fed['cold_start_ms']:.0f} ms, overhead p50 {fed['overhead_p50_ms']:.2f} ms, idle timeout "
+                    f"{fed['idle_timeout_s']:g} s, at most {fed['max_instances']} instances"
                 )
             )
-        out += [Text(f"  - {reason}") for reason in comparison.get("explained", [])]
-        out += [Text(f"  - not explained: {gap}") for gap in comparison.get("unexplained", [])]
+    generator = report.get("generator") or {}
+    if generator.get("send_lag_p99_ms") is not None:
+        out.append(
+            Text(
+                f"generator: {generator['requests']} requests sent, lag behind schedule p50 "
+                f"{generator['send_lag_p50_ms']:.1f} ms, p99 {generator['send_lag_p99_ms']:.1f} ms"
+            )
+        )
     for name in report["models"]:
         per_second = [
             s["models"][name]["workers"] + s["models"][name]["starting"] for s in samples[::4] if name in s["models"]
@@ -186,3 +199,97 @@ def loadtest_view(
         out.append(Text(f"{name} workers, each second: {' '.join(map(str, per_second))}"))
     out.append(Text(files))
     return out
+
+
+CAPACITY_COLUMNS = (
+    "req/s offered",
+    "counted",
+    "answers/s",
+    "errors",
+    "p50 ms",
+    "p90 ms",
+    "p95 ms",
+    "p99 ms",
+    "queued ms",
+    "computing ms",
+    "other ms",
+    "simulated p50 / p99 ms",
+    "p99 SLO",
+)
+
+
+def capacity_level_line(row: dict, slo_ms: float) -> str:
+    """One level as it is measured (the CLI's progress)."""
+    seen = row["measured"]
+    errors = sum(seen["errors"].values())
+    return (
+        f"level {row['level'] + 1}: {seen['rps']:.4g} req/s: p50 {seen['p50_ms']:.1f}, p90 {seen['p90_ms']:.1f}, "
+        f"p95 {seen['p95_ms']:.1f}, p99 {seen['p99_ms']:.1f} ms, {seen['throughput_rps']:.3g} answers/s, "
+        f"{errors} errors: {'within' if seen['within_slo'] else 'breaks'} the {slo_ms:g} ms SLO"
+    )
+
+
+def capacity_view(report: dict) -> list[RenderableType]:
+    """`ayci capacity`: each level by rate (p50/p90/p95/p99 from the scheduled time, throughput,
+    errors, mean time queued against computing, the simulation of the same arrivals), the highest
+    rate within the SLO, measured and simulated, and where the files are."""
+    slo = report["plan"]["slo_ms"]
+    table = Table(title=f"capacity of {report['combination']} (run {report['run_id']}), p99 SLO {slo:g} ms")
+    for column in CAPACITY_COLUMNS:
+        table.add_column(column, justify="left" if column == "p99 SLO" else "right")
+
+    def ms(value) -> str:
+        return "-" if value is None or value != value else f"{value:.1f}" if value >= 10 else f"{value:.2f}"
+
+    for row in sorted(report["levels"], key=lambda r: r["measured"]["rps"]):
+        seen, sim = row["measured"], row["simulated"]
+        errors = ", ".join(f"{n} x {kind}" for kind, n in seen["errors"].items()) or "0"
+        table.add_row(
+            f"{seen['rps']:.4g}",
+            str(seen["requests"]),
+            f"{seen['throughput_rps']:.3g}",
+            errors,
+            *(ms(seen[k]) for k in ("p50_ms", "p90_ms", "p95_ms", "p99_ms", "queued_ms", "computing_ms", "other_ms")),
+            f"{ms(sim['p50_ms'])} / {ms(sim['p99_ms'])}",
+            "within" if seen["within_slo"] else "broken",
+        )
+    lines: list[RenderableType] = [table]
+    for row in sorted(report["levels"], key=lambda r: r["measured"]["rps"]):
+        notes = row["measured"]["notes"] + [f"simulation: {note}" for note in row["simulated"]["notes"]]
+        if notes:
+            lines.append(Text(f"  {row['measured']['rps']:.4g} req/s: {', '.join(notes)}"))
+    capacity, (_, broke) = report["capacity_rps"], report["bracket"]
+    above = f" ({broke:.4g} req/s broke it)" if broke else " (the highest rate tried)"
+    lines.append(
+        Text(
+            f"capacity: {capacity:.4g} req/s with p99 within {slo:g} ms{above}"
+            if capacity
+            else f"capacity: none: even {broke:.4g} req/s broke the {slo:g} ms SLO"
+        )
+    )
+    simulated = report["simulated_capacity_rps"]
+    lines.append(
+        Text(
+            f"simulated: {simulated:.4g} req/s" if simulated else "simulated: none within the SLO",
+        )
+    )
+    lines[-1].append(
+        f" (the run's measured latency distribution, {_workers(report['endpoint']['max_workers'])} at most, "
+        f"+{report['overhead_ms']:.2f} ms per request of HTTP and serialization measured here)"
+    )
+    endpoint = report["endpoint"]
+    lines.append(
+        Text(
+            f"endpoint: {'Lambda-like, ' if endpoint.get('lambda_like') else ''}up to "
+            f"{_workers(endpoint['max_workers'])}, {endpoint['max_queue']} queued at most (beyond: 503); "
+            "latency from each request's scheduled time (open loop); queued: in the model's queue, "
+            "computing: in its worker, other: HTTP and serialization"
+        )
+    )
+    files = report["files"]
+    lines.append(Text(f"levels: {files['csv']}  plot: {files['plot']}  requests: {files['requests']}"))
+    return lines
+
+
+def _workers(count: int) -> str:
+    return f"{count} worker{'s' if count != 1 else ''}"

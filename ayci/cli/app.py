@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from ayci.cli import (
     cancel,
+    capacity,
     coldstart,
     compare,
     endpoint,
@@ -54,6 +55,7 @@ def parser() -> argparse.ArgumentParser:
     endpoints = serving()
     endpoint.register(sub, endpoints)
     loadtest.register(sub, endpoints)
+    capacity.register(sub, endpoints)
     serve.register(sub)
     return top
 

@@ -22,6 +22,7 @@ from core import measurement_lock
 from core.lease import Lease
 from core.ports import ObjectStore
 from core.runtime import Delayed
+from core.tuning_stakes import skip_reason
 from engines import ConversionError, ConversionJob
 from engines.model_files import NotAModelError
 from schemas import keys
@@ -103,6 +104,13 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
             manifest = ArtifactManifest.read(deps.store.get_bytes(keys.manifest(pending.artifact_key)))
             bound.info("artifact_reused", artifact_key=pending.artifact_key)
             return [_converted(pending, manifest, reused=True)]
+        if combo.optimizer == Optimizer.tvm and pending.tuning_trials > 0:
+            skipped = skip_reason(
+                deps.store, event.run_id, model.workload.value, combo.hardware.value, combo.batch_size
+            )
+            if skipped is not None:  # the run's figures so far: tuning TVM here cannot change the answer
+                bound.info("tvm_tuning_skipped", reason=skipped)
+                return [_failed(pending, skipped)]
         lease = conversion_lease(deps, pending.artifact_key, event.event_id)
         if not lease.take():
             # another worker converts this artifact (e.g. for another memory size): come back when it is done
@@ -240,8 +248,9 @@ def _progress(lease: Lease, bound, message: str, label: str) -> None:
 def _fetch_tuning_records(store: ObjectStore, pending: ComboPending, work: Path) -> tuple[Path, list[Path]]:
     """The stored TVM tuning records of this model, target, batch and input size (one archive,
     written whole once the search ended: never half-written), unpacked into a folder; and those
-    of up to `SHARED_TUNING_RECORDS` other models (or batches, or sizes) for the same target CPU,
-    whose kernels this model may share."""
+    of up to `SHARED_TUNING_RECORDS` others for the same target CPU, whose kernels this model may
+    share or start its search from: this model's other batch sizes first, nearest first, then
+    other models (or sizes)."""
     tuning_dir = work / "tuning"
     tuning_dir.mkdir()
     key = keys.tuning_records(
@@ -250,7 +259,19 @@ def _fetch_tuning_records(store: ObjectStore, pending: ComboPending, work: Path)
     listed = store.list_keys(keys.tuning_records_for(pending.target_cpu))  # this model's among them, if stored
     if key in listed:
         _unpack(store, key, tuning_dir)
-    others = [k for k in listed if k != key][-SHARED_TUNING_RECORDS:]
+    # this model's records at other batch sizes first (nearest batch first: their kernels are this
+    # one's at another batch, `engines/tvm/seeding.py`), then other models' (the latest listed)
+    mine = keys.tuning_records(pending.model.sha256, pending.target_cpu, 0, pending.model.input_size)
+    prefix, suffix = mine[: mine.index("-b0-") + 2], mine[mine.index("-b0-") + 3 :]  # ".../{sha}-b", "-{HxW}.tar.gz"
+    batch_of = {
+        k: k[len(prefix) : -len(suffix)] for k in listed if k != key and k.startswith(prefix) and k.endswith(suffix)
+    }
+    siblings = sorted(
+        (k for k, b in batch_of.items() if b.isdigit()), key=lambda k: abs(int(batch_of[k]) - pending.combo.batch_size)
+    )
+    room = max(0, SHARED_TUNING_RECORDS - len(siblings))
+    rest = [k for k in listed if k != key and k not in batch_of]
+    others = siblings[:SHARED_TUNING_RECORDS] + (rest[-room:] if room else [])
     shared = []
     for index, other in enumerate(others):
         shared.append(work / "shared-tuning" / str(index))

@@ -116,3 +116,34 @@ def test_other_models_tuning_records_for_the_same_cpu_come_along(tmp_path):
     texts = [(folder / "database_tuning_record.json").read_text() for folder in shared]
     assert len(texts) == SHARED_TUNING_RECORDS and "records of model 0" not in texts
     assert all(text.startswith("records of model ") for text in texts)
+
+
+def test_the_same_model_s_records_at_other_batch_sizes_come_first_nearest_first(tmp_path):
+    """They seed this batch size's search (`engines/tvm/seeding.py`): never crowded out by other models'."""
+    from schemas.combos import Combo, ModelRef
+    from schemas.events import ComboPending
+    from services.converter.handlers import SHARED_TUNING_RECORDS, _fetch_tuning_records, _store_tuning_records
+
+    def pending_for(sha: str, batch: int) -> ComboPending:
+        model = ModelRef(
+            sha256=sha * 32, size_bytes=1, format="pt2", workload="image_classification", input_size=[32, 32]
+        )
+        return ComboPending(
+            model=model,
+            combo=Combo(hardware="intel", optimizer="tvm", batch_size=batch, memory_mb=1769),
+            combo_key="k",
+            artifact_key="a",
+            target_cpu="znver4",
+        )
+
+    store = MemoryStore()
+    stored = [("aa", 1), ("aa", 16), ("aa", 2), *((f"{index:02d}", 4) for index in range(SHARED_TUNING_RECORDS + 2))]
+    for sha, batch in stored:
+        records = tmp_path / f"out-{sha}-{batch}"
+        records.mkdir()
+        (records / "database_tuning_record.json").write_text(f"{sha} b{batch}")
+        _store_tuning_records(store, pending_for(sha, batch), records)
+    (tmp_path / "in").mkdir()
+    _, shared = _fetch_tuning_records(store, pending_for("aa", 4), tmp_path / "in")
+    texts = [(folder / "database_tuning_record.json").read_text() for folder in shared]
+    assert texts[:3] == ["aa b2", "aa b1", "aa b16"] and len(texts) == SHARED_TUNING_RECORDS

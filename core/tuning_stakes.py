@@ -1,0 +1,109 @@
+"""Whether tuning TVM at a batch size can still change a run's answer.
+
+TVM's artifact of one batch size serves every memory size of it. Before it is tuned (minutes),
+the run may already hold ONNX Runtime's figures at that batch and a leader: TVM's best case is
+ONNX Runtime's figures times the largest gain TVM has shown on comparable workloads
+(`best_ratio`: the lowest TVM / ONNX Runtime p99 among stored results of the same workload kind
+at the same batch and memory, and the documented `PRIOR_RATIO`, whichever is lower). If another
+combination's worst case beats that best case on both p99 and cost at every memory size of the
+batch (`core.racing.dominates`), TVM cannot be fastest, cheapest, balanced, within the SLO where
+the other is not, or on the Pareto front: tuning it is skipped, with that evidence as the reason.
+Where the run lacks ONNX Runtime's figure at one of the sizes, nothing is skipped; nor in a run
+of precision `exact`, which measures everything as asked.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from core.plan_costs import stored_results
+from core.ports import NotFound, ObjectStore
+from core.racing import Figures, dominates, figures_of
+from core.results import QUICK_SUFFIX, latest_result
+from schemas import keys
+
+# The lowest TVM / ONNX Runtime p99 measured per workload kind (docs/tvm.md, 600 trials, 2 cores):
+# ResNet-18 0.62, the encoder 0.82, the detector 0.70; a custom model the lowest of all.
+PRIOR_RATIO = {"image_classification": 0.62, "nlp": 0.82, "object_detection": 0.70}
+PRIOR_RATIO_ANY = min(PRIOR_RATIO.values())
+
+
+def best_ratio(results: list[dict], workload: str) -> float:
+    """The largest gain over ONNX Runtime TVM has shown on `workload` (a p99 ratio, lower is a
+    larger gain): among stored results (`core.plan_costs.stored_results`) pairing tvm and onnx at
+    the same model, hardware, batch and memory, and the prior."""
+    seen: dict[tuple, dict[str, float]] = {}
+    for result in results:
+        try:
+            if result["model"].get("workload") != workload:
+                continue
+            combo = result["combo"]
+            where = (result["model"]["sha256"], combo["hardware"], combo["batch_size"], combo["memory_mb"])
+            seen.setdefault(where, {})[combo["optimizer"]] = float(result["latency_ms"]["p99"])
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue
+    ratios = [pair["tvm"] / pair["onnx"] for pair in seen.values() if pair.get("tvm") and pair.get("onnx")]
+    return min([PRIOR_RATIO.get(workload, PRIOR_RATIO_ANY), *ratios])
+
+
+def run_figures(store: ObjectStore, run_id: str) -> tuple[dict[str, dict], list[Figures]]:
+    """The run's combinations (key -> combo) and the figures measured of them so far: this run's
+    quick pass where it has one, else the latest stored result. None of either for a run of
+    precision `exact`: it measures everything, TVM tuned."""
+    try:
+        record = json.loads(store.get_bytes(keys.run_record(run_id)))
+    except (NotFound, ValueError):
+        return {}, []
+    if (record.get("request") or {}).get("precision") == "exact":  # everything measured, as asked
+        return {}, []
+    combos = record.get("combos") or {}
+    figures = []
+    for key in combos:
+        try:
+            row = json.loads(store.get_bytes(keys.result_version(key, f"{run_id}{QUICK_SUFFIX}")))
+        except (NotFound, ValueError):
+            stored = latest_result(store, key)
+            row = stored.document if stored is not None else None
+        found = figures_of({**row, "combo_key": key}) if row else None
+        if found is not None:
+            figures.append(found)
+    return combos, figures
+
+
+def skip_reason(store: ObjectStore, run_id: str, workload: str, hardware: str, batch_size: int) -> str | None:
+    """Why tuning TVM for this run at `batch_size` cannot change its answer (None: it may)."""
+    combos, figures = run_figures(store, run_id)
+    memories = sorted(
+        {
+            c["memory_mb"]
+            for c in combos.values()
+            if c["optimizer"] == "tvm" and c["hardware"] == hardware and c["batch_size"] == batch_size
+        }
+    )
+    if not memories or not figures:
+        return None
+    ratio = best_ratio(stored_results(store), workload)
+    evidence = []
+    for memory in memories:
+        label = f"{hardware}/onnx/b{batch_size}/{memory}MB"
+        onnx = next((f for f in figures if f.label == label), None)
+        if onnx is None:
+            return None
+        best_case = replace(
+            onnx,
+            label=f"{hardware}/tvm/b{batch_size}/{memory}MB",
+            p99_low=onnx.p99_low * ratio,
+            cost_low=onnx.cost_low * ratio,
+        )
+        winner = next((f for f in figures if f.label != best_case.label and dominates(f, best_case)), None)
+        if winner is None:
+            return None
+        evidence.append(
+            f"{memory} MB: at best p99 {best_case.p99_low:.3g} ms, ${best_case.cost_low:.3g}/M against "
+            f"{winner.label}'s worst {winner.p99_high:.3g} ms, ${winner.cost_high:.3g}/M"
+        )
+    return (
+        f"tuning skipped: even TVM's largest gain seen on {workload} workloads (TVM / ONNX Runtime p99 "
+        f"{ratio:.2f}) leaves it dominated at every memory size ({'; '.join(evidence)})"
+    )

@@ -54,6 +54,7 @@ def convert(job: ConversionJob) -> Conversion:
         "tasks": tuning.tasks,
         "records_reused": tuning.reused,
         "kernels_from_other_models": tuning.borrowed,
+        "kernels_seeded_from_other_batches": tuning.seeded,
         **chosen,
         **(
             {"variants_estimated_ms": {k: round(v, 3) for k, v in tuning.estimates.items()}} if tuning.estimates else {}

@@ -35,11 +35,13 @@ class Tuning:
         borrowed: int = 0,
         estimates: dict | None = None,
         time_limited: bool = False,
+        seeded: int = 0,
     ):
         self.database, self.trials, self.tasks, self.seconds, self.reused = database, trials, tasks, seconds, reused
         self.time_limited = time_limited  # the time limit, not the trials, ended the search
         self.estimates = estimates or {}  # each build's ms as the race last estimated it (`search`)
         self.borrowed = borrowed  # kernels whose schedules came from other models' records
+        self.seeded = seeded  # kernels whose search started from schedules tuned at another batch size
         self._scratch = scratch
 
     def close(self) -> None:

@@ -17,6 +17,7 @@ from engines import ConversionJob
 from engines.tvm import logs
 from engines.tvm.race import best_estimate_ms, race
 from engines.tvm.records import MIN_TRIALS_PER_TASK, MODULE_EQUALITY, Records, Tuning
+from engines.tvm.seeding import seed_candidates
 from engines.tvm.target import host_num_cores
 
 # Seconds a trial takes (evolving, building, measuring), to size a search's rounds for the trials
@@ -59,7 +60,7 @@ class TimeLimit:
         self.started_trials += trials
 
 
-def time_limited(strategy, limit: TimeLimit):
+def time_limited(strategy, limit: TimeLimit, seeds=None, seeded: list[int] | None = None):
     """`strategy` (a MetaSchedule search strategy) that yields no more candidates once `limit`
     does not allow its next batch: the task scheduler then ends each task as it comes round,
     joining the batches still being measured, so their records are kept.
@@ -67,7 +68,12 @@ def time_limited(strategy, limit: TimeLimit):
     It also ends a task whose batch comes back empty (every schedule its search finds is
     measured already: an elementwise or gather kernel has one or two). The task scheduler would
     otherwise ask again until the task's trials were spent, and never get any: on the detector
-    it asked 109 times, for about a minute of the 15."""
+    it asked 109 times, for about a minute of the 15.
+
+    With `seeds` (`seeding.Seeds`: schedules tuned at another batch size), a task's first batch
+    is its kernel's transferred schedules, when it has any (`seeded[0]` counts the tasks seeded,
+    `seeded[1]` the candidates): measured and recorded, they are what the evolutionary search
+    starts its population from."""
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
 
@@ -75,9 +81,10 @@ def time_limited(strategy, limit: TimeLimit):
     class TimeLimited(PySearchStrategy):
         def __init__(self, inner) -> None:
             super().__init__()
-            self.inner, self.batch = inner, 1
+            self.inner, self.batch, self.context, self.seeded = inner, 1, None, False
 
         def _initialize_with_tune_context(self, context) -> None:
+            self.context = context
             self.inner._initialize_with_tune_context(context)
 
         def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database=None, cost_model=None) -> None:
@@ -91,6 +98,15 @@ def time_limited(strategy, limit: TimeLimit):
             if not limit.allows(self.batch):
                 return None
             limit.starting_batch()
+            if not self.seeded and seeds and self.context is not None:
+                self.seeded = True
+                transferred = seed_candidates(seeds, self.context)[: self.batch]
+                if transferred:
+                    if seeded is not None:
+                        seeded[0] += 1
+                        seeded[1] += len(transferred)
+                    limit.started_batch(len(transferred))
+                    return transferred
             candidates = self.inner.generate_measure_candidates()
             if not candidates:  # None: the task's trials are spent; empty: its search space is
                 return None
@@ -106,7 +122,9 @@ def time_limited(strategy, limit: TimeLimit):
     return TimeLimited(strategy)
 
 
-def search(job, records: Records, extracted, uses, budget, scratch, tune_spec, started, borrowed: int) -> Tuning:
+def search(
+    job, records: Records, extracted, uses, budget, scratch, tune_spec, started, borrowed: int, seeds=None
+) -> Tuning:
     """Run MetaSchedule on `extracted` with `budget` trials, ending early at
     `job.tuning_time_limit_s` after `started` (`TimeLimit`); records go to `records`, whose
     meta then counts the trials measured and the trials asked for.
@@ -138,8 +156,12 @@ def search(job, records: Records, extracted, uses, budget, scratch, tune_spec, s
     limit = TimeLimit(job.tuning_time_limit_s, started)
     # The stock evolutionary search evolves 512 schedules for 4 generations before every round;
     # with a few trials per round that search, not measuring, took 80-90% of the time here.
+    seeded = [0, 0]  # tasks whose first batch was transferred from another batch size's schedules, candidates
     strategy = time_limited(
-        ms.search_strategy.EvolutionarySearch(population_size=128, init_min_unmeasured=32, genetic_num_iters=2), limit
+        ms.search_strategy.EvolutionarySearch(population_size=128, init_min_unmeasured=32, genetic_num_iters=2),
+        limit,
+        seeds,
+        seeded,
     )
     with logs.meta_schedule_logs():  # its task tables go to the log file, not the terminal
         contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
@@ -221,6 +243,7 @@ def search(job, records: Records, extracted, uses, budget, scratch, tune_spec, s
         scratch=scratch,
         estimates=estimates,
         time_limited=limit.reached,
+        seeded=seeded[0],
     )
 
 

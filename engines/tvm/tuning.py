@@ -28,6 +28,7 @@ from engines.tvm.records import (
     same_kernel,
 )
 from engines.tvm.search import search
+from engines.tvm.seeding import Seeds
 from schemas.reasons import whole
 
 
@@ -139,9 +140,10 @@ def tune(variants: dict, job: ConversionJob, tune_spec: dict) -> Tuning:
                 scratch=scratch,
             )
 
+    seeds = Seeds(job.shared_tuning_dirs, tune_spec) if job.shared_tuning_dirs else None
     try:
         records = Records(database, records_dir, have=have, asked=asked, tasks=tasks_before)
-        return search(job, records, extracted, uses, budget, scratch, tune_spec, started, len(borrowed))
+        return search(job, records, extracted, uses, budget, scratch, tune_spec, started, len(borrowed), seeds)
     except Exception as exc:
         shutil.rmtree(scratch, ignore_errors=True)
         raise ConversionError(f"TVM tuning failed: {whole(exc)}") from exc

@@ -710,3 +710,39 @@ def test_tuning_output_goes_to_the_run_log_and_its_progress_comes_as_events(tmp_
     last = progress[-1]
     assert last["finished"] is True and last["trials_done"] == conversion.details["trials"] > 0
     assert last["trials_total"] == trials and last["best_ms"] > 0, last
+
+
+def test_a_second_batch_size_starts_its_search_from_the_schedules_tuned_at_the_first(tmp_path):
+    """Batch 1's records seed batch 4's search (`engines/tvm/seeding.py`): each kernel's first
+    batch of candidates is batch 1's best schedules replayed on it, tiles refitted to the larger
+    batch loop; they are measured and recorded like any candidate, and the model still agrees."""
+    import torch
+
+    torch.manual_seed(0)
+    network = torch.nn.Sequential(
+        torch.nn.Flatten(), torch.nn.Linear(192, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)
+    ).eval()
+    batch = torch.export.Dim("batch", min=1, max=64)
+    program = torch.export.export(network, (torch.zeros(2, 3, 8, 8),), dynamic_shapes=({0: batch},))
+    path = tmp_path / "mlp.pt2"
+    torch.export.save(program, str(path))
+    model = _model_ref(path, "image_classification", [8, 8])
+    trials = 2 * tvm_records.MIN_TRIALS_PER_TASK
+    first = tvm_engine.convert(_job(model, path, tmp_path / "b1", trials=trials, tuning_dir=tmp_path / "tuning-b1"))
+    assert first.details["kernels_seeded_from_other_batches"] == 0  # nothing to start from
+
+    messages: list[str] = []
+    job = _job(
+        model, path, tmp_path / "b4", batch=4, trials=trials, tuning_dir=tmp_path / "tuning-b4", messages=messages
+    )
+    job.shared_tuning_dirs = [tmp_path / "tuning-b1"]
+    second = tvm_engine.convert(job)
+    assert second.details["kernels_seeded_from_other_batches"] >= 1, (second.details, messages)
+    assert second.details["kernels_from_other_models"] == 0  # batch 4's kernels are not batch 1's: none taken whole
+    assert second.details["tuned"] is True
+
+    inputs = {"pixels": np.random.default_rng(0).standard_normal((4, 3, 8, 8)).astype(np.float32)}
+    with torch.no_grad():
+        expected = network(torch.from_numpy(inputs["pixels"])).numpy()
+    (outputs,) = tvm_engine.load(tmp_path / "b4" / "model.so", 1)(inputs)
+    np.testing.assert_allclose(outputs, expected, rtol=1e-4, atol=1e-5)

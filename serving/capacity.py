@@ -328,7 +328,8 @@ def run_capacity(
     """Step the rate against `name` on `endpoint` (started; `app` its HTTP app, served here on a
     loopback port) by `plan`; the report (also `out_dir/report.json`), with `capacity.csv` (one
     row per level, measured and simulated), `requests.csv` and `capacity.png`. `on_level` is
-    called with each level's row as it is measured."""
+    called with each level's row as it is measured (its `measured` figures; `simulated` is added
+    once every level is run, fed the overhead measured at the lowest rate)."""
     from core.lambda_model.prediction import latency_quantiles
     from serving.app import ServerThread
     from serving.open_loop import Outgoing, drive, schedule
@@ -339,7 +340,7 @@ def run_capacity(
     result = model.result.model_dump(mode="json", exclude_unset=True)
     rows: list[dict] = []
     request_rows: list[dict] = []
-    overhead_ms: float | None = None
+    sent: list[tuple[list[float], list]] = []  # each level's arrivals and timings, for the simulation after
     pool = PoolModel(
         warm_quantiles=latency_quantiles(result["latency_ms"]),
         cold_ms=(result.get("cold_start_ms") or {}).get("total") or 0.0,
@@ -351,25 +352,14 @@ def run_capacity(
         warm_up = {"status": warm[0].status, "latency_ms": warm[0].latency_ms} if warm else {}
 
         def measure(rps: float) -> bool:
-            nonlocal overhead_ms
             level = len(rows)
             length = level_duration(rps, plan.duration_s)
             arrivals = schedule(plan.pattern, rps, plan.warmup_s + length, seed=_seed(rps))
             _, timings = drive(url, arrivals, [body] * len(arrivals), timeout_s=plan.request_timeout_s)
             seen = level_figures(timings, rps, plan.warmup_s, length, plan.slo_ms, plan.max_error_share)
-            if overhead_ms is None:  # the lowest level's: few requests wait, little competes for the cores
-                overhead_ms = _overhead(timings, plan.warmup_s)
-            simulated = simulated_level(
-                PoolModel(**{**asdict(pool), "overhead_ms": overhead_ms}),
-                arrivals,
-                rps,
-                plan.warmup_s,
-                length,
-                plan.slo_ms,
-                seed=_seed(rps),
-            )
             request_rows.extend({"level": level, "rps": rps, **t.row()} for t in timings)
-            row = {"level": level, "measured": asdict(seen), "simulated": asdict(simulated)}
+            sent.append((arrivals, timings))
+            row = {"level": level, "measured": asdict(seen)}
             rows.append(row)
             log.info("capacity_level", rps=rps, p99_ms=round(seen.p99_ms, 2), within=seen.within_slo)
             if on_level:
@@ -377,14 +367,16 @@ def run_capacity(
             return seen.within_slo
 
         levels = search(measure, plan.stepping)
-    overhead = overhead_ms or 0.0
+    # the overhead at the lowest rate: the fewest requests wait, the least competes for the cores
+    lowest = min(range(len(rows)), key=lambda i: rows[i]["measured"]["rps"])
+    overhead = _overhead(sent[lowest][1], plan.warmup_s)
+    fed = PoolModel(**{**asdict(pool), "overhead_ms": overhead})
+    for row, (arrivals, _) in zip(rows, sent, strict=True):
+        rps, length = row["measured"]["rps"], row["measured"]["duration_s"]
+        simulated = simulated_level(fed, arrivals, rps, plan.warmup_s, length, plan.slo_ms, seed=_seed(rps))
+        row["simulated"] = asdict(simulated)
     sim_capacity, sim_levels = simulated_capacity(
-        PoolModel(**{**asdict(pool), "overhead_ms": overhead}),
-        plan.stepping,
-        plan.warmup_s,
-        plan.duration_s,
-        plan.slo_ms,
-        plan.pattern,
+        fed, plan.stepping, plan.warmup_s, plan.duration_s, plan.slo_ms, plan.pattern
     )
     report = {
         "run_id": model.run_id,

@@ -262,17 +262,19 @@ def simulated_level(
 
 def simulated_capacity(
     model: PoolModel, stepping: Stepping, warmup_s: float, duration_s: float, slo_ms: float, pattern: str
-) -> tuple[float | None, list[tuple[float, bool]]]:
-    """The same stepping run on the simulation alone: its capacity and its levels."""
+) -> tuple[float | None, list[LevelFigures]]:
+    """The same stepping run on the simulation alone: its capacity and its levels' figures."""
     from serving.open_loop import schedule
+
+    figures: list[LevelFigures] = []
 
     def within(rps: float) -> bool:
         length = level_duration(rps, duration_s)
         arrivals = schedule(pattern, rps, warmup_s + length, seed=_seed(rps))
-        return simulated_level(model, arrivals, rps, warmup_s, length, slo_ms, seed=_seed(rps)).within_slo
+        figures.append(simulated_level(model, arrivals, rps, warmup_s, length, slo_ms, seed=_seed(rps)))
+        return figures[-1].within_slo
 
-    levels = search(within, stepping)
-    return capacity_of(levels), levels
+    return capacity_of(search(within, stepping)), figures
 
 
 def _seed(rps: float) -> int:
@@ -395,7 +397,7 @@ def run_capacity(
         "capacity_rps": capacity_of(levels),
         "bracket": list(bracket(levels)),
         "simulated_capacity_rps": sim_capacity,
-        "simulated_levels": [list(level) for level in sim_levels],
+        "simulated_levels": [asdict(level) for level in sim_levels],
         "measured_result": {k: result["latency_ms"].get(k) for k in ("p50", "p90", "p95", "p99")},
         "files": {
             "csv": str(out_dir / "capacity.csv"),
@@ -472,34 +474,41 @@ def _write_requests(rows: list[dict], path: Path) -> None:
 
 
 def plot(report: dict, path: Path) -> None:
-    """p50 and p99 against the offered rate, measured beside simulated, the SLO and the capacity;
-    below, throughput against the offered rate."""
+    """p50, p95 and p99 against the offered rate (log-log), measured beside simulated (at the
+    measured rates and at the simulation's own search, so its curve reaches its capacity), the SLO
+    and both capacities; below, answers per second against the offered rate."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
     rows = sorted(report["levels"], key=lambda r: r["measured"]["rps"])
-    rates = [r["measured"]["rps"] for r in rows]
-    figure, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(9, 7), height_ratios=[3, 2])
-    for side, style in (("measured", dict(marker="o", linestyle="-")), ("simulated", dict(marker="s", linestyle="--"))):
+    measured = [r["measured"] for r in rows]
+    simulated = {r["simulated"]["rps"]: r["simulated"] for r in rows if r.get("simulated")}
+    simulated |= {level["rps"]: level for level in report.get("simulated_levels") or []}
+    curves = (
+        ("measured", measured, dict(marker="o", linestyle="-")),
+        ("simulated", [simulated[k] for k in sorted(simulated)], dict(marker="s", linestyle="--", alpha=0.6)),
+    )
+    figure, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(10, 7.5), height_ratios=[3, 2])
+    for side, levels, style in curves:
+        rates = [level["rps"] for level in levels]
         for stat, color in (("p50_ms", "tab:blue"), ("p95_ms", "tab:green"), ("p99_ms", "tab:red")):
-            values = [r[side][stat] for r in rows]
-            top.plot(
-                rates, values, color=color, label=f"{stat[:3]} {side}", alpha=1 if side == "measured" else 0.6, **style
-            )
-        bottom.plot(rates, [r[side]["throughput_rps"] for r in rows], label=f"throughput {side}", **style)
-    broke = [r["measured"]["rps"] for r in rows if not r["measured"]["within_slo"]]
+            top.plot(rates, [level[stat] for level in levels], color=color, label=f"{stat[:3]} {side}", **style)
+        bottom.plot(rates, [level["throughput_rps"] for level in levels], label=f"answers/s {side}", **style)
+    broke = [level for level in measured if not level["within_slo"]]
     if broke:
         top.scatter(
-            broke,
-            [r["measured"]["p99_ms"] for r in rows if not r["measured"]["within_slo"]],
+            [level["rps"] for level in broke],
+            [level["p99_ms"] for level in broke],
             s=90,
             facecolors="none",
             edgecolors="black",
-            label="broke the SLO",
+            label="measured, broke the SLO",
         )
-    top.axhline(report["plan"]["slo_ms"], color="black", linewidth=1, label=f"SLO p99 {report['plan']['slo_ms']:g} ms")
+    slo = report["plan"]["slo_ms"]
+    top.axhline(slo, color="black", linewidth=1, label=f"SLO: p99 {slo:g} ms")
     for value, label, color in (
         (report["capacity_rps"], "capacity measured", "black"),
         (report["simulated_capacity_rps"], "capacity simulated", "tab:gray"),
@@ -507,14 +516,20 @@ def plot(report: dict, path: Path) -> None:
         if value:
             for axis in (top, bottom):
                 axis.axvline(value, color=color, linestyle=":", linewidth=1.2, label=f"{label} {value:.3g} req/s")
-    top.set_yscale("log")
+    all_rates = [level["rps"] for level in measured] + list(simulated)
+    bottom.plot(sorted(all_rates), sorted(all_rates), color="black", linewidth=0.6, alpha=0.5, label="offered")
+    plain = FuncFormatter(lambda value, _: f"{value:g}")  # 20, not 2 x 10^1
+    for axis in (top, bottom):
+        axis.set_xscale("log")
+        axis.set_yscale("log")
+        for ticks in (axis.xaxis, axis.yaxis):
+            ticks.set_major_formatter(plain)
+            ticks.set_minor_formatter(plain)
+        axis.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     top.set_ylabel("latency (ms), from the scheduled time")
     top.set_title(f"ayci capacity: {report['combination']} of run {report['run_id'][:8]}")
-    top.legend(fontsize=7, loc="upper left")
-    bottom.plot(rates, rates, color="black", linewidth=0.6, alpha=0.5, label="offered")
     bottom.set_ylabel("answers per second")
-    bottom.set_xlabel("offered rate (req/s, open loop)")
-    bottom.legend(fontsize=7, loc="upper left")
+    bottom.set_xlabel("offered rate (req/s, open-loop arrivals)")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)

@@ -149,6 +149,9 @@ def test_the_simulated_curve_queues_past_what_the_pool_can_serve():
         CONSTANT_10MS, Stepping(start_rps=10.0, max_rps=1000.0), 3.0, 10.0, 50.0, "steady"
     )
     assert found is not None and 100.0 < found < 200.0, levels
+    assert [level.rps for level in levels][:4] == [10.0, 20.0, 40.0, 80.0]
+    assert found == capacity_of([(level.rps, level.within_slo) for level in levels])
+    assert all(level.p99_ms > 50.0 for level in levels if not level.within_slo)
 
 
 def test_the_levels_csv_and_the_plot_are_written(tmp_path):
@@ -170,6 +173,10 @@ def test_the_levels_csv_and_the_plot_are_written(tmp_path):
         "plan": {"slo_ms": 50.0},
         "capacity_rps": 10.0,
         "simulated_capacity_rps": 150.0,
+        "simulated_levels": [
+            simulated_level(CONSTANT_10MS, schedule("steady", rps, 8.0, seed=9), rps, 3.0, 5.0, 50.0, seed=9).__dict__
+            for rps in (80.0, 160.0)
+        ],
         "combination": "intel/onnx/b1/1769MB",
         "run_id": "abcdef123456",
     }

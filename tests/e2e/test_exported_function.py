@@ -3,7 +3,13 @@ onnx, batch 1, one memory size), `ayci export`, a fresh virtual environment made
 exported requirements alone, the handler invoked through awslambdaric's runtime interface (on
 its own path, as Lambda's runtime provides it) with API Gateway, function URL and direct events:
 its outputs agree with base's on the run's example inputs, bad requests are 4xx with the reason,
-the package is under the size it claims and the template passes cfn-lint."""
+the package is under the size it claims and the template passes cfn-lint.
+
+`tvm` and `base` (a `.pt2`, torch) are checked the same way except for the fresh environment:
+installing apache-tvm or torch there takes minutes of CI's time, so their handlers run in the
+project's environment with nothing of AYCI importable (the script's folder, the function's and
+awslambdaric's alone on the path, outside the repository), and the report says which runtimes
+the process loaded."""
 
 from __future__ import annotations
 
@@ -14,6 +20,8 @@ import sys
 import time
 from importlib import metadata
 from pathlib import Path
+
+import pytest
 
 from ayci.cli import main as cli_main
 from tests.conftest import TINY_IMAGE_SIZE
@@ -61,6 +69,26 @@ def installed_bytes(python: Path, names: list[str]) -> int:
         "print(total)\n"
     )
     return int(subprocess.check_output([str(python), "-c", script, json.dumps(names)], text=True))
+
+
+@pytest.fixture(scope="module")
+def awslambdaric_dir(tmp_path_factory) -> Path:
+    """awslambdaric for the project's Python, in a folder of its own (installed once)."""
+    return lambda_runtime(tmp_path_factory.mktemp("awslambdaric"), Path(sys.executable))
+
+
+def invoke(out: Path, python: Path, runtime: Path, cwd: Path, warm: int = 20) -> dict:
+    """`check/invoke.py` of the export in `out`, run by `python` with awslambdaric on its path: its report."""
+    checked = subprocess.run(
+        [str(python), str(out / "check" / "invoke.py"), "--warm", str(warm), "--spawned-at", str(time.time())],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PYTHONPATH": str(runtime)},
+        cwd=cwd,
+    )
+    assert checked.returncode == 0, checked.stderr
+    return json.loads(checked.stdout.splitlines()[-1])
 
 
 def test_exported_function_answers_in_a_fresh_venv_like_base(app, tiny_image_model, tmp_path):  # noqa: F811
@@ -116,3 +144,46 @@ def test_exported_function_answers_in_a_fresh_venv_like_base(app, tiny_image_mod
         timeout=300,
     )
     assert linted.returncode == 0, linted.stdout + linted.stderr
+
+
+def test_exported_tvm_and_base_answer_like_base_with_their_runtime_alone(
+    app,  # noqa: F811
+    tiny_image_model,
+    tmp_path,
+    awslambdaric_dir,
+):
+    summary, run_id = run(
+        app, request_for(app, tiny_image_model, ["base", "tvm"], input_size=TINY_IMAGE_SIZE, tuning_trials=0)
+    )
+    assert summary["status"] == "complete", summary["failures"]
+    data_dir = str(tmp_path / "data")
+    work = tmp_path / "elsewhere"  # outside the repository: `import report` or `engines` cannot resolve
+    work.mkdir()
+    for optimizer, runtime, pinned, excluded in (
+        ("tvm", "tvm", "apache-tvm", {"torch", "onnxruntime"}),
+        ("base", "torch", "torch", {"tvm", "onnxruntime"}),
+    ):
+        combination = f"intel/{optimizer}/b1/1769MB"
+        result = next(r for r in summary["results"] if r["combo"]["optimizer"] == optimizer)
+        out = tmp_path / optimizer
+        assert (
+            cli_main(["export", run_id, "--combination", combination, "--out", str(out), "--data-dir", data_dir]) == 0
+        )
+        deployment = json.loads((out / "export.json").read_text())
+        assert deployment["runtime"] == runtime and deployment["packaging"] == "image"  # over 250 MB: an image
+        pins = dict(
+            line.split("==")
+            for line in (out / "function/requirements.txt").read_text().splitlines()
+            if line and not line.startswith(("#", "-"))
+        )
+        assert pins[pinned] == result["environment"]["libraries"][pinned] and not excluded & set(pins)
+
+        report = invoke(out, Path(sys.executable), awslambdaric_dir, work)
+        assert report["runtime_interface"] == "awslambdaric"
+        assert runtime in report["loaded"] and not (excluded | {"report", "engines"}) & set(report["loaded"])
+        for kind, answer in report["agreement"].items():
+            assert answer["status"] == 200 and answer["outputs"] == 1, (optimizer, kind, answer)
+            assert answer["max_abs_diff"] is not None and answer["max_abs_diff"] < 1e-3, (optimizer, kind, answer)
+        bad = report["bad_requests"]
+        assert all(400 <= case["status"] < 500 and case["error"] for case in bad.values()), (optimizer, bad)
+        assert report["cold_start_ms"] > 0 and report["warm_p50_ms"] > 0

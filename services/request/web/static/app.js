@@ -648,7 +648,9 @@ async function compareRuns() {
     renderComparison(comparison);
   } catch (e) {
     status.textContent = e.message; status.classList.add("error");
-    $("compare-table").hidden = true;
+    $("compare-table").hidden = true;  // nothing of an earlier comparison stays beside the error
+    $("compare-differences").replaceChildren();
+    for (const id of ["compare-only", "compare-noise"]) $(id).textContent = "";
   }
 }
 

@@ -259,6 +259,7 @@ def serving_endpoint(
     max_workers: int,
     idle_s: float,
     max_queue: int,
+    lambda_like: bool = False,
 ):
     """The endpoint of `ayci endpoint` / `ayci loadtest` (`serving/`): each run's pick (or the
     combination named) from the local store; `budget_mb` None: 80 % of the memory available.
@@ -273,7 +274,7 @@ def serving_endpoint(
     return Endpoint(
         models,
         budget_mb=budget_mb or int(psutil.virtual_memory().available / 2**20 * 0.8),
-        policy=ScalingPolicy(max_workers=max_workers, idle_s=idle_s),
+        policy=ScalingPolicy(max_workers=max_workers, idle_s=idle_s, lambda_like=lambda_like),
         max_queue=max_queue,
         work_dir=work_dir,
     )

@@ -4,6 +4,8 @@ Models load on first use into a memory budget and are evicted least-recently-use
 (`budget.py`); each model has a pool of worker processes, each confined to the combination's
 memory size like a measurement (`processes.py`, `worker.py`), that scales out with the model's
 queue and in after an idle time (`scaling.py`, `pool.py`); `endpoint.py` ties them together,
-`app.py` is the thin HTTP layer, `metrics.py` the Prometheus metrics, `loadtest.py` drives it
-with Locust beside the traffic simulation's prediction (`core/lambda_model/traffic.py`).
+`app.py` is the thin HTTP layer, `metrics.py` the Prometheus metrics. `scaling.ScalingPolicy.lambda_like`
+makes each pool the Lambda pool the traffic simulation models; `open_loop.py` sends open-loop
+arrivals and `loadtest.py` drives the endpoint with them beside the simulation of the same arrivals
+(`core/lambda_model/traffic.py`), judged pass or fail.
 """

@@ -91,6 +91,16 @@ class Endpoint:
             for name in list(self.pools):
                 self._unload(name)
 
+    def reset(self) -> None:
+        """Unload every model and forget the counts of loads, evictions and lost workers (what a
+        load test's calibration did is not part of its load)."""
+        with self._lock:
+            for name in list(self.pools):
+                self._unload(name)
+            self.loads.clear()
+            self.evictions.clear()
+            self.lost_workers.clear()
+
     def _process_worker(self, model: ServedModel) -> Worker:
         result = model.result
         spec = WorkerSpec(

@@ -19,7 +19,17 @@ def register(sub, serving: argparse.ArgumentParser) -> None:
     )
     endpoint.add_argument("--host", default="127.0.0.1")
     endpoint.add_argument("--port", type=int, default=8080)
+    add_lambda_like(endpoint)
     endpoint.set_defaults(func=cmd_endpoint)
+
+
+def add_lambda_like(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--lambda-like",
+        action="store_true",
+        help="serve as a Lambda pool: one request per worker, a new worker (a cold start) for each request that "
+        "finds none idle, up to --max-workers (the concurrency limit), every worker stopped after --idle-time idle",
+    )
 
 
 def build_endpoint(args: argparse.Namespace, work_dir: Path):
@@ -40,6 +50,7 @@ def build_endpoint(args: argparse.Namespace, work_dir: Path):
             max_workers=args.max_workers,
             idle_s=args.idle_time,
             max_queue=args.max_queue,
+            lambda_like=getattr(args, "lambda_like", False),
         )
     except (NotServable, ValueError) as exc:
         raise UsageError(str(exc)) from None
@@ -59,7 +70,8 @@ def cmd_endpoint(args: argparse.Namespace) -> int:
             )
         err.print(
             f"serving http://{args.host}:{args.port} (budget {endpoint.budget.budget_mb} MB, "
-            f"up to {args.max_workers} workers a model; GET /models, GET /metrics)"
+            f"up to {args.max_workers} workers a model{', Lambda-like' if args.lambda_like else ''}; "
+            "GET /models, GET /metrics)"
         )
         endpoint.start()
         try:

@@ -1,0 +1,158 @@
+"""The traffic simulation held against a live Lambda-like pool (issue 33): for each pattern and
+rate, `ayci loadtest --lambda-like` (open-loop arrivals, at least `--requests` of them) against
+the simulation of the same arrivals fed this machine's calibration (service time, cold start,
+per-request overhead); p50 and p99 within ±15 %, cold-start share within ±25 % relative (±0.5
+points under 2 %): pass or fail, with both figures. The machine's load (1-minute load average,
+cores) is printed with each row: on a shared host the figures are noisy.
+
+    .venv/bin/python bench/bench_traffic_truth.py [--run RUN_ID --data-dir DIR] [--rates 10,20,40]
+        [--patterns steady,spiky] [--requests 2000] [--idle-time 2] [--max-workers 4] [--json out.json]
+
+Without `--run`, a tiny image model (32x32, ONNX, 1024 MB) is measured first in a fresh data folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import structlog
+
+from ayci.bootstrap import embedded, serving_endpoint
+from ayci.settings import Settings
+from core.logs import configure_logging
+from schemas import keys
+from schemas.combos import Matrix
+from schemas.events import RequestSubmitted
+from services.request.submission import new_run, store_model
+from serving.app import create_app
+from serving.loadtest import LoadPlan, run_loadtest
+from serving.open_loop import BURST_SHARE, burst_multiplier
+
+
+def tiny_run(data: Path, size=(32, 32)) -> str:
+    """A finished run of a tiny image model (intel/onnx/b1/1024MB) in `data`; its id."""
+    from workloads.examples import export_example
+
+    app = embedded(Settings(data_dir=data, measure_time_cap_s=1.0, measure_min_iterations=5))
+    model = store_model(
+        app.store,
+        export_example("image_classification", list(size), data.parent / "tiny.pt2"),
+        "image_classification",
+        list(size),
+    )
+    envelope = new_run(
+        RequestSubmitted(
+            model=model, matrix=Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1024])
+        )
+    )
+    app.publisher.publish([envelope])
+    app.bus.run_until_idle()
+    status = json.loads(app.store.get_bytes(keys.summary(envelope.run_id)))["status"]
+    if status != "complete":
+        raise SystemExit(f"the tiny model's run ended {status}")
+    return envelope.run_id
+
+
+def duration_for(pattern: str, rps: float, requests: int) -> float:
+    """Seconds that hold `requests` arrivals on average."""
+    mean = rps * (1 + (burst_multiplier() - 1) * BURST_SHARE) if pattern == "spiky" else rps
+    return max(5.0, requests / mean)
+
+
+def one(data: Path, run_id: str, pattern: str, rps: float, args, out: Path) -> dict:
+    plan = LoadPlan(
+        rps=rps, duration_s=duration_for(pattern, rps, args.requests), pattern=pattern, seed=args.seed, lambda_like=True
+    )
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="ayci-truth-") as tmp:
+        endpoint = serving_endpoint(
+            Settings(data_dir=data),
+            [run_id],
+            Path(tmp),
+            budget_mb=None,
+            max_workers=args.max_workers,
+            idle_s=args.idle_time,
+            max_queue=10_000,
+            lambda_like=True,
+        ).start()
+        try:
+            report = run_loadtest(endpoint, plan, out / f"{pattern}-{rps:g}", create_app(endpoint))
+        finally:
+            endpoint.close()
+    ((name, row),) = report["models"].items()
+    return {
+        "pattern": pattern,
+        "rps": rps,
+        "duration_s": plan.duration_s,
+        "load_before": load_before,
+        "load_after": os.getloadavg()[0],
+        "generator": report["generator"],
+        "calibration": report["calibration"][name],
+        "observed": {
+            k: row["observed"][k]
+            for k in ("requests", "answered", "errors", "p50_ms", "p99_ms", "cold_share", "cold_starts", "peak_workers")
+        },
+        "predicted": {
+            k: row["predicted"][k] for k in ("p50_ms", "p99_ms", "cold_share", "cold_starts", "peak_instances")
+        },
+        "comparison": row["comparison"],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run")
+    parser.add_argument("--data-dir")
+    parser.add_argument("--rates", default="10,20,40")
+    parser.add_argument("--patterns", default="steady,spiky")
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--idle-time", type=float, default=2.0)
+    parser.add_argument("--max-workers", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    configure_logging()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))  # the table only
+    work = Path(tempfile.mkdtemp(prefix="bench-traffic-truth-"))
+    if args.run:
+        data, run_id = Path(args.data_dir or ".ayci/data"), args.run
+    else:
+        data = work / "data"
+        run_id = tiny_run(data)
+    rows = []
+    print(f"{os.cpu_count()} cores; run {run_id}; results under {work}", flush=True)
+    header = (
+        f"{'pattern':7} {'req/s':>5} {'reqs':>5} {'p50 obs/sim ms':>16} {'p99 obs/sim ms':>18} "
+        f"{'cold obs/sim':>15} {'lag p99':>8} {'load':>9}  verdict"
+    )
+    print(header, flush=True)
+    for pattern in args.patterns.split(","):
+        for rps in (float(r) for r in args.rates.split(",")):
+            row = one(data, run_id, pattern, rps, args, work)
+            rows.append(row)
+            seen, guess, comparison = row["observed"], row["predicted"], row["comparison"]
+            failed = [f["figure"] for f in comparison["figures"] if not f["passed"]]
+            print(
+                f"{pattern:7} {rps:5g} {seen['requests']:5d} {seen['p50_ms']:7.2f}/{guess['p50_ms']:<8.2f} "
+                f"{seen['p99_ms']:8.1f}/{guess['p99_ms']:<9.1f} {seen['cold_share']:6.2%}/{guess['cold_share']:<8.2%} "
+                f"{row['generator']['send_lag_p99_ms']:8.1f} {row['load_before']:4.1f}>{row['load_after']:<4.1f}  "
+                f"{comparison['verdict']}{' (' + ', '.join(failed) + ')' if failed else ''}",
+                flush=True,
+            )
+    passed = sum(r["comparison"]["verdict"] == "pass" for r in rows)
+    print(f"{passed} of {len(rows)} pass")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -27,7 +27,9 @@ def keep_result(store: ObjectStore, result: MeasuredResult) -> str:
     reuses it, and the run's refined measurement, if it gets one, is stored as any other."""
     if is_quick(result):
         version = keys.result_version(result.combo_key, f"{result.run_id}{QUICK_SUFFIX}")
-        store.put_bytes(version, result.to_bytes(indent=1), if_absent=True)
+        data = result.to_bytes(indent=1)
+        store.put_bytes(version, data, if_absent=True)
+        store.put_bytes(keys.quick_result(result.combo_key), data)  # a later quick run's quick pass
         return version
     version = keys.result_version(result.combo_key, result.run_id)
     data = result.to_bytes(indent=1)
@@ -70,14 +72,15 @@ def latest_result(store: ObjectStore, combo_key: str) -> StoredResult | None:
         return None
 
 
-def _fresh(combo_key: str, stored: bytes | dict[str, Any]) -> StoredResult | None:
+def _fresh(combo_key: str, stored: bytes | dict[str, Any], *, quick: bool = False) -> StoredResult | None:
+    """The stored result if a run may reuse it; `quick`: a quick measurement, for a quick run's first pass."""
     try:
         document = stored if isinstance(stored, dict) else json_object(stored, "MeasuredResult")
         latest = MeasuredResult.read(document)
     except (ValueError, KeyError, TypeError) as exc:
         log.info("stored_result_stale", combo_key=combo_key, reason=f"unreadable: {type(exc).__name__}")
         return None
-    if is_quick(latest):  # rough figures are never reused as a measurement
+    if is_quick(latest) != quick:  # rough figures are never reused as a full measurement
         log.info("stored_result_not_reused", combo_key=combo_key, run_id=latest.run_id, reason="quick pass")
         return None
     if latest.measurement_version != MEASUREMENT_VERSION or latest.environment is None:
@@ -86,7 +89,8 @@ def _fresh(combo_key: str, stored: bytes | dict[str, Any]) -> StoredResult | Non
     if untrusted := untrusted_reason(latest):
         log.info("stored_result_not_reused", combo_key=combo_key, run_id=latest.run_id, reason=untrusted)
         return None
-    return StoredResult(keys.result_version(combo_key, latest.run_id), document)
+    run = f"{latest.run_id}{QUICK_SUFFIX}" if quick else latest.run_id
+    return StoredResult(keys.result_version(combo_key, run), document)
 
 
 def untrusted_reason(result: MeasuredResult) -> str | None:
@@ -129,6 +133,20 @@ def latest_results(store: ObjectStore, model_sha256: str, combo_keys: list[str])
             k: f for k, f in zip(left, pool.map(lambda k: latest_result(store, k), left), strict=True) if f is not None
         }
     return found
+
+
+def latest_quick_results(store: ObjectStore, combo_keys: list[str]) -> dict[str, StoredResult]:
+    """The latest quick measurements of `combo_keys` (those that have one): a quick run reuses them as
+    its quick pass where no full measurement is stored."""
+
+    def read(key: str) -> StoredResult | None:
+        try:
+            return _fresh(key, store.get_bytes(keys.quick_result(key)), quick=True)
+        except NotFound:
+            return None
+
+    with ThreadPoolExecutor(max_workers=LOOKUPS) as pool:
+        return {k: f for k, f in zip(combo_keys, pool.map(read, combo_keys), strict=True) if f is not None}
 
 
 def pack_results(

@@ -35,6 +35,7 @@ runs/{run id}/outcomes/reused-{N}-{event id}.json  the ends of N reused combinat
 runs/{run id}/reused/{part}.json             the stored results dedup read for a run's reuse, one object per
                                              `CombosReused`
 runs/{run id}/outcomes/{combination key}.exact.json  a quick-measured combination's refined (full precision) end
+results/{combination key}.quick.json         the latest quick measurement (a later quick run's quick pass)
 runs/{run id}/racing.json                    what a racing run's quick pass decided: refined, dominated (evidence)
 runs/{run id}/answer.json                    a racing run's running answer with intervals and margins
 runs/{run id}/checks.json                    predicted picks the archiver measures before it closes the run (--predict)
@@ -221,6 +222,12 @@ def answer(run_id: str) -> str:
 
 
 REFINED = ".exact"
+
+
+def quick_result(combo_key: str) -> str:
+    """The latest quick measurement of a combination (racing's first pass): what a later quick
+    run may reuse as its own quick pass, never as a full measurement."""
+    return f"results/{combo_key}.quick.json"
 
 
 def refined_outcome(run_id: str, combo_key: str) -> str:

@@ -110,7 +110,12 @@ def race_quick_pass(
         figures, out, forced = race_figures(plan, results, failures)
         outcome = race(figures, slo_p99_ms=plan.request.slo_p99_ms, out=out)
         labels = set(outcome.contenders) | set(forced)
-        refine = {k: r["combo"] for k, r in quick.items() if Combo.model_validate(r["combo"]).label in labels}
+        # a quick result reused from another run is refined from its stored artifact (none left: it stays quick)
+        refine = {
+            k: r["combo"]
+            for k, r in quick.items()
+            if Combo.model_validate(r["combo"]).label in labels and deps.store.exists(keys.manifest(r["artifact_key"]))
+        }
         decided = {
             "decided_by": event.event_id,
             "refine": refine,

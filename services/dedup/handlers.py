@@ -19,7 +19,7 @@ from datetime import timedelta
 from core.deadlines import run_deadline_s
 from core.planning import impossible_reason, model_signature, request_shapes
 from core.ports import ObjectStore
-from core.results import StoredResult, latest_results
+from core.results import StoredResult, latest_quick_results, latest_results
 from core.run_plan import measured_and_predicted
 from schemas import keys
 from schemas.combos import Combo, Hardware, Optimizer, artifact_key, combo_key, reference_key
@@ -66,6 +66,8 @@ def on_request_submitted(event: Envelope, deps: DedupDeps) -> list[Payload]:
         k for k in {**measured_keys, **predicted_keys} if model_stored and not request.force and k not in impossible
     ]
     stored = latest_results(deps.store, model.sha256, lookups) if lookups else {}
+    if request.precision == "quick":  # a quick run takes a stored quick measurement as its quick pass
+        stored |= latest_quick_results(deps.store, [k for k in lookups if k not in stored])
     # an impossible combination fails at plan even where it would be predicted: the archiver waits for both
     known = {k for k in predicted_keys if k in impossible or k in stored}
     combos = measured_keys | {k: c for k, c in predicted_keys.items() if k in known}

@@ -79,7 +79,8 @@ def app(tmp_path, fakes):
 
 def submit(app, *, precision: str, optimizers=("base", "onnx", "onnx_int8"), memory=(1024, 1769), **extra) -> dict:
     matrix = Matrix(optimizers={"intel": list(optimizers)}, batch_sizes=[1], memory_sizes_mb=list(memory))
-    request = RequestSubmitted(model=stored_model(app), matrix=matrix, precision=precision, force=True, **extra)
+    extra = {"force": True, **extra}
+    request = RequestSubmitted(model=stored_model(app), matrix=matrix, precision=precision, **extra)
     envelope = new_run(request)
     app.publisher.publish([envelope])
     app.bus.run_until_idle()
@@ -171,3 +172,19 @@ def test_every_event_delivered_twice_races_once(app, fakes):
     summary = json.loads(app.store.get_bytes(keys.summary(envelope.run_id)))
     assert summary["status"] == "complete" and len(summary["results"]) == 2
     assert sum(1 for _, _, cap in fakes.caps if cap == FULL_CAP_S) == 1  # onnx_int8 refined once
+
+
+def test_a_resubmitted_quick_run_reuses_quick_passes_and_an_exact_run_never_does(app, fakes):
+    first = submit(app, precision="quick")
+    measured = len(fakes.caps)
+    again = submit(app, precision="quick", force=False)
+    assert len(fakes.caps) == measured  # nothing measured twice
+    assert all(r["reused"] for r in again["results"])
+    for kind in PICKS:
+        assert again["recommendation"][kind] == first["recommendation"][kind]
+    assert "intel/base/b1/1769MB" in again["recommendation"]["excluded"]  # still dominated, with its evidence
+    exact = submit(app, precision="exact", force=False)
+    remeasured = {(o, m) for o, m, cap in fakes.caps[measured:]}
+    assert {("base", 1024), ("base", 1769)} <= remeasured  # only quick figures were stored for these
+    assert all(cap == FULL_CAP_S for *_, cap in fakes.caps[measured:])
+    assert not any(r.get("precision") == "quick" for r in exact["results"])

@@ -130,7 +130,9 @@ def dead_letter_failure(envelope: Envelope, reason: str) -> Envelope | None:
     why = f"dead-lettered after retries: {reason[:2000]}"
     combo, key = getattr(payload, "combo", None), getattr(payload, "combo_key", None)
     if combo is not None and key is not None and envelope.type != "ComboFailed":
-        failed = ComboFailed(combo=combo, combo_key=key, stage=FailureStage.dead_letter, reason=why)
+        # a refinement's (racing) ends the refinement: its quick figures stand
+        refine = bool(getattr(payload, "refine", False))
+        failed = ComboFailed(combo=combo, combo_key=key, stage=FailureStage.dead_letter, reason=why, refine=refine)
         return envelope.caused(failed, producer="dead-letter", index=0)
     request = {"RequestSubmitted": payload, "RunPlanned": getattr(payload, "request", None)}.get(envelope.type)
     if envelope.type in ("RequestSubmitted", "RunPlanned", "CombosReused") or (

@@ -33,10 +33,12 @@ class RacingFakes(Fakes):
         super().__init__()
         self.caps: list[tuple[str, int, float]] = []
         self.quick_bias = 1.04
+        self.crash_refinements = False
 
     def measure(self, spec, python_command) -> dict:
-        report = super().measure(spec, python_command)
         quick = spec.time_cap_s < FULL_CAP_S
+        self.crash = self.crash_refinements and not quick
+        report = super().measure(spec, python_command)
         self.caps.append((spec.optimizer, spec.memory_mb, spec.time_cap_s))
         p50 = SPEED[spec.optimizer] * 1769 / min(spec.memory_mb, 1769) * (self.quick_bias if quick else 1.0)
         samples, tail = (30, 0.25) if quick else (300, 0.05)
@@ -188,3 +190,12 @@ def test_a_resubmitted_quick_run_reuses_quick_passes_and_an_exact_run_never_does
     assert {("base", 1024), ("base", 1769)} <= remeasured  # only quick figures were stored for these
     assert all(cap == FULL_CAP_S for *_, cap in fakes.caps[measured:])
     assert not any(r.get("precision") == "quick" for r in exact["results"])
+
+
+def test_a_refinement_that_dies_ends_and_the_quick_figures_stand(app, fakes):
+    fakes.crash_refinements = True
+    summary = submit(app, precision="quick")
+    assert summary["status"] == "complete" and not summary["failures"]
+    assert all(r.get("precision") == "quick" for r in summary["results"])  # measured once each, quickly
+    assert summary["recommendation"]["cheapest"]
+    assert {q for q, _, _ in app.bus.dead_letters} == {"inference-intel"}

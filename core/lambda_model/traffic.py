@@ -336,6 +336,8 @@ def simulate(
     max_instances: int | None = None,
     deadline: float | None = None,
     scaling: Scaling | None = None,
+    cold_samples_ms: np.ndarray | None = None,
+    overhead_ms: float | np.ndarray = 0.0,
 ) -> PoolResult:
     """Serve the arrivals `times` (s) with a pool of instances (see the module's docstring).
     `provisioned` instances are always initialized: a request takes one of them first, and
@@ -344,12 +346,20 @@ def simulate(
     finds none idle at the cap waits for the first to free up, and its latency includes the wait.
     `scaling` (Lambda's concurrency limit and scaling rate; None: unbounded) throttles a request
     that would take the requests in flight past the limit, or start an instance when the scaling
-    bucket is empty."""
+    bucket is empty.
+    `cold_samples_ms` (cold starts measured, e.g. a live pool's, `serving/loadtest.py`): each cold
+    start is drawn from them instead of spreading `cold_ms` as the warm latency spreads.
+    `overhead_ms` (a figure, or samples to draw from): added to each answered request's latency
+    without holding its instance (a front end's HTTP and (de)serialization, measured)."""
     started = time.perf_counter()
     deadline = min(deadline or math.inf, started + MAX_WALL_S)
     warm = draw_latencies(warm_ms, rng, len(times))
     p50 = dict(warm_ms).get(0.5) or float(np.median(warm))
-    cold = cold_ms * warm / p50  # the cold start spreads as the warm latency does
+    cold = (
+        cold_ms * warm / p50  # the cold start spreads as the warm latency does
+        if cold_samples_ms is None
+        else rng.choice(np.asarray(cold_samples_ms, dtype=float), len(times))
+    )
     kept = [0.0] * provisioned  # heap of the times provisioned instances become free
     busy: list[float] = []  # heap of the times busy on-demand instances become free
     idle: deque[float] = deque()  # free since (ascending): the newest at the right
@@ -409,7 +419,8 @@ def simulate(
     result = PoolResult(
         n,
         cold_starts,
-        latencies[answered],
+        latencies[answered]
+        + (rng.choice(overhead_ms, int(answered.sum())) if np.ndim(overhead_ms) else float(overhead_ms)),
         peak,
         alive_s,
         window_s,

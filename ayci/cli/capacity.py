@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ayci.cli.common import warn_if_unconfined
 from ayci.cli.console import UsageError, err, terminal
-from ayci.cli.endpoint import build_endpoint
+from ayci.cli.endpoint import add_lambda_like, build_endpoint
 
 
 def register(sub, serving: argparse.ArgumentParser) -> None:
@@ -43,6 +43,7 @@ def register(sub, serving: argparse.ArgumentParser) -> None:
     capacity.add_argument(
         "--max-error-share", type=float, default=0.0, help="errors a level may have and stay within (default 0: none)"
     )
+    add_lambda_like(capacity)
     capacity.add_argument("--out", help="where the CSV, the plot and the report go (default .ayci/capacity/TIME)")
     capacity.add_argument("--json", action="store_true")
     capacity.set_defaults(func=cmd_capacity)

@@ -110,11 +110,24 @@ def _span(pair: list[float], unit: str = "") -> str:
     return f"{low:.3g}-{high:.3g}"
 
 
+# Student's t (97.5 %) by degrees of freedom: a mean of a few samples is less certain than 1.96 says
+T975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23, 15: 2.13, 20: 2.09}
+TAIL_MIN_SAMPLES = 100  # below this a p99's upper bound is not in the samples (measuring/measure.py)
+TAIL_SPREAD = 3.0  # then its worst case is taken as the p99 plus this many standard deviations
+
+
+def t975(samples: int) -> float:
+    df = samples - 1
+    if df >= 30:
+        return Z95
+    return T975[max(k for k in T975 if k <= max(df, 1))]
+
+
 def mean_half_width(cv: float | None, samples: int | None) -> float | None:
     """The relative half-width of the 95 % interval of a mean of `samples` with this CV."""
     if cv is None or not samples:
         return None
-    return Z95 * cv / math.sqrt(samples)
+    return t975(samples) * cv / math.sqrt(samples)
 
 
 def figures_of(row: dict[str, Any], family: str | None = None) -> Figures | None:
@@ -134,9 +147,13 @@ def figures_of(row: dict[str, Any], family: str | None = None) -> Figures | None
         half = max(latency["p50"] - p50_low, p50_high - latency["p50"]) / latency["p50"] if latency.get("p50") else 0.0
     else:
         p99_low, p99_high = latency.get("p99_ci95_low"), latency.get("p99_ci95_high")
-        half = mean_half_width(latency.get("cv"), latency.get("iterations"))
+        samples = latency.get("iterations")
+        half = mean_half_width(latency.get("cv"), samples)
         if p99_low is None or p99_high is None or half is None:
             return None
+        if samples < TAIL_MIN_SAMPLES:  # the p99 of a few samples is about their maximum: its worst case is beyond
+            spread = TAIL_SPREAD * latency["cv"] * (latency.get("mean") or p99)
+            p99_high = max(p99_high, latency.get("max") or p99, p99 + spread)
     combo = row["combo"]
     label = f"{combo['hardware']}/{combo['optimizer']}/b{combo['batch_size']}/{combo['memory_mb']}MB"
     slack = 1 + RUN_TO_RUN_SLACK
@@ -148,7 +165,7 @@ def figures_of(row: dict[str, Any], family: str | None = None) -> Figures | None
         p99_low=min(p99_low, p99) / slack,
         p99_high=max(p99_high, p99) * slack,
         cost=cost,
-        cost_low=cost * (1 - half) / slack,
+        cost_low=cost * max(0.0, 1 - half) / slack,
         cost_high=cost * (1 + half) * slack,
         precision=row.get("precision") or "exact",
         predicted=bool(row.get("predicted")),

@@ -123,3 +123,24 @@ def test_the_running_answer_lists_picks_with_intervals_and_what_is_dominated():
         line.strip().startswith("cheapest: intel/onnx_int8/b1/1024MB") and "[9.5-10.5]" in line for line in lines
     )
     assert any(line.strip().startswith("intel/base/b1/1024MB: dominated by intel/onnx_int8") for line in lines)
+
+
+def test_a_p99_of_few_samples_has_its_worst_case_beyond_them_and_a_mean_of_few_a_t_interval():
+    row = {
+        "combo": {"hardware": "intel", "optimizer": "base", "batch_size": 4, "memory_mb": 512},
+        "latency_ms": {
+            "p50": 690.0,
+            "p99": 720.0,
+            "mean": 695.0,
+            "max": 722.0,
+            "p99_ci95_low": 700.0,
+            "p99_ci95_high": 722.0,
+            "cv": 0.05,
+            "iterations": 5,
+        },
+        "cost": {"per_million_inferences_usd": 100.0},
+    }
+    f = figures_of(row)
+    assert f.p99_high == pytest.approx((720.0 + 3 * 0.05 * 695.0) * (1 + RUN_TO_RUN_SLACK))
+    half = 2.78 * 0.05 / 5**0.5  # Student's t with 4 degrees of freedom, not 1.96
+    assert f.cost_high == pytest.approx(100.0 * (1 + half) * (1 + RUN_TO_RUN_SLACK))

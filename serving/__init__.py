@@ -7,5 +7,6 @@ queue and in after an idle time (`scaling.py`, `pool.py`); `endpoint.py` ties th
 `app.py` is the thin HTTP layer, `metrics.py` the Prometheus metrics. `scaling.ScalingPolicy.lambda_like`
 makes each pool the Lambda pool the traffic simulation models; `open_loop.py` sends open-loop
 arrivals and `loadtest.py` drives the endpoint with them beside the simulation of the same arrivals
-(`core/lambda_model/traffic.py`), judged pass or fail.
+(`core/lambda_model/traffic.py`), judged pass or fail; `capacity.py` steps their rate to the
+highest within a p99 SLO (`ayci capacity`).
 """

@@ -15,6 +15,7 @@ room). `time_cold_starts` times real worker starts (the cold starts the simulati
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import threading
 import time
@@ -78,6 +79,7 @@ class Endpoint:
         self.load_seconds: dict[str, list[float]] = {name: [] for name in self.models}
         self._lock = threading.RLock()
         self._stop = threading.Event()
+        self._holding = 0  # `holding_workers`: no worker is retired while above 0
         self._scaler = threading.Thread(target=self._scale_forever, name="scaler", daemon=True)
 
     # --- lifecycle
@@ -90,6 +92,17 @@ class Endpoint:
         with self._lock:
             for name in list(self.pools):
                 self._unload(name)
+
+    @contextlib.contextmanager
+    def holding_workers(self):
+        """No idle worker is retired inside (a load test's calibration keeps its warm worker)."""
+        with self._lock:
+            self._holding += 1
+        try:
+            yield self
+        finally:
+            with self._lock:
+                self._holding -= 1
 
     def reset(self) -> None:
         """Unload every model and forget the counts of loads, evictions and lost workers (what a
@@ -199,7 +212,8 @@ class Endpoint:
         now = time.monotonic() if now is None else now
         with self._lock:
             for name, pool in list(self.pools.items()):
-                pool.retire_idle(now)
+                if not self._holding:
+                    pool.retire_idle(now)
                 if (
                     pool.reserved_workers == 0 and not self.policy.lambda_like
                 ):  # every load failed: a later request tries again

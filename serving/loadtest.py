@@ -7,17 +7,19 @@ Poisson at `rps`; spiky: bursts of `BURST_MULTIPLIER` x `rps`, one in the middle
 sixth of the half long; or a CSV file of arrival times), its latency counted from that time.
 
 Before the load, a calibration measures what the simulation is fed (`calibrate`), on this machine,
-now: the per-request overhead (HTTP, the body's decoding and the answer's encoding: the echo path
-`POST /echo/{model}`, no inference), the service time (the worker's time per request, `X-Inference-Ms`,
-on a warm worker at a low rate) and the cold start (real worker processes started one after the
-other, each timed from its start to ready: sandbox, imports, load, first inference). The pools are
-then emptied, and the load starts on a cold endpoint, as the simulation does.
+now, at a low rate: the service time (the worker's time per request, `X-Inference-Ms`, on a warm
+worker), the per-request overhead (each calibration request's latency beyond its time queued and
+in the worker: HTTP, the body's decoding, the answer's encoding, the hops between threads; the
+echo path `POST /echo/{model}`, which does all but the inference, is timed beside it as a check)
+and the cold start (real worker processes started one after the other, each timed from its start
+to ready: sandbox, imports, load, first inference). The pools are then emptied, and the load
+starts on an endpoint with no worker, as the simulation's pool does.
 
 The prediction: `core.lambda_model.traffic.simulate` on the very arrival times sent to each model,
 the calibrated service time and cold start, the endpoint's idle time as the idle timeout and its
-workers as the concurrency limit; the measured overhead is added to each simulated latency
-(`overhead_ms`: an explicit parameter of the prediction, drawn from the echo path's latencies; it
-does not hold an instance, so it is added outside the pool). The simulation models a Lambda pool,
+workers as the concurrency limit, cold starts drawn from the measured ones (`cold_samples_ms`),
+and the measured overhead added to each simulated latency (`overhead_ms`, drawn from the
+calibration's: an explicit parameter of `simulate`, holding no instance). The simulation models a Lambda pool,
 which `--lambda-like` makes the endpoint (`scaling.ScalingPolicy.lambda_like`); the default
 endpoint (one worker kept, scale-out on the scaler's ticks) is compared too, but is not that model.
 
@@ -56,7 +58,7 @@ MAX_RPS = 500.0  # what the generator and the endpoint can do together on a smal
 MAX_DURATION_S = 3600.0
 CALIBRATION_REQUESTS = 150  # per model, for the overhead and for the service time each
 CALIBRATION_RPS = 40.0  # low enough that a warm worker is idle at each arrival
-CALIBRATION_COLD_STARTS = 3
+CALIBRATION_COLD_STARTS = 5
 PERCENTILES = (50, 90, 95, 99)
 
 
@@ -82,25 +84,30 @@ class LoadPlan:
 
 # --- calibration: what the simulation is fed
 def calibrate(endpoint, url: str, bodies: dict[str, bytes], requests: int = CALIBRATION_REQUESTS) -> dict:
-    """Per model: the overhead of a request (the echo path's latencies, ms), the service time (a
-    warm worker's `X-Inference-Ms` at `CALIBRATION_RPS`), the cold start (worker processes started one
-    after the other, ms from start to ready). Samples, and their p50/p99."""
+    """Per model, at `CALIBRATION_RPS` or slower (a warm worker idle at each arrival): the service
+    time (`X-Inference-Ms`), the overhead of a request (its latency beyond queued and service), the
+    echo path's latency (a check on the overhead), the cold start (worker processes started one after
+    the other, ms from start to ready). Samples, and their p50/p99."""
     out = {}
     for name, body in bodies.items():
         _, first = drive(url, [0.0], [Outgoing(f"/invocations/{name}", body, label=name)])  # a worker, loaded
-        # spaced so that a warm worker is idle at each arrival: the service time of one request alone
-        gap = max(1 / CALIBRATION_RPS, 1.5 * (first[0].compute_ms or 0) / 1000)
-        echo = [Outgoing(f"/echo/{name}", body, label=name)] * requests
-        invoke = [Outgoing(f"/invocations/{name}", body, label=name)] * requests
-        _, timed = drive(url, [i * gap for i in range(2 * requests)], echo + invoke)
-        echoes, served = timed[:requests], timed[requests:]
+        # spaced so that the warm worker is idle at each arrival (it alone serves them, none starts): the
+        # service time of one request alone; invocations and echoes alternate
+        gap = max(1 / CALIBRATION_RPS, 3 * (first[0].compute_ms or 0) / 1000)
+        echo = Outgoing(f"/echo/{name}", body, label=name)
+        invoke = Outgoing(f"/invocations/{name}", body, label=name)
+        _, timed = drive(url, [i * gap for i in range(2 * requests)], [invoke, echo] * requests)
+        served, echoes = timed[0::2], timed[1::2]
         failed = [t for t in [*first, *timed] if not t.ok]
         if failed:
             raise RuntimeError(
                 f"calibration of {name}: {len(failed)} requests failed ({failed[0].status} {failed[0].error})"
             )
-        overhead = [t.latency_ms for t in echoes]
+        # the overhead: each calibration request's latency beyond its time queued and in the worker (HTTP, the
+        # body's decoding, the answer's encoding, the hops between threads): the whole path but the model
+        overhead = [t.latency_ms - t.queued_ms - t.compute_ms for t in served]
         service = [t.compute_ms for t in served]
+        echo = [t.latency_ms for t in echoes]
         cold = endpoint.time_cold_starts(name, CALIBRATION_COLD_STARTS)
         out[name] = {
             "overhead_ms": overhead,
@@ -108,6 +115,7 @@ def calibrate(endpoint, url: str, bodies: dict[str, bytes], requests: int = CALI
             "cold_start_ms": cold,
             "warm_latency_ms": [t.latency_ms for t in served],
             "summary": {
+                "echo_p50_ms": float(np.percentile(echo, 50)),
                 "overhead_p50_ms": float(np.percentile(overhead, 50)),
                 "overhead_p99_ms": float(np.percentile(overhead, 99)),
                 "service_p50_ms": float(np.percentile(service, 50)),
@@ -143,7 +151,8 @@ def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app) -> dict:
     samples: list[dict] = []
     stop = threading.Event()
     with ServerThread(app) as url:
-        calibration = calibrate(endpoint, url, bodies)
+        with endpoint.holding_workers():  # the calibration's worker stays warm between its requests
+            calibration = calibrate(endpoint, url, bodies)
         endpoint.reset()  # the load starts on an endpoint with no worker, as the simulation's pool does
         sampler = threading.Thread(target=_sample, args=(endpoint, samples, stop), daemon=True)
         sampler.start()
@@ -307,7 +316,8 @@ def predicted_figures(
         return None
     rng = np.random.default_rng(seed + 2)
     warm = fed.get("service_quantiles") or service_quantiles(fed["service_ms"])
-    cold_ms = float(np.median(fed["cold_start_ms"])) + dict(warm)[0.5]  # to ready, then the request itself
+    colds = np.asarray(fed["cold_start_ms"], dtype=float) + dict(warm)[0.5]  # to ready, then the request itself
+    cold_ms = float(np.median(colds))
     pool = simulate(
         np.asarray(sent_at, dtype=float),
         warm,
@@ -316,9 +326,10 @@ def predicted_figures(
         rng,
         max(duration_s, float(sent_at[-1])),
         max_instances=max_workers,
+        cold_samples_ms=colds if len(colds) > 1 else None,
+        overhead_ms=np.asarray(fed["overhead_ms"], dtype=float),
     )
-    overhead = rng.choice(np.asarray(fed["overhead_ms"], dtype=float), len(pool.latencies_ms))
-    latencies = pool.latencies_ms + overhead
+    latencies = pool.latencies_ms
     return {
         "simulated_requests": pool.requests,
         "cold_starts": pool.cold_starts,
@@ -330,6 +341,7 @@ def predicted_figures(
             "service_p99_ms": float(np.interp(0.99, *zip(*warm, strict=True))),
             "cold_start_ms": cold_ms,
             "overhead_p50_ms": float(np.median(fed["overhead_ms"])),
+            "overhead_p99_ms": float(np.percentile(fed["overhead_ms"], 99)),
             "idle_timeout_s": idle_s,
             "max_instances": max_workers,
         },

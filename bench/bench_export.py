@@ -11,12 +11,18 @@ cold start is from the spawn to the first answer (imports, the session built at 
 request through the handler), warm p50 over `--warm` requests through the handler (API Gateway
 event in, answer out) and the session alone. Prints each beside the run's figure and the ratio;
 `--json` for the numbers.
+
+`--python PATH` runs the check with that interpreter instead of a fresh venv (e.g. the project's
+for `tvm` or `base` on a `.pt2`, whose runtimes take minutes to install): the export's folder is
+outside the repository and PYTHONPATH is cleared, so nothing of AYCI is importable; the report
+lists the runtimes the process loaded.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -47,8 +53,9 @@ def confined_check(python: Path, folder: Path, memory_mb: int, warm: int) -> tup
     try:
         started = time.time()
         wrapped = group.wrap(command) if group else command
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # nothing of AYCI importable
         done = subprocess.run(
-            [*wrapped, "--spawned-at", str(started)], capture_output=True, text=True, timeout=600, cwd=folder
+            [*wrapped, "--spawned-at", str(started)], capture_output=True, text=True, timeout=600, cwd=folder, env=env
         )
         if done.returncode != 0:
             raise RuntimeError(f"check/invoke.py failed ({done.returncode}): {done.stderr[-2000:]}")
@@ -66,6 +73,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--warm", type=int, default=300)
     parser.add_argument("--venv", help="reuse this virtual environment (made from the exported requirements)")
+    parser.add_argument("--python", help="run the check with this interpreter (no venv made): see above")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -74,7 +82,9 @@ def main() -> int:
         folder = Path(tmp) / "export"
         deployment = export_run(store, args.run_id, folder, args.combination)
         python = Path(args.venv) / "bin" / "python" if args.venv else Path(tmp) / "venv" / "bin" / "python"
-        if not args.venv:
+        if args.python:
+            python = Path(args.python)
+        elif not args.venv:
             subprocess.run([sys.executable, "-m", "venv", str(Path(tmp) / "venv")], check=True)
             subprocess.run(
                 [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r"]
@@ -100,6 +110,7 @@ def main() -> int:
         "run_p50_ms": measured.latency_ms.p50,
         "export_handler_p50_ms": statistics.median(r["warm_p50_ms"] for r in runs),
         "export_session_p50_ms": statistics.median(r["session_p50_ms"] for r in runs),
+        "loaded": sorted({name for r in runs for name in r.get("loaded", [])}),
         "agreement_max_abs_diff": max(
             a["max_abs_diff"] for r in runs for a in r["agreement"].values() if a.get("max_abs_diff") is not None
         ),
@@ -119,6 +130,7 @@ def main() -> int:
         ratio = figures[export_key] / figures[run_key] if figures[run_key] else float("nan")
         print(f"  {what:<20} export {figures[export_key]:8.2f} ms   run {figures[run_key]:8.2f} ms   x{ratio:.2f}")
     print(f"  outputs vs base: max abs diff {figures['agreement_max_abs_diff']:.2e}")
+    print(f"  loaded: {', '.join(figures['loaded']) or 'none of torch, onnxruntime, tvm'}")
     return 0
 
 

@@ -151,6 +151,11 @@ def _portable(artifact: Path) -> None:
 
     from engines.model_files import _portable_archive
 
+    try:
+        import torch.utils._pytree  # noqa: F401  (the names of the types torch reads)
+    except ImportError:  # a process without torch (a slim API image): the archive as stored
+        log.warning("export_pt2_not_made_portable", artifact=artifact.name, reason="torch is not installed here")
+        return
     with tempfile.TemporaryDirectory(prefix="ayci-export-") as tmp:
         portable = _portable_archive(artifact, Path(tmp))
         if portable != artifact:

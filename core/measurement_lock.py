@@ -17,6 +17,7 @@ the lock in time is retried later by its caller, never failed for good.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import time
@@ -38,7 +39,12 @@ def lock_path() -> Path:
 @contextmanager
 def _locked(mode: int, timeout_s: float | None, path: Path | None = None) -> Iterator[float]:
     path = path or lock_path()
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        with contextlib.suppress(OSError):  # every user of the machine shares it (the umask took write away)
+            os.fchmod(fd, 0o666)
+    except PermissionError:  # another user's lock, not writable by this one: flock needs only an open file
+        fd = os.open(path, os.O_RDONLY)
     started = time.monotonic()
     try:
         while True:

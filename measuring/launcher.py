@@ -98,6 +98,9 @@ def measure(spec: MeasureSpec, python_command: list[str] | None = None, env_extr
             if tuning is not None:
                 spec = replace(spec, engine_settings=tuning["settings"])
             group, confined, reason = _confinement_for(spec)
+            estimated = _estimates(spec, confined)
+            if estimated:  # no cgroups here: one thread, unconfined, each memory size derived from it
+                spec = replace(spec, threads_override=1)
             try:
                 report = _run_child(spec, group, python_command, env_extra)
             finally:
@@ -119,7 +122,25 @@ def measure(spec: MeasureSpec, python_command: list[str] | None = None, env_extr
         vcpus_available=available,
         environment={**host_environment(), **report.pop("runtime", {})},
     )
+    if estimated:
+        from core.lambda_model.unconfined import apply_estimate
+
+        report = apply_estimate(report, spec.memory_mb, reason)
+        report["vcpus"] = spec.vcpus
     return report
+
+
+def _estimates(spec: MeasureSpec, confined: bool) -> bool:
+    """Whether this measurement is the unconfined estimate (`core/lambda_model/unconfined.py`): this
+    machine cannot confine (no root, no cgroups: `unavailable_reason`), the measurement was not asked to
+    run unconfined (emulation) and does not run inside a Lambda function, and no thread count was forced."""
+    return (
+        not confined
+        and spec.confine
+        and not spec.threads_override
+        and not os.environ.get("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
+        and unavailable_reason() is not None
+    )
 
 
 def profile(spec: MeasureSpec, python_command: list[str] | None = None, env_extra: dict | None = None) -> dict:

@@ -279,7 +279,14 @@ class Workspace:
             _link_or_copy(source, target)
         for item in [target, *(target.rglob("*") if target.is_dir() else [])]:
             mode = item.stat().st_mode
-            item.chmod(mode | (0o055 if item.is_dir() else 0o044))
+            wanted = 0o055 if item.is_dir() else 0o044
+            try:
+                item.chmod(mode | wanted)
+            except PermissionError:  # a link to another user's file (an unprivileged run): readable already, or copied
+                if mode & wanted != wanted:
+                    item.unlink()
+                    shutil.copyfile(source / item.relative_to(target) if source.is_dir() else source, item)
+                    item.chmod(item.stat().st_mode | wanted)
         return target
 
     def take(self, path: Path | str) -> Path:

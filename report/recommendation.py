@@ -94,7 +94,9 @@ def exclusion(result: SummaryResult | dict[str, Any], *, slo_p99_ms: float | Non
             f"host-limited: Lambda gives {result.combo.memory_mb} MB {result.vcpus or 0:.1f} vCPUs, "
             f"this host has {result.vcpus_available}: measured with fewer, not costed"
         )
-    if result.confined is False:
+    from core.lambda_model.unconfined import is_estimated
+
+    if result.confined is False and not is_estimated(result):  # an estimate from one unconfined thread may be picked
         return f"unconfined: not measured as Lambda would run it ({result.confinement_reason})"
     if result.disturbed:
         return (

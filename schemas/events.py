@@ -63,6 +63,8 @@ class TrafficProfile(BaseModel):
     pattern: Literal["steady", "spiky"] = "steady"
     idle_timeout_s: float = Field(default=600, gt=0, le=7 * 86400)
     duration_s: float = Field(default=30 * 86400, ge=60, le=366 * 86400)
+    # the account's concurrency limit (None: Lambda's default, data/lambda_limits.json); RequestSubmitted v8
+    concurrency_limit: int | None = Field(default=None, ge=1, le=1_000_000)
 
 
 class RequestSubmitted(Payload):
@@ -72,10 +74,10 @@ class RequestSubmitted(Payload):
     optimizer `onnx_int8` in its matrix; version 6 can ask for each measured combination to be
     profiled after its measurement (`profile`); version 7 names its `precision` (`quick`, the
     default: race, `core/racing.py`; `exact`: every combination to full precision, as every run of
-    an older version was)."""
+    an older version was); version 8 can name the account's concurrency limit in its `traffic`."""
 
     TYPE = "RequestSubmitted"
-    VERSION = 7
+    VERSION = 8
     model: ModelRef
     matrix: Matrix
     slo_p99_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
@@ -312,7 +314,8 @@ def _run_archived_v1_to_v2(old: dict[str, Any]) -> dict[str, Any]:
 
 def _added_defaults(old: dict[str, Any]) -> dict[str, Any]:
     """The next version only added fields with defaults or values (RequestSubmitted v3:
-    `predict`, v4: `traffic`, v5: the optimizer `onnx_int8`, v6: `profile`; RunPlanned v2:
+    `predict`, v4: `traffic`, v5: the optimizer `onnx_int8`, v6: `profile`, v8: `traffic.concurrency_limit`;
+    RunPlanned v2:
     `predicted`; CombosReused v2: `bundle`; ModelConverted, InferenceDone and ComboFailed v2: `refine`)."""
     return dict(old)
 
@@ -330,6 +333,7 @@ UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("RequestSubmitted", 4): _added_defaults,
     ("RequestSubmitted", 5): _added_defaults,
     ("RequestSubmitted", 6): _request_submitted_v6_to_v7,
+    ("RequestSubmitted", 7): _added_defaults,
     ("ModelConverted", 1): _added_defaults,
     ("InferenceDone", 1): _added_defaults,
     ("ComboFailed", 1): _added_defaults,

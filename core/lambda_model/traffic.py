@@ -52,6 +52,7 @@ from pathlib import Path
 import numpy as np
 
 from core.lambda_model.prediction import draw_latencies, latency_quantiles
+from core.lambda_model.unconfined import is_estimated
 from core.lambda_rules import fit_of_row
 from schemas.cost import load_prices
 from schemas.documents import RunSummary, SummaryResult
@@ -657,7 +658,9 @@ def traffic_report(
     `MIN_SIMULATION_EVENTS`, and rows past what the budget holds are left out (`left_out` says how many)."""
     budget = budget or Budget()
     results = summary.results if isinstance(summary, RunSummary) else map(_row, summary["results"])
-    timed = [r for r in results if not r.emulated and not r.host_limited and r.confined is not False]
+    timed = [
+        r for r in results if not r.emulated and not r.host_limited and (r.confined is not False or is_estimated(r))
+    ]  # an unconfined estimate (`core/lambda_model/unconfined.py`) stands for its memory size
     if not timed:
         raise TrafficError("the run has no combination timed as Lambda would run it: nothing to simulate")
     fits = max(1, (budget.events - budget.used) // (SIMULATIONS_PER_ROW * MIN_SIMULATION_EVENTS))

@@ -69,15 +69,16 @@ def estimate_at(measured: dict[str, Any], memory_mb: int) -> dict[str, Any]:
     model = MODEL_ERROR[regime] + HOST_ERROR
     p50_error = model + _rel_ci(latency, "p50")
     p99_error = model * P99_ERROR_FACTOR + _rel_ci(latency, "p99")
-    interval = {
-        "p50_low": estimate["p50"] * (1 - p50_error),
-        "p50_high": estimate["p50"] * (1 + p50_error),
-        "p99_low": estimate["p99"] * max(0.0, 1 - p99_error),
-        "p99_high": estimate["p99"] * (1 + p99_error),
+    interval = {  # the shape of a prediction's (`schemas.recommendation.Interval`): the table shows it
+        "level": f"~95% ({ESTIMATED_UNCONFINED})",
+        "p50": [estimate["p50"] * (1 - p50_error), estimate["p50"] * (1 + p50_error)],
+        "p99": [estimate["p99"] * max(0.0, 1 - p99_error), estimate["p99"] * (1 + p99_error)],
     }
     if cold is not None:
-        interval["cold_start_low"] = cold * (1 - COLD_START_ERROR - HOST_ERROR)
-        interval["cold_start_high"] = cold * (1 + COLD_START_ERROR + HOST_ERROR)
+        interval["cold_start_ms"] = [
+            cold * (1 - COLD_START_ERROR - HOST_ERROR),
+            cold * (1 + COLD_START_ERROR + HOST_ERROR),
+        ]
     return {
         "memory_mb": memory_mb,
         "vcpus": vcpus,
@@ -89,4 +90,53 @@ def estimate_at(measured: dict[str, Any], memory_mb: int) -> dict[str, Any]:
         "mark": ESTIMATED_UNCONFINED,
         "error": {"p50": p50_error, "p99": p99_error},
         "confidence": 0.95 if math.isfinite(p50_error) else None,
+    }
+
+
+def is_estimated(result: Any) -> bool:
+    """Whether a result (a row or its dict) is an unconfined estimate (`apply_estimate`)."""
+    estimate = result.get("estimate") if isinstance(result, dict) else getattr(result, "estimate", None)
+    return isinstance(estimate, dict) and estimate.get("mark") == ESTIMATED_UNCONFINED
+
+
+def apply_estimate(report: dict[str, Any], memory_mb: int, reason: str | None) -> dict[str, Any]:
+    """A measuring process's report (one thread, unconfined because `reason`) as the memory size's
+    estimate: its latency and cold start through `estimate_at` (the other latency figures scaled with
+    the mean, the cold start's parts with its total), its `interval`, and `estimate` (the mark, the
+    basis, what was measured); `confinement_reason` says it is estimated, `host_limited` is off (one
+    thread needs one core). The result stays `confined: false`."""
+    measured = {**report, "threads": 1}
+    estimate = estimate_at(measured, memory_mb)
+    latency = dict(report["latency_ms"])
+    ratio = estimate["latency_ms"]["mean"] / latency["mean"] if latency.get("mean") else 1.0
+    for key in ("min", "max", "ci95_low", "ci95_high", "billed_ms_mean"):
+        if latency.get(key) is not None:
+            latency[key] = latency[key] * ratio
+    if latency.get("billed_ms_mean") is not None:
+        latency["billed_ms_mean"] = max(1.0, math.ceil(latency["billed_ms_mean"]))
+    latency.update(estimate["latency_ms"])
+    cold = dict(report.get("cold_start_ms") or {})
+    if cold.get("total") and estimate["cold_start_ms"]:
+        factor = estimate["cold_start_ms"]["total"] / cold["total"]
+        cold = {
+            k: v * factor if isinstance(v, (int, float)) and not isinstance(v, bool) else v for k, v in cold.items()
+        }
+    return {
+        **report,
+        "latency_ms": latency,
+        "cold_start_ms": cold or report.get("cold_start_ms"),
+        "interval": estimate["interval"],
+        "estimate": {
+            "mark": ESTIMATED_UNCONFINED,
+            "basis": estimate["basis"],
+            "regime": estimate["regime"],
+            "measured": {
+                "p50_ms": report["latency_ms"]["p50"],
+                "p99_ms": report["latency_ms"]["p99"],
+                "cold_start_ms": (report.get("cold_start_ms") or {}).get("total"),
+                "threads": 1,
+            },
+        },
+        "confinement_reason": f"{ESTIMATED_UNCONFINED} ({reason or 'no cgroups'}): {estimate['basis']}",
+        "host_limited": False,
     }

@@ -46,7 +46,7 @@ def test_v1_request_is_upcast_to_the_current_version():
         },
     }
     env = Envelope.parse(json.dumps(v1))
-    assert env.schema_version == RequestSubmitted.VERSION == 7
+    assert env.schema_version == RequestSubmitted.VERSION == 8
     assert env.payload.matrix.optimizers == {"intel": ["base", "onnx"], "arm": ["base", "onnx"]}
     assert env.payload.matrix.memory_sizes_mb == [1024, 2048]
     assert env.payload.predict is False

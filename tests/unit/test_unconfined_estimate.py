@@ -22,7 +22,7 @@ def test_below_one_vcpu_the_quota_stretches_the_latency_as_the_simulation_says()
     assert half["mark"] == ESTIMATED_UNCONFINED and half["regime"] == "throttled_uncalibrated"
     assert half["latency_ms"]["mean"] == pytest.approx(2 * 30.5, rel=0.1)
     assert half["latency_ms"]["p99"] > 36.0 and half["cold_start_ms"]["total"] == pytest.approx(900 / (884 / 1769))
-    low, high = half["interval"]["p50_low"], half["interval"]["p50_high"]
+    low, high = half["interval"]["p50"]
     assert low < half["latency_ms"]["p50"] < high and (high - low) / half["latency_ms"]["p50"] > 0.4
 
 
@@ -36,3 +36,33 @@ def test_from_one_vcpu_the_measurement_and_from_two_an_upper_bound():
 def test_a_measurement_with_more_than_one_thread_is_refused():
     with pytest.raises(ValueError, match="one-thread"):
         estimate_at({**MEASURED, "threads": 2}, 1769)
+
+
+def test_an_estimate_may_be_recommended_where_a_plain_unconfined_row_may_not():
+    from core.lambda_model.unconfined import apply_estimate
+    from report.recommendation import exclusion
+
+    report = {
+        **MEASURED,
+        "latency_ms": {**MEASURED["latency_ms"], "ci95_low": 29.0, "ci95_high": 31.0, "billed_ms_mean": 31.0},
+        "cold_start_ms": {
+            "total": 900.0,
+            "process_start": 40.0,
+            "imports": 500.0,
+            "model_load": 300.0,
+            "first_inference": 60.0,
+        },
+        "host_limited": False,
+    }
+    estimated = apply_estimate(report, 884, "not root")
+    assert estimated["cold_start_ms"]["imports"] == pytest.approx(500 * 1769 / 884)
+    assert estimated["latency_ms"]["billed_ms_mean"] >= estimated["latency_ms"]["mean"]
+    row = {
+        "combo": {"hardware": "intel", "optimizer": "onnx", "batch_size": 1, "memory_mb": 884},
+        "agreement": {"score": 1.0, "metric": "top1"},
+        "cost": {"per_million_inferences_usd": 1.0},
+        "confined": False,
+    }
+    plain = {**row, **report, "confinement_reason": "not root"}
+    assert "unconfined" in exclusion(plain, slo_p99_ms=None, min_agreement=0.99)
+    assert exclusion({**row, **estimated}, slo_p99_ms=None, min_agreement=0.99) is None

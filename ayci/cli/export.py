@@ -38,11 +38,12 @@ def cmd_export(args: argparse.Namespace) -> int:
         terminal.print_json(deployment.as_dict())
         return 0
     serving = deployment.serving
+    images = " --resolve-image-repos" if deployment.packaging == "image" else ""
     err.print(
         f"{deployment.combination} exported to {out}: {deployment.memory_mb} MB {deployment.architecture}, "
         f"timeout {deployment.timeout_s} s, {serving.option}"
         f"{f' ({serving.provisioned})' if serving.provisioned else ''}, {deployment.packaging} "
-        f"({deployment.unzipped_bytes / 2**20:.0f} MB unzipped). See {out / 'README.md'}; deploy with `sam build && "
-        "sam deploy --guided` there."
+        f"({deployment.unzipped_bytes / 2**20:.0f} MB unzipped), {deployment.runtime}. See {out / 'README.md'}; "
+        f"deploy with `sam build && sam deploy --guided{images}` there."
     )
     return 0

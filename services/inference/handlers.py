@@ -96,7 +96,7 @@ def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload | D
         log.info("skipped_run_ended", run_id=event.run_id, combo_key=converted.combo_key)
         return []
     # a racing run's first pass is quick (a quarter of the timing); its refinement is exact
-    quick = not converted.refine and _run_precision(deps.store, event.run_id) == "quick"
+    quick = not converted.refine and _run_precision(deps.store, event.run_id, converted.combo_key) == "quick"
     if quick:
         deps = dataclasses.replace(deps, time_cap_s=deps.time_cap_s * QUICK_TIME_CAP_SHARE)
     outcome = _measure(event, deps, bound)
@@ -170,11 +170,13 @@ def _measured(event: Envelope, measured: tuple[dict, bool], deps: InferenceDeps,
     return [done.model_copy(update={"refine": converted.refine, "precision": "quick" if quick else "exact"})]
 
 
-def _run_precision(store: ObjectStore, run_id: str) -> str:
-    """The run's precision (`quick` or `exact`), from its stored plan or, before the archiver
-    stored it, the run record; `exact` if neither is stored."""
+def _run_precision(store: ObjectStore, run_id: str, combo_key: str) -> str:
+    """The precision (`quick` or `exact`) the run measures `combo_key` with at first, from its stored
+    plan or, before the archiver stored it, the run record; `exact` if neither is stored. Only the
+    planned combinations race: a predicted pick the archiver checks is measured in full."""
     try:
-        return RunPlanned.model_validate_json(store.get_bytes(keys.plan(run_id)), context=STORED).request.precision
+        plan = RunPlanned.model_validate_json(store.get_bytes(keys.plan(run_id)), context=STORED)
+        return plan.request.precision if combo_key in plan.combos else "exact"
     except NotFound:
         pass
     try:

@@ -199,3 +199,18 @@ def test_a_refinement_that_dies_ends_and_the_quick_figures_stand(app, fakes):
     assert all(r.get("precision") == "quick" for r in summary["results"])  # measured once each, quickly
     assert summary["recommendation"]["cheapest"]
     assert {q for q, _, _ in app.bus.dead_letters} == {"inference-intel"}
+
+
+def test_with_predict_families_race_and_a_checked_pick_is_measured_in_full(app, fakes):
+    summary = submit(
+        app, precision="quick", optimizers=("base", "onnx_int8"), memory=(512, 1024, 1769, 2048, 3538), predict=True
+    )
+    assert summary["status"] in ("complete", "partial")
+    base = [r for r in summary["results"] if r["combo"]["optimizer"] == "base" and not r.get("predicted")]
+    assert base and all(r.get("dominated_by") for r in base)  # the whole family stopped, each with its evidence
+    int8 = [r for r in summary["results"] if r["combo"]["optimizer"] == "onnx_int8" and not r.get("predicted")]
+    assert int8 and all(r.get("precision") is None for r in int8)  # its anchors refined
+    for check in summary["recommendation"].get("checks") or []:
+        memory = int(check["combination"].split("/")[-1][:-2])
+        caps = [cap for o, m, cap in fakes.caps if (o, m) == ("onnx_int8", memory)]
+        assert caps == [FULL_CAP_S]  # a predicted pick's check is a full measurement, never a quick one

@@ -267,15 +267,19 @@ def capacity_view(report: dict) -> list[RenderableType]:
             else f"capacity: none: even {broke:.4g} req/s broke the {slo:g} ms SLO"
         )
     )
-    simulated = report["simulated_capacity_rps"]
+
+    def rate(value) -> str:
+        return f"{value:.4g} req/s" if value else "none within the SLO"
+
+    fed = report["fed"]
     lines.append(
         Text(
-            f"simulated: {simulated:.4g} req/s" if simulated else "simulated: none within the SLO",
+            f"simulated: {rate(report['simulated_capacity_rps'])}, fed this machine's calibration (service p50 "
+            f"{fed['service_p50_ms']:.2f} / p99 {fed['service_p99_ms']:.2f} ms, cold start {fed['cold_start_ms']:.0f} "
+            f"ms, overhead p50 {fed['overhead_p50_ms']:.2f} / p99 {fed['overhead_p99_ms']:.2f} ms, "
+            f"{_workers(fed['max_workers'])} at most); fed the run's stored measurement: "
+            f"{rate(report['simulated_from_run_capacity_rps'])}"
         )
-    )
-    lines[-1].append(
-        f" (the run's measured latency distribution, {_workers(report['endpoint']['max_workers'])} at most, "
-        f"+{report['overhead_ms']:.2f} ms per request of HTTP and serialization measured here)"
     )
     endpoint = report["endpoint"]
     lines.append(

@@ -16,10 +16,13 @@ queue against the time its worker computed (the endpoint's `X-Queued-Ms` and `X-
 the rest being HTTP and (de)serialization.
 
 Beside each level, the traffic simulation (`core.lambda_model.traffic.simulate`) of the same
-arrivals served by a pool of the endpoint's size, from the run's measured latency distribution
-and cold start, plus the per-request overhead this test measured at its lowest level (the
-median of latency - queued - computing): the simulated curve, and the simulated capacity found
-by the same stepping run on the simulation.
+arrivals served by a pool of the endpoint's size (its first worker warm, as the endpoint's is),
+fed what the load test's calibration (`serving.loadtest.calibrate`) measured on this machine just
+before the levels: the service time, the cold start and the per-request overhead (HTTP, the body's
+decoding, the answer's encoding: drawn per request, outside the pool). That is the simulated curve
+and the simulated capacity (the same stepping run on the simulation). The simulation fed the run's
+stored measurement instead (its latency distribution and cold start, with the same overhead) gives
+a second simulated capacity: how far this machine, now, is from the measurement.
 """
 
 from __future__ import annotations
@@ -202,14 +205,49 @@ def level_duration(rps: float, duration_s: float) -> float:
 # --- the simulation beside it
 @dataclass(frozen=True)
 class PoolModel:
-    """What the simulation is fed: the run's measured warm latency quantiles and cold start, the
-    endpoint's pool (workers at most, idle time) and the per-request overhead measured here."""
+    """What the simulation is fed: the warm service time's quantiles and the cold start (ms), the
+    endpoint's pool (workers at most, idle time) and the per-request overhead outside the pool:
+    drawn from `overhead_samples_ms` when given, else the constant `overhead_ms`."""
 
     warm_quantiles: list[tuple[float, float]]
     cold_ms: float
     max_workers: int
     idle_s: float
     overhead_ms: float = 0.0
+    overhead_samples_ms: tuple[float, ...] = ()
+
+    def overhead(self, rng: np.random.Generator, n: int) -> np.ndarray | float:
+        if self.overhead_samples_ms:
+            return rng.choice(np.asarray(self.overhead_samples_ms, dtype=float), n)
+        return self.overhead_ms
+
+    @classmethod
+    def calibrated(cls, calibration: dict, max_workers: int, idle_s: float) -> PoolModel:
+        """Fed a model's calibration (`serving.loadtest.calibrate`: service, cold start and
+        overhead samples, ms): its service times every percent, its cold start to ready plus a
+        request's service."""
+        from serving.loadtest import service_quantiles
+
+        warm = service_quantiles(calibration["service_ms"])
+        return cls(
+            warm_quantiles=warm,
+            cold_ms=float(np.median(calibration["cold_start_ms"])) + dict(warm)[0.5],
+            max_workers=max_workers,
+            idle_s=idle_s,
+            overhead_samples_ms=tuple(float(v) for v in calibration["overhead_ms"]),
+        )
+
+    def summary(self) -> dict:
+        overhead = np.asarray(self.overhead_samples_ms or [self.overhead_ms], dtype=float)
+        return {
+            "service_p50_ms": float(np.interp(0.5, *zip(*self.warm_quantiles, strict=True))),
+            "service_p99_ms": float(np.interp(0.99, *zip(*self.warm_quantiles, strict=True))),
+            "cold_start_ms": self.cold_ms,
+            "overhead_p50_ms": float(np.median(overhead)),
+            "overhead_p99_ms": float(np.percentile(overhead, 99)),
+            "max_workers": self.max_workers,
+            "idle_s": self.idle_s,
+        }
 
 
 def simulated_level(
@@ -240,7 +278,7 @@ def simulated_level(
     )
     served = pool.latencies_ms[1:]  # shorter than the arrivals if the simulation's time bound stopped it
     counted = times[: len(served)] >= warmup_s
-    latencies = served[counted] + model.overhead_ms
+    latencies = served[counted] + model.overhead(np.random.default_rng(seed + 1), int(counted.sum()))
     p50, p90, p95, p99 = percentiles(latencies)
     finished = times[: len(served)][counted] + latencies / 1000
     span = (float(finished.max()) - warmup_s) if len(finished) else duration_s
@@ -327,30 +365,27 @@ def request_body(model) -> bytes:
 def run_capacity(
     endpoint, app, name: str, plan: CapacityPlan, out_dir: Path, on_level: Callable[[dict], None] | None = None
 ) -> dict:
-    """Step the rate against `name` on `endpoint` (started; `app` its HTTP app, served here on a
-    loopback port) by `plan`; the report (also `out_dir/report.json`), with `capacity.csv` (one
-    row per level, measured and simulated), `requests.csv` and `capacity.png`. `on_level` is
-    called with each level's row as it is measured (its `measured` figures; `simulated` is added
-    once every level is run, fed the overhead measured at the lowest rate)."""
+    """Calibrate (`serving.loadtest.calibrate`), then step the rate against `name` on `endpoint`
+    (started; `app` its HTTP app, served here on a loopback port) by `plan`; the report (also
+    `out_dir/report.json`), with `capacity.csv` (one row per level, measured and simulated),
+    `requests.csv` and `capacity.png`. `on_level` is called with each level's row as it is measured
+    (its `measured` figures; `simulated` is added once every level is run)."""
     from core.lambda_model.prediction import latency_quantiles
     from serving.app import ServerThread
+    from serving.loadtest import calibrate
     from serving.open_loop import Outgoing, drive, schedule
 
     out_dir.mkdir(parents=True, exist_ok=True)
     model = endpoint.models[name]
-    body = Outgoing(path=f"/invocations/{name}", body=request_body(model), label=name)
+    payload = request_body(model)
+    body = Outgoing(path=f"/invocations/{name}", body=payload, label=name)
     result = model.result.model_dump(mode="json", exclude_unset=True)
     rows: list[dict] = []
     request_rows: list[dict] = []
-    sent: list[tuple[list[float], list]] = []  # each level's arrivals and timings, for the simulation after
-    pool = PoolModel(
-        warm_quantiles=latency_quantiles(result["latency_ms"]),
-        cold_ms=(result.get("cold_start_ms") or {}).get("total") or 0.0,
-        max_workers=endpoint.policy.max_workers,
-        idle_s=endpoint.policy.idle_s,
-    )
+    sent: list[list[float]] = []  # each level's arrivals, for the simulation after
     with ServerThread(app) as url:
-        _, warm = drive(url, [0.0], [body], timeout_s=max(plan.request_timeout_s, 300.0))  # the first worker's load
+        calibration = calibrate(endpoint, url, {name: payload})[name]
+        _, warm = drive(url, [0.0], [body], timeout_s=max(plan.request_timeout_s, 300.0))  # a worker, loaded
         warm_up = {"status": warm[0].status, "latency_ms": warm[0].latency_ms} if warm else {}
 
         def measure(rps: float) -> bool:
@@ -360,7 +395,7 @@ def run_capacity(
             _, timings = drive(url, arrivals, [body] * len(arrivals), timeout_s=plan.request_timeout_s)
             seen = level_figures(timings, rps, plan.warmup_s, length, plan.slo_ms, plan.max_error_share)
             request_rows.extend({"level": level, "rps": rps, **t.row()} for t in timings)
-            sent.append((arrivals, timings))
+            sent.append(arrivals)
             row = {"level": level, "measured": asdict(seen)}
             rows.append(row)
             log.info("capacity_level", rps=rps, p99_ms=round(seen.p99_ms, 2), within=seen.within_slo)
@@ -369,36 +404,45 @@ def run_capacity(
             return seen.within_slo
 
         levels = search(measure, plan.stepping)
-    # the overhead at the lowest rate: the fewest requests wait, the least competes for the cores
-    lowest = min(range(len(rows)), key=lambda i: rows[i]["measured"]["rps"])
-    overhead = _overhead(sent[lowest][1], plan.warmup_s)
-    fed = PoolModel(**{**asdict(pool), "overhead_ms": overhead})
-    for row, (arrivals, _) in zip(rows, sent, strict=True):
-        rps, length = row["measured"]["rps"], row["measured"]["duration_s"]
-        simulated = simulated_level(fed, arrivals, rps, plan.warmup_s, length, plan.slo_ms, seed=_seed(rps))
-        row["simulated"] = asdict(simulated)
-    sim_capacity, sim_levels = simulated_capacity(
-        fed, plan.stepping, plan.warmup_s, plan.duration_s, plan.slo_ms, plan.pattern
+    workers, idle_s = endpoint.policy.max_workers, endpoint.policy.idle_s
+    fed = PoolModel.calibrated(calibration, workers, idle_s)
+    from_run = PoolModel(
+        warm_quantiles=latency_quantiles(result["latency_ms"]),
+        cold_ms=(result.get("cold_start_ms") or {}).get("total") or 0.0,
+        max_workers=workers,
+        idle_s=idle_s,
+        overhead_samples_ms=fed.overhead_samples_ms,
     )
+    for row, arrivals in zip(rows, sent, strict=True):
+        rps, length = row["measured"]["rps"], row["measured"]["duration_s"]
+        row["simulated"] = asdict(
+            simulated_level(fed, arrivals, rps, plan.warmup_s, length, plan.slo_ms, seed=_seed(rps))
+        )
+    searched = (plan.stepping, plan.warmup_s, plan.duration_s, plan.slo_ms, plan.pattern)
+    sim_capacity, sim_levels = simulated_capacity(fed, *searched)
+    run_capacity_rps, _ = simulated_capacity(from_run, *searched)
     report = {
         "run_id": model.run_id,
         "combination": model.label,
         "model": name,
         "plan": {**asdict(plan), "stepping": asdict(plan.stepping)},
         "endpoint": {
-            "max_workers": endpoint.policy.max_workers,
-            "idle_s": endpoint.policy.idle_s,
+            "max_workers": workers,
+            "idle_s": idle_s,
             "max_queue": endpoint.max_queue,
             "lambda_like": getattr(endpoint.policy, "lambda_like", False),
         },
+        "calibration": calibration.get("summary", {}),
+        "fed": fed.summary(),
         "warm_up": warm_up,
-        "overhead_ms": overhead,
+        "overhead_ms": fed.summary()["overhead_p50_ms"],
         "levels": rows,
         "capacity_rps": capacity_of(levels),
         "bracket": list(bracket(levels)),
         "simulated_capacity_rps": sim_capacity,
         "simulated_levels": [asdict(level) for level in sim_levels],
-        "measured_result": {k: result["latency_ms"].get(k) for k in ("p50", "p90", "p95", "p99")},
+        "simulated_from_run_capacity_rps": run_capacity_rps,
+        "from_run": from_run.summary() | {"measured": {k: result["latency_ms"].get(k) for k in ("p50", "p95", "p99")}},
         "files": {
             "csv": str(out_dir / "capacity.csv"),
             "requests": str(out_dir / "requests.csv"),
@@ -411,17 +455,6 @@ def run_capacity(
     plot(report, out_dir / "capacity.png")
     (out_dir / "report.json").write_text(json.dumps(report, indent=1, default=str))
     return report
-
-
-def _overhead(timings: Sequence, warmup_s: float) -> float:
-    """The median time an answered request spent outside the queue and the worker (HTTP, the
-    body's (de)serialization, the generator): what the simulation adds to each request."""
-    rest = [
-        t.latency_ms - t.queued_ms - t.compute_ms
-        for t in timings
-        if t.ok and t.scheduled_s >= warmup_s and t.queued_ms is not None and t.compute_ms is not None
-    ]
-    return max(0.0, float(np.median(rest))) if rest else 0.0
 
 
 CSV_FIGURES = (

@@ -82,7 +82,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
         err.print(
             f"capacity of {model.label} (run {model.run_id}, {model.chosen_by}): p99 within {plan.slo_ms:g} ms, "
             f"{plan.pattern} open-loop levels of {plan.duration_s:g} s (+{plan.warmup_s:g} s warm-up) from "
-            f"{start:.4g} req/s ..."
+            f"{start:.4g} req/s, after a calibration (service time, overhead, cold starts) ..."
         )
         endpoint.start()
         try:

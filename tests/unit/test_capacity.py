@@ -182,3 +182,15 @@ def test_the_levels_csv_and_the_plot_are_written(tmp_path):
     }
     plot(report, tmp_path / "capacity.png")
     assert (tmp_path / "capacity.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_simulation_is_fed_the_calibration_and_draws_the_overhead_per_request():
+    calibration = {"service_ms": [4.0] * 50 + [6.0] * 50, "cold_start_ms": [300.0, 500.0, 400.0]}
+    calibration["overhead_ms"] = [1.0] * 50 + [9.0] * 50
+    fed = PoolModel.calibrated(calibration, max_workers=2, idle_s=30.0)
+    assert fed.cold_ms == pytest.approx(400.0 + 5.0)  # to ready, then the request's own service
+    assert fed.summary()["overhead_p50_ms"] == pytest.approx(5.0)
+    level = simulated_level(fed, schedule("steady", 10.0, 23.0, seed=3), 10.0, 3.0, 20.0, 50.0, seed=3)
+    # a request is 4 or 6 ms of service, plus 1 or 9 ms of overhead drawn for it
+    assert 5.0 - 1e-6 <= level.p50_ms <= 15.0 + 1e-6 and 15.0 - 1e-6 <= level.p99_ms < 20.0  # (a rare short wait)
+    assert level.p90_ms > 9.0  # the 9 ms overheads are drawn, not their median alone

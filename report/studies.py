@@ -268,6 +268,22 @@ def capacity_view(report: dict) -> list[RenderableType]:
         )
     )
 
+    first_broken = min(
+        (r["measured"] for r in report["levels"] if not r["measured"]["within_slo"]),
+        key=lambda m: m["rps"],
+        default=None,
+    )
+    if first_broken and first_broken["queued_ms"] is not None:
+        parts = {k: first_broken[f"{k}_ms"] for k in ("queued", "computing", "other")}
+        lines.append(
+            Text(
+                f"where the time went at {first_broken['rps']:.4g} req/s (the lowest rate that broke it), mean per "
+                "answer: "
+                + ", ".join(f"{k} {v:.1f} ms" for k, v in parts.items())
+                + f" (of which the load generator's own lag: p99 {first_broken['send_lag_p99_ms'] or 0:.1f} ms)"
+            )
+        )
+
     def rate(value) -> str:
         return f"{value:.4g} req/s" if value else "none within the SLO"
 

@@ -194,3 +194,49 @@ def test_the_simulation_is_fed_the_calibration_and_draws_the_overhead_per_reques
     # a request is 4 or 6 ms of service, plus 1 or 9 ms of overhead drawn for it
     assert 5.0 - 1e-6 <= level.p50_ms <= 15.0 + 1e-6 and 15.0 - 1e-6 <= level.p99_ms < 20.0  # (a rare short wait)
     assert level.p90_ms > 9.0  # the 9 ms overheads are drawn, not their median alone
+
+
+def test_the_view_shows_each_level_the_capacity_and_where_the_time_went():
+    import io
+
+    from rich.console import Console
+
+    from report.studies import capacity_view
+
+    def level(rps, p99, within, queued, errors=None):
+        figures = simulated_level(CONSTANT_10MS, schedule("steady", rps, 8.0, seed=1), rps, 3.0, 5.0, 50.0, seed=1)
+        measured = {**figures.__dict__, "p99_ms": p99, "within_slo": within, "errors": errors or {}}
+        measured |= {"queued_ms": queued, "computing_ms": 9.0, "other_ms": 2.0, "send_lag_p99_ms": 0.5}
+        return {"level": 0, "measured": measured, "simulated": figures.__dict__}
+
+    fed = PoolModel.calibrated(
+        {"service_ms": [9.0, 10.0, 11.0], "cold_start_ms": [500.0], "overhead_ms": [2.0]}, 2, 30.0
+    ).summary()
+    report = {
+        "run_id": "r1",
+        "combination": "intel/onnx/b1/1769MB",
+        "plan": {"slo_ms": 50.0},
+        "levels": [
+            level(40.0, 20.0, True, 0.5),
+            level(80.0, 70.0, False, 41.0, {"503": 3}),
+            level(60.0, 30.0, True, 4.0),
+        ],
+        "capacity_rps": 60.0,
+        "bracket": [60.0, 80.0],
+        "simulated_capacity_rps": 150.0,
+        "simulated_from_run_capacity_rps": None,
+        "fed": fed,
+        "endpoint": {"max_workers": 2, "max_queue": 32, "lambda_like": True},
+        "files": {"csv": "c.csv", "plot": "c.png", "requests": "r.csv"},
+    }
+    console = Console(file=io.StringIO(), width=220, color_system=None)
+    for part in capacity_view(report):
+        console.print(part)
+    text = console.file.getvalue()
+    assert "p95 ms" in text and "3 x 503" in text
+    assert text.index("│            40 ") < text.index("│            60 ") < text.index("│            80 ")  # by rate
+    assert "capacity: 60 req/s with p99 within 50 ms (80 req/s broke it)" in text
+    assert "where the time went at 80 req/s (the lowest rate that broke it), mean per answer: queued 41.0 ms" in text
+    assert "simulated: 150 req/s, fed this machine's calibration (service p50 10.00" in text
+    assert "fed the run's stored measurement: none within the SLO" in text
+    assert "endpoint: Lambda-like, up to 2 workers" in text

@@ -42,6 +42,7 @@ def traffic_lines(summary: RunSummary | dict[str, Any]) -> list[str]:
                 f"  {row['combination']} {option['option']}: cold starts {option['cold_share']:.2%}, "
                 f"p99 {option['p99_ms']:.1f} ms "
                 f"with them, ${option['bill_usd']:.2f}"
+                + (f", throttled {option['throttled_share']:.2%}" if option.get("throttled_share") else "")
             )
     lines.append(f"  cheapest{' meeting the SLO' if slo else ''}: {report['recommended'] or 'none'}")
     if report.get("thinned"):  # the simulation's budget (core/lambda_model/traffic.py) held a sample of the arrivals

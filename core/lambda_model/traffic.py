@@ -287,7 +287,23 @@ class Scaling:
         return cls(limit=limit, per_s=rate / SCALING_WINDOW_S, burst=rate)
 
 
-FLUID_BINS = 100_000  # at most this many time steps in the fluid throttling of a thinned window
+FLUID_BINS = 100_000  # at most this many time steps in the throttling of a thinned window
+ERLANG_MAX_SERVERS = 2_000  # beyond, Erlang's loss is the fluid one within a few percent of its share
+
+
+def erlang_b(servers: np.ndarray, load: np.ndarray) -> np.ndarray:
+    """Erlang's loss formula, per element: the share of Poisson arrivals offered `load` (mean requests in
+    flight) that find all `servers` busy, whatever the latency's distribution. Past `ERLANG_MAX_SERVERS`
+    the fluid share `1 - servers / load` (at least 0)."""
+    servers = np.asarray(servers, dtype=int)
+    load = np.asarray(load, dtype=float)
+    blocked = np.ones(len(load))
+    small = servers <= ERLANG_MAX_SERVERS
+    for n in range(1, int(servers[small].max()) + 1 if small.any() else 1):
+        step = load * blocked / (n + load * blocked)
+        blocked = np.where(small & (servers >= n), step, blocked)
+    fluid = np.clip(1 - servers / np.maximum(load, 1e-12), 0.0, 1.0)
+    return np.where(load > 0, np.where(small, blocked, fluid), 0.0)
 
 
 def fluid_throttled(
@@ -299,29 +315,30 @@ def fluid_throttled(
     provisioned: int,
     rng: np.random.Generator,
 ) -> np.ndarray:
-    """Which of a thinned window's arrivals Lambda's scaling rules throttle, by a fluid model of the
-    full traffic (a thinned pool is too small to hit a limit of the full one request by request):
-    per time step, the concurrency the full traffic needs (Little: arrivals / `kept` per second x
-    `service_s`) beyond the `provisioned` instances, against the environments started so far (from the
-    scaling bucket, never more than the limit less the provisioned ones; kept for the window, as idle
-    instances outlive a 10-minute window); the share of the need left unserved is throttled, each
-    arrival of the step with that probability."""
+    """Which of a thinned window's arrivals Lambda's scaling rules throttle (a thinned pool is too small to
+    hit a limit of the full one request by request): per time step, the requests in flight the full traffic
+    offers (Little: arrivals / `kept` per second x `service_s`), the environments it has (the `provisioned`
+    ones, and on-demand ones started from the scaling bucket towards the offered load plus three standard
+    deviations of a Poisson count, kept for the window as idle instances outlive a 10-minute one), all
+    within the limit; the share Erlang's loss formula gives for them is throttled, each arrival of the step
+    with that probability."""
     if not len(times):
         return np.zeros(0, dtype=bool)
     dt = max(1.0, window_s / FLUID_BINS)
     bins = np.minimum((times / dt).astype(int), int(window_s / dt))
     counts = np.bincount(bins, minlength=int(window_s / dt) + 1)
+    load = counts / kept / dt * service_s
     cap = max(0.0, scaling.limit - provisioned)
     environments, tokens = 0.0, scaling.burst
-    share = np.zeros(len(counts))
-    for b, count in enumerate(counts):
-        need = count / kept / dt * service_s
-        on_demand = max(0.0, need - provisioned)
-        tokens = min(scaling.burst, tokens + scaling.per_s * dt) if b else tokens
-        started = min(max(0.0, min(on_demand, cap) - environments), tokens)
+    servers = np.empty(len(counts), dtype=int)
+    for b, offered in enumerate(load):
+        if b:
+            tokens = min(scaling.burst, tokens + scaling.per_s * dt)
+        wanted = min(cap, max(0.0, offered - provisioned) + 3 * math.sqrt(offered))
+        started = min(max(0.0, wanted - environments), tokens)
         environments, tokens = environments + started, tokens - started
-        if need > 0:
-            share[b] = max(0.0, on_demand - environments) / need
+        servers[b] = math.floor(min(scaling.limit, provisioned + environments) + 1e-9)
+    share = erlang_b(servers, load)
     return rng.uniform(0, 1, len(times)) < share[bins]
 
 

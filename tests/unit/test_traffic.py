@@ -276,3 +276,15 @@ def test_a_concurrency_limit_is_a_whole_number_within_bounds():
     for bad in (0, -5, 2.5, 10**7, True):
         with pytest.raises(TrafficError, match="concurrency_limit"):
             Traffic(rps=1, concurrency_limit=bad)
+
+
+def test_a_thinned_window_throttles_as_the_request_by_request_simulation_does():
+    """50 req/s of ~10.6 ms against a limit of 2 for an hour (180,000 requests): simulated whole, and
+    thinned to a tenth (Erlang's loss per second of the thinned window) agree on the throttled share."""
+    traffic = Traffic(rps=50, duration_s=3600, concurrency_limit=2)
+    whole = traffic_report({"results": [result()]}, traffic, budget=Budget(events=4_000_000))
+    thinned = traffic_report({"results": [result()]}, traffic, budget=Budget(events=80_000))
+    assert not whole["thinned"] and thinned["thinned"]
+    expected = erlang_b(2, 50 * 0.0106)
+    assert whole["rows"][0]["throttled_share"] == pytest.approx(expected, abs=0.01)
+    assert thinned["rows"][0]["throttled_share"] == pytest.approx(expected, abs=0.01)

@@ -34,3 +34,17 @@ def test_the_email_s_traffic_section_is_bounded_the_same_way():
     lines = traffic_lines(summary)
     assert time.perf_counter() - started < 20
     assert lines[0].startswith("Under your traffic (100000 req/s, spiky") and "thinned" in lines[-1]
+
+
+def test_the_email_s_traffic_section_plays_by_the_request_s_concurrency_limit():
+    """The run's traffic block names a concurrency limit (RequestSubmitted v8): the email's rows say what it throttles."""
+    from report.render import traffic_lines
+
+    summary = fake_summary("0" * 8 + "-0000-0000-0000-" + "0" * 12)
+    summary["request"] = {
+        "traffic": {"rps": 50, "pattern": "steady", "idle_timeout_s": 600, "duration_s": 3600, "concurrency_limit": 1}
+    }
+    lines = traffic_lines(summary)
+    assert any("throttled" in line for line in lines[1:-1]), lines
+    (cheapest,) = [line for line in lines if "cheapest" in line]
+    assert cheapest.endswith("none")  # every way throttles far beyond 1 %: nothing is picked

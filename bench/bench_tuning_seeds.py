@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import shutil
 import statistics
 import tempfile
 import time
@@ -87,23 +88,31 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=64)
     parser.add_argument("--seeded-trials", type=int, default=None, help="the seeded conversion's budget")
     parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument(
+        "--work", help="a folder of an earlier run: its b1 and scratch records are applied (not searched again)"
+    )
+    parser.add_argument("--tag", default="seeded", help="the seeded conversion's folder name in --work")
     args = parser.parse_args()
 
     from workloads import workload_module
     from workloads.examples import export_example
 
-    work = Path(tempfile.mkdtemp(prefix="ayci-seeds-"))
-    path = export_example(args.workload, args.size, work / "model.pt2")
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="ayci-seeds-"))
+    path = work / "model.pt2"
+    if not path.exists():
+        export_example(args.workload, args.size, path)
+    for name in ("b1", "scratch", args.tag):
+        shutil.rmtree(work / name, ignore_errors=True)
     model = _model_ref(path, args.workload, args.size)
     first = _convert(model, path, work / "b1", 1, args.trials, work / "tuning-b1", [])
     scratch = _convert(model, path, work / "scratch", args.batch, args.trials, work / "tuning-scratch", [])
     seeded = _convert(
         model,
         path,
-        work / "seeded",
+        work / args.tag,
         args.batch,
         args.seeded_trials or args.trials,
-        work / "tuning-seeded",
+        work / f"tuning-{args.tag}",
         [work / "tuning-b1"],
     )
     module = workload_module(args.workload)

@@ -23,6 +23,9 @@ from engines.tvm.target import host_num_cores
 # Seconds a trial takes (evolving, building, measuring), to size a search's rounds for the trials
 # its time limit fits: measured on 2 shared cores, 1.3-1.5 for ResNet-18, 0.7 for the encoder.
 TRIAL_PACE_S = 1.5
+# A kernel whose search starts from another batch size's schedules gets this share of its trials
+# after the first round (bench/bench_tuning_seeds.py; docs/tvm.md has what it measured)
+SEEDED_TRIAL_SHARE = 0.5
 
 
 class TimeLimit:
@@ -70,10 +73,10 @@ def time_limited(strategy, limit: TimeLimit, seeds=None, seeded: list[int] | Non
     otherwise ask again until the task's trials were spent, and never get any: on the detector
     it asked 109 times, for about a minute of the 15.
 
-    With `seeds` (`seeding.Seeds`: schedules tuned at another batch size), a task's first batch
-    is its kernel's transferred schedules, when it has any (`seeded[0]` counts the tasks seeded,
-    `seeded[1]` the candidates): measured and recorded, they are what the evolutionary search
-    starts its population from."""
+    With `seeds` (`seeding.Seeds`: schedules tuned at another batch size), up to half of a
+    task's first batch is its kernel's transferred schedules, when it has any (`seeded[0]`
+    counts the tasks seeded, `seeded[1]` the candidates): measured and recorded, the best of them
+    are what the evolutionary search evolves from in the next rounds."""
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
 
@@ -98,18 +101,18 @@ def time_limited(strategy, limit: TimeLimit, seeds=None, seeded: list[int] | Non
             if not limit.allows(self.batch):
                 return None
             limit.starting_batch()
+            candidates = self.inner.generate_measure_candidates()
+            if not candidates:  # None: the task's trials are spent; empty: its search space is
+                return None
             if not self.seeded and seeds and self.context is not None:
+                # up to half the first batch: a batch whose every candidate fails would end the task
                 self.seeded = True
-                transferred = seed_candidates(seeds, self.context)[: self.batch]
+                transferred = seed_candidates(seeds, self.context)[: max(1, len(candidates) // 2)]
                 if transferred:
                     if seeded is not None:
                         seeded[0] += 1
                         seeded[1] += len(transferred)
-                    limit.started_batch(len(transferred))
-                    return transferred
-            candidates = self.inner.generate_measure_candidates()
-            if not candidates:  # None: the task's trials are spent; empty: its search space is
-                return None
+                    candidates = [*transferred, *list(candidates)[: len(candidates) - len(transferred)]]
             limit.started_batch(len(candidates))
             return candidates
 
@@ -152,6 +155,11 @@ def search(
     # gradient scheduler gives the tasks that still cost the most (a convolution gains from 100+
     # trials, an elementwise kernel is done in a dozen).
     per_round = max(4, min(32, planned // len(extracted) // 2))
+    # Kernels whose search starts from another batch size's schedules need fewer of the rounds
+    # after the first (`seeded_budget`): the same tasks and rounds, fewer trials in all.
+    asked = budget
+    if seeds:
+        budget = seeded_budget(budget, extracted, seeds, job.progress)
     measured = [0]
     limit = TimeLimit(job.tuning_time_limit_s, started)
     # The stock evolutionary search evolves 512 schedules for 4 generations before every round;
@@ -233,7 +241,7 @@ def search(
         finished=True,
         **context,
     )
-    records.write_meta(tune_spec, measured[0], budget, len(contexts))
+    records.write_meta(tune_spec, measured[0], asked, len(contexts))  # a seeded search answers the trials asked
     return Tuning(
         records.database,
         trials=records.have + measured[0],
@@ -245,6 +253,22 @@ def search(
         time_limited=limit.reached,
         seeded=seeded[0],
     )
+
+
+def seeded_budget(budget: int, tasks: list, seeds, progress) -> int:
+    """The trials a search of `tasks` needs when some start from schedules tuned at another batch
+    size (`seeding.Seeds`): the first round (half of `budget`) as asked, and of the other half,
+    each seeded kernel SEEDED_TRIAL_SHARE of its share. The user's budget stays the cap."""
+    seeded = sum(1 for task in tasks if seeds.for_kernel(task.mod))
+    if not seeded:
+        return budget
+    rest = budget - budget // 2
+    reduced = budget // 2 + round(rest * (len(tasks) - seeded * (1 - SEEDED_TRIAL_SHARE)) / len(tasks))
+    progress(
+        f"tvm: {seeded} of {len(tasks)} kernels start from schedules tuned at another batch size: "
+        f"{reduced} of the {budget} trials asked"
+    )
+    return min(budget, reduced)
 
 
 def _task_cost(task) -> float:

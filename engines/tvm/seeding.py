@@ -136,5 +136,8 @@ def seed_candidates(seeds: Seeds, context) -> list:
         if schedule is None or any(same_kernel(schedule.mod, other) for other in seen):
             continue
         seen.append(schedule.mod)
-        candidates.append(ms.MeasureCandidate(schedule, ms.arg_info.ArgInfo.from_entry_func(context.mod)))
+        # the arguments of the scheduled kernel: a weight's packed layout (`RewriteLayout`) is its argument
+        candidates.append(
+            ms.MeasureCandidate(schedule, ms.arg_info.ArgInfo.from_entry_func(schedule.mod, remove_preproc=True))
+        )
     return candidates

@@ -186,10 +186,17 @@ def loadtest_view(report: dict, samples: list[dict], files: str) -> list[Rendera
             )
     generator = report.get("generator") or {}
     if generator.get("send_lag_p99_ms") is not None:
+        machine = report.get("machine") or {}
+        load = (
+            f"; {machine['cores']} cores, load average {machine['load_before'][0]:.1f}"
+            f" -> {machine['load_after'][0]:.1f}"
+            if machine
+            else ""
+        )
         out.append(
             Text(
                 f"generator: {generator['requests']} requests sent, lag behind schedule p50 "
-                f"{generator['send_lag_p50_ms']:.1f} ms, p99 {generator['send_lag_p99_ms']:.1f} ms"
+                f"{generator['send_lag_p50_ms']:.1f} ms, p99 {generator['send_lag_p99_ms']:.1f} ms{load}"
             )
         )
     for name in report["models"]:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -156,6 +157,7 @@ def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app) -> dict:
         endpoint.reset()  # the load starts on an endpoint with no worker, as the simulation's pool does
         sampler = threading.Thread(target=_sample, args=(endpoint, samples, stop), daemon=True)
         sampler.start()
+        load_before = os.getloadavg()
         try:
             t0_unix, timings = drive(url, arrivals, outgoing)
         finally:
@@ -167,6 +169,7 @@ def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app) -> dict:
     write_requests(timings, out_dir / "requests.csv")
     report = {
         "plan": asdict(plan),
+        "machine": {"cores": os.cpu_count(), "load_before": load_before, "load_after": os.getloadavg()},
         "generator": generator_figures(timings),
         "calibration": {n: c["summary"] for n, c in calibration.items()},
         "models": {},

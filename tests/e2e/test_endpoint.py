@@ -262,7 +262,7 @@ def test_a_run_that_cannot_be_served_is_refused_at_start_with_the_reason(runs, t
 
 
 def test_lambda_like_pool_starts_a_worker_per_concurrent_request_and_reclaims_them_all(runs, tmp_path):
-    with endpoint_at(runs, tmp_path, max_workers=3, lambda_like=True, idle_s=1.0, max_body_bytes=64 << 20) as (
+    with endpoint_at(runs, tmp_path, max_workers=3, lambda_like=True, idle_s=2.0, max_body_bytes=64 << 20) as (
         base,
         endpoint,
     ):
@@ -330,7 +330,7 @@ def test_loadtest_lambda_like_agrees_with_the_simulation_fed_its_calibration(run
     assert set(seen["loads"]) == {"cold"} and seen["cold_starts"] >= 1 and seen["peak_workers"] <= 4
     assert predicted["simulated_requests"] == seen["requests"]  # the same arrivals
     assert predicted["fed"]["cold_start_ms"] > 100 and predicted["fed"]["overhead_p50_ms"] > 0
-    assert report["generator"]["send_lag_p99_ms"] < 50, report["generator"]  # the load went out on time
+    assert report["generator"]["send_lag_p99_ms"] < 100, report["generator"]  # the load went out on time
     figures = {f["figure"]: (f["observed"], f["predicted"], f["passed"]) for f in comparison["figures"]}
     assert comparison["verdict"] == "pass" and code == 0, (figures, report["calibration"])
     assert (out / "loadtest.png").read_bytes().startswith(b"\x89PNG") and (out / "requests.csv").exists()

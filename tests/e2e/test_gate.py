@@ -1,8 +1,9 @@
 """`ayci gate` on real measurements (the example ResNet-18, ONNX Runtime, confined): the same
 model at a larger input size exits 1 naming the combination and what differs; `--confirm 2`
 re-measures a regressed combination through every service (a forced replay) and judges the
-median. Whether identical re-runs stay within noise is a rate on this host, not one run's
-outcome: `bench/bench_gate.py` measures it."""
+median; the gate measuring the run itself from run options (the unchanged model: its stored
+result) passes. Whether identical re-runs stay within noise is a rate on this host, not one
+run's outcome: `bench/bench_gate.py` measures it."""
 
 from __future__ import annotations
 
@@ -51,3 +52,11 @@ def test_a_larger_input_fails_the_gate_and_confirm_re_measures_it(
     versions = [k for k in app.store.list_keys(f"results/{key}/") if k.endswith(".json") and k.count(".") == 1]
     assert len(versions) == 3  # the run's measurement and two re-measurements, each kept
     assert "B: the median of 3 measurements" in document["combinations"][0]["figures"]["p99_ms"]["noise_basis"]
+
+    # the run measured by the gate itself, from run options: the 32x32 model again is answered
+    # from its stored result (nothing measured twice) and passes against its own baseline
+    options = ["--model", str(tiny_image_model), "--input-size", "32,32", "--matrix", "intel=onnx", "--memory", "1769"]
+    assert cli_main(["gate", "--baseline", small, *options, "--format", "json", *data]) == 0
+    passed = json.loads(capsys.readouterr().out)
+    assert passed["gate"]["passed"] and passed["run_b"] not in (small, large)
+    assert passed["combinations"][0]["combination"] == LABEL

@@ -156,12 +156,8 @@ def _measured(event: Envelope, measured: tuple[dict, bool], deps: InferenceDeps,
         bound.info("measurement_disturbed", other_busy_cores=round(result.load.other_busy_cores or 0.0, 2))
     lat = result.latency_ms
     bound.info("measurement_done", p50_ms=round(lat.p50, 2), p99_ms=round(lat.p99, 2), iterations=lat.iterations)
-    if (
-        not emulated
-        and not quick
-        and _asks_profile(deps.store, event.run_id)
-        and _profile(deps, result.to_dict(), bound)
-    ):
+    # a quick result is profiled too (racing may stop it there); a refined one's profile replaces it
+    if not emulated and _asks_profile(deps.store, event.run_id) and _profile(deps, result.to_dict(), bound):
         result.profile_key = keys.profile(
             result.combo_key, result.run_id
         )  # the result names its profile (which names its trace)

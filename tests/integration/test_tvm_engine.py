@@ -772,6 +772,13 @@ def test_a_second_batch_size_starts_its_search_from_the_schedules_tuned_at_the_f
     assert second.details["kernels_seeded_from_other_batches"] >= 1, (second.details, messages)
     assert second.details["kernels_from_other_models"] == 0  # batch 4's kernels are not batch 1's: none taken whole
     assert second.details["tuned"] is True
+    # the user's trials stay the cap (a seeded search may need fewer: `search.SEEDED_TRIAL_SHARE`)
+    assert 0 < second.details["trials"] < trials + 4  # MetaSchedule's last batch may pass the budget by a few
+    # the seeded search answers the trials asked: the next conversion of batch 4 applies its records
+    again = tvm_engine.convert(
+        _job(model, path, tmp_path / "b4-again", batch=4, trials=trials, tuning_dir=tmp_path / "tuning-b4")
+    )
+    assert again.details["records_reused"] is True
 
     inputs = {"pixels": np.random.default_rng(0).standard_normal((4, 3, 8, 8)).astype(np.float32)}
     with torch.no_grad():

@@ -127,9 +127,16 @@ def _notes(result: SummaryResult) -> list[str]:
         notes.append(
             f"host-limited: needs {result.vcpus or 0:.1f} vCPUs, host has {result.vcpus_available}; not costed"
         )
+    estimate = (
+        getattr(result, "estimate", None) or {}
+    )  # no cgroups: from one unconfined thread (lambda_model/unconfined)
+    if estimate.get("mark"):
+        # one note, kept whole where the terminal splits notes at ", " (a no-break space after the mark's comma)
+        mark, basis = estimate["mark"].replace(", ", ",\u00a0"), str(estimate.get("basis", "")).replace(", ", "; ")
+        notes.append(f"{mark} ({basis})")
     if result.latency_ms.p99_estimate:
         notes.append(f"p99 an estimate ({result.latency_ms.p99_samples} samples)")
-    elif result.confined is False:
+    elif result.confined is False and not estimate.get("mark"):
         notes.append(f"unconfined: {result.confinement_reason}")
     if result.disturbed:
         notes.append(f"disturbed: other work used {result.load.other_busy_cores:.1f} cores")

@@ -141,7 +141,9 @@ def warn_if_unconfined() -> None:
     reason = unavailable_reason()
     if reason:
         err.print(
-            f"warning: measurements will not be confined to their memory sizes ({reason}); results say confined: false"
+            f"warning: measurements will not be confined to their memory sizes ({reason}); results say confined: false:"
+            ' each is measured with one thread and its memory size estimated from it, marked "estimated, unconfined" '
+            "with its interval"
         )
 
 

@@ -7,11 +7,13 @@ and its latency. Within one run combinations are measured one after another, so 
 between a result and the one before it in the same run is what that combination took: its
 measuring process, the launcher around it (ONNX Runtime's session tuning, confinement, agreement),
 the reference outputs of a new batch size, and its artifact's conversion when this run converted
-it (taken out: it is counted once per artifact). That time is split into the measuring of the
-samples, which grows with the model's latency up to the time cap (`sampling_s`), and the rest,
-an engine's overhead (process start, imports, model load, its session tuning). A plan then
-charges each combination its engine's overhead plus the sampling its expected latency needs
-(`expected_p50_ms`: the same model's stored results when there are any).
+it (taken out: it is counted once per artifact), and its wait for the measurement lock (taken
+out: on a shared machine that is other work's time, and a plan estimates a quiet machine).
+That time is split into the measuring of the samples, which grows with the model's latency up
+to the time cap (`sampling_s`), and the rest, an engine's overhead (process start, imports,
+model load, its session tuning). A plan then charges each combination its engine's overhead
+plus the sampling its expected latency needs (`expected_p50_ms`: the same model's stored results
+when there are any).
 
 With nothing stored (or an engine never measured here), `PRIOR_*`, set on this 2-core host so
 that two runs come within 25 %: the README's ResNet-18 224 run (8 combinations, base and onnx,
@@ -158,7 +160,9 @@ def learn_costs(results: list[dict], submitted: dict[str, datetime] | None = Non
         else:
             seen.add(measured[0][1].get("artifact_key") or "")
         for (before, _), (when, result) in zip(measured, measured[1:], strict=False):
-            gap = (when - before).total_seconds()
+            # waiting for the measurement lock is other work on the machine (another run's, or this
+            # run's conversions, counted apart): not this combination's cost
+            gap = (when - before).total_seconds() - float(result.get("lock_wait_s") or 0.0)
             artifact = result.get("artifact_key") or ""
             if artifact not in seen:  # the first of its artifact in this run: converted here if the gap holds it
                 seen.add(artifact)

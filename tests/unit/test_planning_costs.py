@@ -208,3 +208,20 @@ def test_a_quick_pass_is_learned_from_with_its_shorter_sampling():
     costs = stored_costs(store)
     assert costs.learned_from == {"onnx": 1}
     assert costs.overhead_s[Optimizer.onnx] == pytest.approx(10.0 - QUICK_TIME_CAP_SHARE * SAMPLING_CAP_S)
+
+
+def test_waiting_for_the_measurement_lock_is_not_a_combination_s_cost():
+    """On a shared machine a measurement waits for others' work: the plan estimates a quiet machine."""
+    results = [
+        {
+            "combo": {"hardware": "intel", "optimizer": "onnx", "batch_size": 1, "memory_mb": memory},
+            "model": {"sha256": SHA},
+            "run_id": "r",
+            "measured_at": when.isoformat(),
+            "lock_wait_s": wait,
+            "artifact_key": "x",
+            "latency_ms": {"p50": 1.0},
+        }
+        for memory, when, wait in ((1769, STARTED, 0.0), (3538, STARTED + timedelta(seconds=50), 40.0))
+    ]
+    assert learn_costs(results).overhead_s[Optimizer.onnx] == pytest.approx(10.0 - sampling_s(1.0))

@@ -140,6 +140,13 @@ class TrafficRequest(Strict):
     idle_timeout_s: float = Field(default=600, gt=0, le=7 * 86400, description="how long an idle instance is kept")
     duration_s: float = Field(default=30 * 86400, ge=60, le=366 * 86400, description="the period billed")
     slo_p99_ms: float | None = Field(default=None, gt=0, le=3_600_000, description="p99 with cold starts included")
+    concurrency_limit: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="the account's concurrency limit (default: Lambda's default, 1,000); requests past it or "
+        "past the scaling rate are throttled",
+    )
 
 
 class RunCreated(BaseModel):

@@ -94,6 +94,7 @@ def one(data: Path, run_id: str, pattern: str, rps: float, args, out: Path) -> d
         "duration_s": plan.duration_s,
         "load_before": load_before,
         "load_after": os.getloadavg()[0],
+        "machine": report.get("machine"),
         "generator": report["generator"],
         "calibration": report["calibration"][name],
         "observed": {

@@ -157,7 +157,7 @@ def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app) -> dict:
         endpoint.reset()  # the load starts on an endpoint with no worker, as the simulation's pool does
         sampler = threading.Thread(target=_sample, args=(endpoint, samples, stop), daemon=True)
         sampler.start()
-        load_before = os.getloadavg()
+        load_before, pressure_before = os.getloadavg(), cpu_pressure()
         try:
             t0_unix, timings = drive(url, arrivals, outgoing)
         finally:
@@ -169,7 +169,13 @@ def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app) -> dict:
     write_requests(timings, out_dir / "requests.csv")
     report = {
         "plan": asdict(plan),
-        "machine": {"cores": os.cpu_count(), "load_before": load_before, "load_after": os.getloadavg()},
+        "machine": {
+            "cores": os.cpu_count(),
+            "load_before": load_before,
+            "load_after": os.getloadavg(),
+            "cpu_pressure_before": pressure_before,
+            "cpu_pressure_after": cpu_pressure(),
+        },
         "generator": generator_figures(timings),
         "calibration": {n: c["summary"] for n, c in calibration.items()},
         "models": {},
@@ -212,6 +218,16 @@ def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app) -> dict:
     report["plot"] = str(out_dir / "loadtest.png")
     (out_dir / "report.json").write_text(json.dumps(report, indent=1))
     return report
+
+
+def cpu_pressure() -> float | None:
+    """The share of the last 10 s some task waited for a CPU (`/proc/pressure/cpu`, "some avg10", %):
+    how contended the host is (None where the kernel does not say)."""
+    try:
+        line = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+        return float(dict(part.split("=") for part in line.split()[1:])["avg10"])
+    except (OSError, KeyError, ValueError, IndexError):
+        return None
 
 
 def _sample(endpoint, samples: list[dict], stop: threading.Event) -> None:

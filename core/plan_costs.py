@@ -67,6 +67,7 @@ class EngineCosts:
     trial_s: float = PRIOR_TRIAL_S
     learned_from: dict[str, int] = field(default_factory=dict)  # optimizer -> results its overhead rests on
     p50s: dict[tuple, float] = field(default_factory=dict)  # (model sha, optimizer, batch, memory) -> p50 ms
+    artifacts: dict[tuple, str] = field(default_factory=dict)  # `artifact_of` -> the artifact key results name
 
     def expected_p50_ms(self, model_sha256: str, combo: Combo) -> float:
         """The combination's latency as far as stored results tell: the same model, engine and
@@ -89,6 +90,12 @@ class EngineCosts:
                 return p50 * share(memory) / share(combo.memory_mb) * combo.batch_size / batch
         return PRIOR_P50_MS * combo.batch_size / share(combo.memory_mb)
 
+    def stored_artifact(self, model_sha256: str, combo: Combo, tuning_trials: int) -> str | None:
+        """The key of the artifact a stored result of this model was measured with, for this
+        combination's hardware, optimizer and batch (any batch for base; tvm's at the same trials
+        asked): a run finds it converted (if it is still stored)."""
+        return self.artifacts.get(artifact_of(model_sha256, combo.model_dump(mode="json"), tuning_trials))
+
     def combination_s(self, model_sha256: str, combo: Combo) -> float:
         """A measured combination's wall time, its artifact's conversion apart."""
         return self.overhead_s[combo.optimizer] + sampling_s(self.expected_p50_ms(model_sha256, combo))
@@ -97,6 +104,19 @@ class EngineCosts:
         if not self.learned_from:
             return "priors (no results stored yet)"
         return "learned from stored results: " + ", ".join(f"{k} {n}" for k, n in sorted(self.learned_from.items()))
+
+
+def artifact_of(model_sha256: str, combo: dict, tuning_trials: int | None) -> tuple:
+    """What an artifact serves: a model on one hardware with one optimizer at one batch (base:
+    every batch), tvm at one tuning budget."""
+    optimizer = combo["optimizer"]
+    return (
+        model_sha256,
+        combo["hardware"],
+        optimizer,
+        None if optimizer == Optimizer.base.value else combo["batch_size"],
+        tuning_trials if optimizer == Optimizer.tvm.value else None,
+    )
 
 
 def _when(result: dict) -> datetime | None:
@@ -147,6 +167,9 @@ def learn_costs(results: list[dict], submitted: dict[str, datetime] | None = Non
             by_run[result["run_id"]].append((when, result))
         artifact = result.get("artifact_key") or ""
         conversions[optimizer][artifact] = float(result.get("conversion_s") or 0.0)
+        if artifact:
+            asked = (result.get("conversion") or {}).get("trials_asked")
+            costs.artifacts[artifact_of(result["model"]["sha256"], result["combo"], asked)] = artifact
         trials = (result.get("conversion") or {}).get("trials") or 0
         if optimizer == Optimizer.tvm and trials and result.get("tuning_s"):
             trial_s[artifact] = float(result["tuning_s"]) / int(trials)

@@ -241,7 +241,9 @@ def plan_run(
         conversion = 0.0
         if artifact not in converted:
             converted.add(artifact)
-            conversion = conversion_s(costs, combo.optimizer, request.tuning_trials)
+            stored = costs.stored_artifact(request.model.sha256, combo, request.tuning_trials)
+            if stored is None or store is None or not store.exists(keys.manifest(stored)):  # else reused
+                conversion = conversion_s(costs, combo.optimizer, request.tuning_trials)
         measurement = costs.combination_s(request.model.sha256, combo)
         plan.combos.append(
             PlannedCombo(

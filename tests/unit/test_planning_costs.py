@@ -225,3 +225,17 @@ def test_waiting_for_the_measurement_lock_is_not_a_combination_s_cost():
         for memory, when, wait in ((1769, STARTED, 0.0), (3538, STARTED + timedelta(seconds=50), 40.0))
     ]
     assert learn_costs(results).overhead_s[Optimizer.onnx] == pytest.approx(10.0 - sampling_s(1.0))
+
+
+def test_an_artifact_still_stored_is_not_converted_again():
+    """`--force` measures again but the converter reuses a stored artifact: no conversion planned for it."""
+    store = MemoryStore()
+    request = _request()
+    _store_run(store, request)
+    before = plan_run(request, None, store, shapes=lambda batch: {})
+    store.put_bytes(keys.manifest("onnx-b1"), b"{}")
+    after = plan_run(request, None, store, shapes=lambda batch: {})
+    assert before.exact_wall_s - after.exact_wall_s == pytest.approx(CONVERSION["onnx"])
+    assert all(
+        c.conversion_s == 0 for c in after.combos if c.combo.optimizer == Optimizer.onnx and c.combo.batch_size == 1
+    )

@@ -45,6 +45,7 @@ class ConversionJob:
     tuning_dir: Path | None = None  # where stored tuning records are read and written
     shared_tuning_dirs: list[Path] = field(default_factory=list)  # other models' records for the same CPU (read only)
     inputs_path: Path | None = None  # the user's own example inputs (.npz), if the model has them
+    min_agreement: float = 0.99  # the run's minimum agreement (onnx_int8 chooses its recipe against it)
     progress: Callable[[str], None] = lambda message: None
 
 

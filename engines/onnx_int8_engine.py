@@ -5,9 +5,9 @@ The converter exports the model to ONNX, runs ONNX Runtime's quantization pre-pr
 (static QDQ per channel; dynamic per channel on MatMul/Gemm; static QDQ with the sensitive
 operators in float; dynamic per tensor), each judged against the float model on at least 32
 samples (the user's own inputs, or the workload's synthetic ones) and timed briefly. The
-artifact is the fastest recipe whose agreement meets the minimum (the requests' default,
-0.99), else the one that agrees most; the conversion's details name it and what every recipe
-scored, and the result carries them (`conversion`). Quantization changes the answers: the
+artifact is the fastest recipe whose agreement meets the run's minimum (`job.min_agreement`,
+from the request; 0.99 by default), else the one that agrees most; the conversion's details
+name it and what every recipe scored, and the result carries them (`conversion`). Quantization changes the answers: the
 agreement with `base` is then measured like any engine's, and a combination below the run's
 minimum is never recommended. Loading, session settings, their tuning and profiling are
 `onnx`'s (where its outputs first diverge is not looked for: by design, at the quantized nodes).
@@ -28,7 +28,7 @@ from engines.onnx_engine import (  # noqa: F401 - the runtime side is onnx's
     profile,
     tuning_candidates,
 )
-from engines.quantization import DEFAULT_MIN_AGREEMENT, choose_recipe
+from engines.quantization import choose_recipe
 
 
 def convert(job: ConversionJob) -> Conversion:
@@ -42,9 +42,7 @@ def convert(job: ConversionJob) -> Conversion:
     except Exception:
         prepared = exported
     quantized = job.out_dir / "model.int8.onnx"
-    details = choose_recipe(
-        job, prepared, quantized, min_agreement=getattr(job, "min_agreement", None) or DEFAULT_MIN_AGREEMENT
-    )
+    details = choose_recipe(job, prepared, quantized, min_agreement=job.min_agreement)
     for leftover in {exported, prepared}:
         leftover.unlink(missing_ok=True)
     return Conversion(artifact_file=quantized.name, conversion_s=time.perf_counter() - started, details=details)

@@ -141,6 +141,9 @@ class Combo(Frozen):
         return f"{self.hardware.value}/{self.optimizer.value}/b{self.batch_size}/{self.memory_mb}MB"
 
 
+DEFAULT_MIN_AGREEMENT = 0.99  # a request's minimum agreement unless it names one (RequestSubmitted.min_agreement)
+
+
 class Tuning(Frozen):
     """The TVM tuning budget a tvm artifact is built with (`RequestSubmitted.tuning`): MetaSchedule
     trials and the time limit of the search. Part of a tvm artifact's and result's keys, so an
@@ -148,6 +151,8 @@ class Tuning(Frozen):
 
     trials: int = Field(ge=0)
     time_limit_s: float | None = None
+    # the run's minimum agreement: onnx_int8's recipe is chosen against it (part of onnx_int8's keys)
+    min_agreement: float = DEFAULT_MIN_AGREEMENT
 
     def key_fields(self) -> dict:
         # with no trials there is no search: its time limit changes nothing
@@ -159,7 +164,10 @@ class TuningMissing(ValueError):
 
 
 def _tuning(combo: Combo, tuning: Tuning | None) -> dict:
-    """The tuning budget's fields of a key: tvm's only (keys of other optimizers stay as they were)."""
+    """The tuning budget's fields of a key: tvm's; onnx_int8's minimum agreement when it is not the
+    default (another minimum may choose another recipe); keys of other optimizers stay as they were."""
+    if combo.optimizer == Optimizer.onnx_int8 and tuning is not None and tuning.min_agreement != DEFAULT_MIN_AGREEMENT:
+        return {"min_agreement": tuning.min_agreement}
     if combo.optimizer != Optimizer.tvm:
         return {}
     if tuning is None:

@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from schemas.combos import PREDICT_MIN_SIZES, Combo, Matrix, ModelRef, Tuning
+from schemas.combos import DEFAULT_MIN_AGREEMENT, PREDICT_MIN_SIZES, Combo, Matrix, ModelRef, Tuning
 from schemas.cost import default_region as default_price_region
 from schemas.cost import load_prices
 from schemas.recommendation import Recommendation
@@ -81,7 +81,7 @@ class RequestSubmitted(Payload):
     model: ModelRef
     matrix: Matrix
     slo_p99_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    min_agreement: float = Field(default=0.99, ge=0, le=1, allow_inf_nan=False)
+    min_agreement: float = Field(default=DEFAULT_MIN_AGREEMENT, ge=0, le=1, allow_inf_nan=False)
     balance_weight: float = Field(default=0.5, ge=0, le=1, allow_inf_nan=False)  # weight of cost against p99
     price_region: str = Field(default_factory=default_price_region)  # a region of the price table (schemas/cost.py)
     tuning_trials: int = Field(default=DEFAULT_TUNING_TRIALS, ge=0, le=20000)
@@ -103,7 +103,7 @@ class RequestSubmitted(Payload):
     @property
     def tuning(self) -> Tuning:
         """The TVM tuning budget this request's tvm artifacts are built with (part of their keys)."""
-        return Tuning(trials=self.tuning_trials, time_limit_s=TUNING_TIME_LIMIT_S)
+        return Tuning(trials=self.tuning_trials, time_limit_s=TUNING_TIME_LIMIT_S, min_agreement=self.min_agreement)
 
     @model_validator(mode="after")
     def _enough_sizes_to_predict(self) -> RequestSubmitted:
@@ -141,13 +141,18 @@ class RunPlanned(Payload):
 
 
 class ComboPending(Payload):
+    """Convert (then measure) one combination. Version 2 carries the run's `min_agreement`
+    (onnx_int8 chooses its recipe against it; version 1 converted against the default)."""
+
     TYPE = "ComboPending"
+    VERSION = 2
     model: ModelRef
     combo: Combo
     combo_key: str
     artifact_key: str
     target_cpu: str  # what the artifact is built for (part of its key)
     tuning_trials: int = DEFAULT_TUNING_TRIALS
+    min_agreement: float = Field(default=DEFAULT_MIN_AGREEMENT, ge=0, le=1, allow_inf_nan=False)
 
 
 class ModelConverted(Payload):
@@ -335,6 +340,7 @@ UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("RequestSubmitted", 6): _request_submitted_v6_to_v7,
     ("RequestSubmitted", 7): _added_defaults,
     ("ModelConverted", 1): _added_defaults,
+    ("ComboPending", 1): _added_defaults,  # v2: min_agreement
     ("InferenceDone", 1): _added_defaults,
     ("ComboFailed", 1): _added_defaults,
     ("RunPlanned", 1): _added_defaults,

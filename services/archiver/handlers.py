@@ -339,6 +339,7 @@ def _check_picks(
                 artifact_key=artifact_key(plan.model, combo, target_cpu, plan.request.tuning),
                 target_cpu=target_cpu,
                 tuning_trials=plan.request.tuning_trials,
+                min_agreement=plan.request.min_agreement,
             )
         )
     return out

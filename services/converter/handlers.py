@@ -133,6 +133,7 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
             tuning_dir=tuning_dir,
             shared_tuning_dirs=shared_tuning,
             inputs_path=inputs_path,
+            min_agreement=pending.min_agreement,
             progress=lambda message: _progress(
                 lease, bound, message, f"{combo.hardware.value}/tvm/b{combo.batch_size}"
             ),

@@ -58,6 +58,7 @@ def convert_in_sandbox(optimizer, job: ConversionJob, *, timeout_s: float, memor
                 str(workspace.bring(d, f"shared-tuning/{i}")) for i, d in enumerate(job.shared_tuning_dirs)
             ],
             "inputs_path": str(workspace.bring(job.inputs_path, "inputs.npz")) if job.inputs_path else None,
+            "min_agreement": job.min_agreement,
         }
         result = sandbox.call(
             "services.converter.sandboxed:convert_here",
@@ -95,6 +96,7 @@ def convert_here(
     tuning_dir: str | None,
     shared_tuning_dirs: list[str],
     inputs_path: str | None,
+    min_agreement: float = 0.99,
 ) -> dict:
     """In the sandbox: the engine's conversion; what it reports (`Conversion`'s fields)."""
     from dataclasses import asdict
@@ -114,6 +116,7 @@ def convert_here(
         tuning_dir=Path(tuning_dir) if tuning_dir else None,
         shared_tuning_dirs=[Path(d) for d in shared_tuning_dirs],
         inputs_path=Path(inputs_path) if inputs_path else None,
+        min_agreement=min_agreement,
         progress=sandbox.progress,
     )
     return asdict(engines.module(optimizer).convert(job))

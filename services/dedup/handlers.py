@@ -115,6 +115,7 @@ def on_request_submitted(event: Envelope, deps: DedupDeps) -> list[Payload]:
                 artifact_key=art_key,
                 target_cpu=target_cpu,
                 tuning_trials=request.tuning_trials,
+                min_agreement=request.min_agreement,
             )
         )
     return out + _reuse(event.run_id, [(key, stored[key]) for key in combos if key in stored], deps.store)

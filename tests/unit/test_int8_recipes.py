@@ -7,6 +7,7 @@ exports and ONNX Runtime quantization throughout (each conversion takes 10-40 s)
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -210,3 +211,55 @@ def test_a_recommendation_resting_on_synthetic_inputs_says_so():
     theirs["agreement"] |= {"samples": 40, "inputs": "user"}
     text = email_message(archived_summary("run-1", "complete", [theirs], []), "https://ayci.example")["text"]
     assert "fastest: intel/onnx/b1/1769MB\n" in text and "agreement on 40 of your samples" in text
+
+
+def test_the_run_s_minimum_agreement_reaches_the_recipe_choice(cancelling, tmp_path):
+    """A run's `min_agreement` travels with its ComboPending to the conversion (through the
+    sandbox) and is what the recipes are judged against: at 0.99 no recipe keeps the cancelling
+    model's top-1 (`test_no_recipe_meets_the_minimum_and_the_row_says_so`: each keeps 0.1-0.2 of
+    it); a run asking 0.05 accepts the fastest recipe that reaches that. The minimum is part of onnx_int8's keys only."""
+    from ayci.bootstrap import embedded
+    from ayci.settings import Settings
+    from engines import ConversionError
+    from schemas.combos import Combo, Matrix, artifact_key, combo_key
+    from schemas.events import ComboPending, Envelope, RequestSubmitted
+    from services.converter.sandboxed import convert_in_sandbox
+    from services.request.submission import new_run, store_model
+
+    app = embedded(Settings(data_dir=tmp_path / "data", measure_time_cap_s=1.0, measure_min_iterations=5))
+    asked: list[float] = []
+
+    def record(optimizer, job):
+        asked.append(job.min_agreement)
+        raise ConversionError("recorded")
+
+    app.runners["converter"].service.deps.convert = record
+    model = store_model(app.store, cancelling, "image_classification", [8, 8])
+    matrix = Matrix(optimizers={"intel": ["onnx_int8"]}, batch_sizes=[1], memory_sizes_mb=[1769])
+    for minimum in (0.05, 0.99):
+        app.publisher.publish([new_run(RequestSubmitted(model=model, matrix=matrix, min_agreement=minimum))])
+        app.bus.run_until_idle()
+    assert asked == [0.05, 0.99]
+
+    job = _job(cancelling, "image_classification", [8, 8], tmp_path / "out")
+    job.min_agreement = 0.05
+    details = convert_in_sandbox("onnx_int8", job, timeout_s=600, memory_mb=4096).details
+    assert details["min_agreement"] == 0.05 and details["meets_minimum"], details["recipe_summary"]
+    judged = [r for r in details["recipes"] if "agreement" in r]
+    assert all(r["agreement"] < 0.99 for r in judged)  # what 0.99 refuses ...
+    chosen = _recipe(details, details["recipe"])
+    assert chosen["meets_minimum"] and chosen["agreement"] >= 0.05  # ... 0.05 accepts: the fastest that reaches it
+    assert chosen["p50_ms"] == min(r["p50_ms"] for r in judged if r["agreement"] >= 0.05)
+
+    int8, onnx = (Combo(hardware="intel", optimizer=o, batch_size=1, memory_mb=1769) for o in ("onnx_int8", "onnx"))
+    lower = RequestSubmitted(model=model, matrix=matrix, min_agreement=0.05).tuning
+    default = RequestSubmitted(model=model, matrix=matrix).tuning
+    assert combo_key(model, int8, lower) != combo_key(model, int8, default) == combo_key(model, int8)
+    assert artifact_key(model, int8, "x", lower) != artifact_key(model, int8, "x", default)
+    assert combo_key(model, onnx, lower) == combo_key(model, onnx, default)
+    # a ComboPending stored before it carried the minimum reads with the default
+    pending = ComboPending(model=model, combo=int8, combo_key="k", artifact_key="a", target_cpu="x")
+    old = json.loads(Envelope.wrap(pending, run_id="r", producer="dedup").to_json())
+    del old["payload"]["min_agreement"]
+    old["schema_version"] = 1
+    assert Envelope.parse(old).payload.min_agreement == 0.99

@@ -105,14 +105,21 @@ def test_an_unprivileged_user_gets_a_pick_estimated_from_one_unconfined_thread(u
     )
     assert half["latency_ms"]["p99"] >= half["estimate"]["measured"]["p99_ms"]
     assert half["cold_start_ms"]["total"] == pytest.approx(half["estimate"]["measured"]["cold_start_ms"] * 1769 / 884)
+    # the table marks every row and shows its interval
+    assert done.stdout.count("estimated,\u00a0unconfined") >= 2 and "p50 " in done.stdout
     recommendation = summary["recommendation"]
     excluded = recommendation.get("excluded") or {}
     if not recommendation.get("cheapest") and all("disturbed" in str(why) for why in excluded.values()):
-        pytest.skip(f"every row was disturbed by other work on this machine: {excluded}")
+        # a busy host (other work took the free core) excludes every row, as it would a confined one: then
+        # nothing but that may stand in the way, the estimate's being unconfined least of all
+        from report.recommendation import exclusion
+
+        for result in results.values():
+            quiet = {**result, "load": {**result["load"], "disturbed": False}}
+            assert exclusion(quiet, slo_p99_ms=None, min_agreement=0.99) is None, result["combo"]
+        return
     assert recommendation["cheapest"] in {f"intel/onnx/b1/{m}MB" for m in results}
     assert not any("unconfined" in str(why) for why in excluded.values())  # an estimate is never excluded for it
-    # the table marks every row and shows its interval
-    assert "estimated" in done.stdout and "unconfined" in done.stdout and "p50 " in done.stdout
     assert "cheapest: intel/onnx/b1/" in done.stdout
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from datetime import datetime
 
 from core.plan_costs import stored_results
 from core.ports import NotFound, ObjectStore
@@ -47,17 +48,22 @@ def best_ratio(results: list[dict], workload: str) -> float:
     return min([PRIOR_RATIO.get(workload, PRIOR_RATIO_ANY), *ratios])
 
 
+def _plan(store: ObjectStore, run_id: str) -> dict:
+    """The run's plan as stored (`RunPlanned`: the combinations it measures, its request); {} before it is."""
+    try:
+        return json.loads(store.get_bytes(keys.plan(run_id)))
+    except (NotFound, ValueError):
+        return {}
+
+
 def run_figures(store: ObjectStore, run_id: str) -> tuple[dict[str, dict], list[Figures]]:
-    """The run's combinations (key -> combo) and the figures measured of them so far: this run's
+    """The run's measured combinations (key -> combo) and the figures of them so far: this run's
     quick pass where it has one, else the latest stored result. None of either for a run of
     precision `exact`: it measures everything, TVM tuned."""
-    try:
-        record = json.loads(store.get_bytes(keys.run_record(run_id)))
-    except (NotFound, ValueError):
+    planned = _plan(store, run_id)
+    if (planned.get("request") or {}).get("precision", "exact") == "exact":  # everything measured, as asked
         return {}, []
-    if (record.get("request") or {}).get("precision") == "exact":  # everything measured, as asked
-        return {}, []
-    combos = record.get("combos") or {}
+    combos = planned.get("combos") or {}
     figures = []
     for key in combos:
         try:
@@ -107,3 +113,28 @@ def skip_reason(store: ObjectStore, run_id: str, workload: str, hardware: str, b
         f"tuning skipped: even TVM's largest gain seen on {workload} workloads (TVM / ONNX Runtime p99 "
         f"{ratio:.2f}) leaves it dominated at every memory size ({'; '.join(evidence)})"
     )
+
+
+# How long after a run's submission a TVM conversion waits for the run's other engines at its
+# batch to be measured (their figures decide whether tuning can change the answer).
+WAIT_FOR_OTHERS_S = 900.0
+
+
+def waits_for_others(store: ObjectStore, run_id: str, hardware: str, batch_size: int, now: datetime) -> bool:
+    """Whether a racing run's TVM conversion at `batch_size` should wait: the run's other
+    engines at that batch (cheaper to measure than TVM is to tune) have not all ended yet, and
+    the run is younger than WAIT_FOR_OTHERS_S. Their figures then say whether tuning is worth it."""
+    try:
+        submitted = datetime.fromisoformat(json.loads(store.get_bytes(keys.run_record(run_id)))["submitted_at"])
+    except (NotFound, ValueError, KeyError, TypeError):
+        return False
+    planned = _plan(store, run_id)
+    precision = (planned.get("request") or {}).get("precision", "exact")
+    if precision == "exact" or (now - submitted).total_seconds() > WAIT_FOR_OTHERS_S:
+        return False
+    others = [
+        key
+        for key, c in (planned.get("combos") or {}).items()
+        if c["optimizer"] != "tvm" and c["hardware"] == hardware and c["batch_size"] == batch_size
+    ]
+    return any(not store.exists(keys.outcome(run_id, key)) for key in others)

@@ -22,7 +22,7 @@ from core import measurement_lock
 from core.lease import Lease
 from core.ports import ObjectStore
 from core.runtime import Delayed
-from core.tuning_stakes import skip_reason
+from core.tuning_stakes import skip_reason, waits_for_others
 from engines import ConversionError, ConversionJob
 from engines.model_files import NotAModelError
 from schemas import keys
@@ -74,6 +74,14 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
     if deps.store.exists(keys.summary(event.run_id)):  # the run is over (cancelled, or closed at its deadline)
         log.info("skipped_run_ended", run_id=event.run_id, combo_key=pending.combo_key)
         return []
+    if (
+        combo.optimizer == Optimizer.tvm
+        and pending.tuning_trials > 0
+        and not deps.store.exists(keys.manifest(pending.artifact_key))
+        and waits_for_others(deps.store, event.run_id, combo.hardware.value, combo.batch_size, deps.now())
+    ):  # tuned last: the run's other engines at this batch say first whether tuning can matter
+        bound.info("tvm_tuning_waits_for_other_engines", retry_s=deps.lease_retry_s)
+        return [Delayed(pending, deps.now() + timedelta(seconds=deps.lease_retry_s))]
     with tempfile.TemporaryDirectory(dir=deps.work_dir, prefix="convert-") as tmp:
         work = Path(tmp)
         model_path = work / f"model.{model.format.value}"

@@ -4,12 +4,14 @@ run's answer (`core/tuning_stakes.py`), and the converter says so instead of tun
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 
 from adapters.memory_store import MemoryStore
-from core.tuning_stakes import PRIOR_RATIO, best_ratio, skip_reason
+from core.tuning_stakes import PRIOR_RATIO, WAIT_FOR_OTHERS_S, best_ratio, skip_reason, waits_for_others
 from schemas import keys
 
 RUN = "run-1"
+SUBMITTED = datetime(2026, 12, 6, 1, 0, tzinfo=UTC)
 MEMORIES = (1769, 3538)
 
 
@@ -41,7 +43,8 @@ def _run(store: MemoryStore, rows: list[dict], precision: str = "quick", tvm_bat
                     "batch_size": batch,
                     "memory_mb": memory,
                 }
-    store.put_bytes(keys.run_record(RUN), json.dumps({"combos": combos, "request": {"precision": precision}}).encode())
+    store.put_bytes(keys.plan(RUN), json.dumps({"combos": combos, "request": {"precision": precision}}).encode())
+    store.put_bytes(keys.run_record(RUN), json.dumps({"submitted_at": SUBMITTED.isoformat()}).encode())
     for row in rows:
         c = row["combo"]
         key = f"{c['optimizer']}-{c['batch_size']}-{c['memory_mb']}"
@@ -102,6 +105,8 @@ def test_the_converter_fails_the_combination_with_the_reason_instead_of_tuning(t
 
     store = MemoryStore()
     _run(store, _onnx_and_int8(2.4))
+    for row in _onnx_and_int8(2.4):  # the other engines at batch 1 have ended: TVM waits no more
+        store.put_bytes(keys.outcome(RUN, f"{row['combo']['optimizer']}-1-{row['combo']['memory_mb']}"), b"{}")
     model = ModelRef(sha256="ab" * 32, size_bytes=10, format="pt2", workload="nlp", input_size=[32])
     store.put_bytes(keys.model(model.sha256), b"not read: the reference is stored")
 
@@ -117,6 +122,7 @@ def test_the_converter_fails_the_combination_with_the_reason_instead_of_tuning(t
         work_dir=tmp_path,
         compute_reference=no_reference,
         convert=lambda optimizer, job: converted.append(job),
+        now=lambda: SUBMITTED + timedelta(seconds=60),
     )
     pending = ComboPending(
         model=model,
@@ -128,3 +134,22 @@ def test_the_converter_fails_the_combination_with_the_reason_instead_of_tuning(t
     )
     (out,) = on_combo_pending(Envelope.wrap(pending, run_id=RUN, producer="dedup"), deps)
     assert isinstance(out, ComboFailed) and out.reason.startswith("tuning skipped") and not converted
+
+
+def test_a_racing_run_s_tvm_conversion_waits_for_its_other_engines_at_that_batch():
+    """TVM is converted last at its batch: until the run's other engines there have ended (an
+    outcome each), or for WAIT_FOR_OTHERS_S at most; never in an exact run."""
+    store = MemoryStore()
+    _run(store, [])
+    soon = SUBMITTED + timedelta(seconds=60)
+    assert waits_for_others(store, RUN, "intel", 1, soon)
+    for optimizer in ("onnx", "onnx_int8"):
+        for memory in MEMORIES:
+            store.put_bytes(keys.outcome(RUN, f"{optimizer}-1-{memory}"), b"{}")
+    assert not waits_for_others(store, RUN, "intel", 1, soon)
+    other = MemoryStore()
+    _run(other, [])
+    assert not waits_for_others(other, RUN, "intel", 1, SUBMITTED + timedelta(seconds=WAIT_FOR_OTHERS_S + 1))
+    exact = MemoryStore()
+    _run(exact, [], precision="exact")
+    assert not waits_for_others(exact, RUN, "intel", 1, soon)

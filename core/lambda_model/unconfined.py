@@ -25,22 +25,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from core.lambda_model.prediction import COLD_START_ERROR, MODEL_ERROR, P99_ERROR_FACTOR, _throttled
+from core.lambda_model.prediction import COLD_START_ERROR, MODEL_ERROR, P99_ERROR_FACTOR, _throttled, relative_ci
 from schemas.lambda_limits import lambda_threads, lambda_vcpus
 
 ESTIMATED_UNCONFINED = "estimated, unconfined"
 HOST_ERROR = 0.10  # unconfined: other work on the machine is not held back by a CPU weight
-
-
-def _rel_ci(latency: dict, which: str) -> float:
-    low, high = (
-        (latency.get("ci95_low"), latency.get("ci95_high"))
-        if which == "p50"
-        else (latency.get("p99_ci95_low"), latency.get("p99_ci95_high"))
-    )
-    if low is None or high is None or not latency.get(which):
-        return 0.05 if which == "p50" else 0.15
-    return (high - low) / 2 / latency[which]
 
 
 def estimate_at(measured: dict[str, Any], memory_mb: int) -> dict[str, Any]:
@@ -67,8 +56,8 @@ def estimate_at(measured: dict[str, Any], memory_mb: int) -> dict[str, Any]:
         if lambda_threads(memory_mb) > 1:
             basis += f": an upper bound (Lambda would run {lambda_threads(memory_mb)} threads)"
     model = MODEL_ERROR[regime] + HOST_ERROR
-    p50_error = model + _rel_ci(latency, "p50")
-    p99_error = model * P99_ERROR_FACTOR + _rel_ci(latency, "p99")
+    p50_error = model + relative_ci(latency.get, "p50")
+    p99_error = model * P99_ERROR_FACTOR + relative_ci(latency.get, "p99")
     interval = {  # the shape of a prediction's (`schemas.recommendation.Interval`): the table shows it
         "level": f"~95% ({ESTIMATED_UNCONFINED})",
         "p50": [estimate["p50"] * (1 - p50_error), estimate["p50"] * (1 + p50_error)],

@@ -744,11 +744,14 @@ def test_tuning_output_goes_to_the_run_log_and_its_progress_comes_as_events(tmp_
     assert last["trials_total"] == trials and last["best_ms"] > 0, last
 
 
-def test_a_second_batch_size_starts_its_search_from_the_schedules_tuned_at_the_first(tmp_path):
-    """Batch 1's records seed batch 4's search (`engines/tvm/seeding.py`): each kernel's first
-    batch of candidates is batch 1's best schedules replayed on it, tiles refitted to the larger
-    batch loop; they are measured and recorded like any candidate, and the model still agrees."""
+def test_a_second_batch_size_starts_its_search_from_the_schedules_tuned_at_the_first(tmp_path, monkeypatch):
+    """Batch 1's records seed batch 4's search (`engines/tvm/seeding.py`, off by default:
+    `tuning.SEED_ACROSS_BATCHES`): up to half of each kernel's first batch of candidates is batch
+    1's best schedules replayed on it, tiles refitted to the larger batch loop; they are measured
+    and recorded like any candidate, and the model still agrees."""
     import torch
+
+    monkeypatch.setattr(tvm_tuning, "SEED_ACROSS_BATCHES", True)
 
     torch.manual_seed(0)
     network = torch.nn.Sequential(

@@ -31,6 +31,11 @@ from engines.tvm.search import search
 from engines.tvm.seeding import Seeds
 from schemas.reasons import whole
 
+# Seed a batch size's search with the schedules tuned at another (`seeding`). Off: measured on the
+# encoder at batch 4 and 64 trials (docs/tvm.md), the seeded searches shipped builds 1.1-1.4x
+# slower than a search from nothing, twice; kept for a measurement on a quiet machine.
+SEED_ACROSS_BATCHES = False
+
 
 def extract_tasks(variants: dict, target) -> tuple[list, dict]:
     """The kernels to tune across every layout candidate, each once (the kernels the layouts
@@ -140,7 +145,7 @@ def tune(variants: dict, job: ConversionJob, tune_spec: dict) -> Tuning:
                 scratch=scratch,
             )
 
-    seeds = Seeds(job.shared_tuning_dirs, tune_spec) if job.shared_tuning_dirs else None
+    seeds = Seeds(job.shared_tuning_dirs, tune_spec) if SEED_ACROSS_BATCHES and job.shared_tuning_dirs else None
     try:
         records = Records(database, records_dir, have=have, asked=asked, tasks=tasks_before)
         return search(job, records, extracted, uses, budget, scratch, tune_spec, started, len(borrowed), seeds)

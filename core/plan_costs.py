@@ -130,7 +130,7 @@ def stored_results(store: ObjectStore, limit: int = MAX_RESULTS_READ) -> list[di
     """Every measurement kept (`results/{combination}/{run}.json`, a racing run's quick pass
     `{run}.quick.json`), up to `limit` of them."""
     found = []
-    for key in store.list_keys("results/"):
+    for key in store.list_keys(keys.results_prefix()):
         name = key.rsplit("/", 1)[-1]
         if key.count("/") != 2 or not name.endswith(".json") or name.count(".") - name.endswith(".quick.json") != 1:
             continue  # the latest copy (`results/{key}.json`), profiles, traces; a quick pass's are read

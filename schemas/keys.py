@@ -108,6 +108,11 @@ def tuning_records_for(target_cpu: str) -> str:
     return f"tuning/{target_cpu}/"
 
 
+def results_prefix() -> str:
+    """Every combination's results: latest copies, versions, profiles, traces."""
+    return "results/"
+
+
 def result(combo_key: str) -> str:
     return f"results/{combo_key}.json"
 

@@ -58,7 +58,7 @@ def cmd_coldstart(args: argparse.Namespace) -> int:
         err.print(f"{label}: preparing the variants ...")
         with tempfile.TemporaryDirectory(prefix="ayci-levers-") as tmp:
             work = Path(tmp)
-            artifact, reference = fetch_measured(store, result.model_dump(mode="json", exclude_unset=True), work)
+            artifact, reference = fetch_measured(store, result, work)
             threads = result.threads or 1
             variants = (
                 onnx_variants(artifact, threads, work)

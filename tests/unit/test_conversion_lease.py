@@ -20,6 +20,21 @@ def take(deps: ConverterDeps, artifact_key: str, holder: str) -> bool:
     return conversion_lease(deps, artifact_key, holder).take()
 
 
+def tvm_pending(sha: str, cpu: str = "znver4", batch: int = 1):
+    """A `tvm` combination's `ComboPending` of the model whose SHA-256 is `sha` repeated, for `cpu`."""
+    from schemas.combos import Combo, ModelRef
+    from schemas.events import ComboPending
+
+    model = ModelRef(sha256=sha * 32, size_bytes=1, format="pt2", workload="image_classification", input_size=[32, 32])
+    return ComboPending(
+        model=model,
+        combo=Combo(hardware="intel", optimizer="tvm", batch_size=batch, memory_mb=1769),
+        combo_key="k",
+        artifact_key="a",
+        target_cpu=cpu,
+    )
+
+
 def test_the_memory_sizes_of_one_artifact_wait_for_one_conversion():
     clock = Clock()
     deps = ConverterDeps(store=MemoryStore(), lease_s=900, now=clock)
@@ -59,27 +74,16 @@ def test_progress_keeps_the_lease_and_a_holder_that_lost_it_neither_renews_nor_r
 
 def test_tuning_records_are_stored_as_one_object_and_come_back_whole(tmp_path):
     from schemas import keys
-    from schemas.combos import Combo, ModelRef
-    from schemas.events import ComboPending
     from services.converter.handlers import _fetch_tuning_records, _store_tuning_records
 
-    model = ModelRef(sha256="ab" * 32, size_bytes=1, format="pt2", workload="image_classification", input_size=[32, 32])
-    pending = ComboPending(
-        model=model,
-        combo=Combo(hardware="intel", optimizer="tvm", batch_size=2, memory_mb=1769),
-        combo_key="k",
-        artifact_key="a",
-        target_cpu="znver3",
-    )
+    pending = tvm_pending("ab", "znver3", batch=2)
     records = tmp_path / "out" / "tuning"
     records.mkdir(parents=True)
     (records / "database_workload.json").write_text("w" * 100)
     (records / "database_tuning_record.json").write_text("r" * 1000)
     store = MemoryStore()
     _store_tuning_records(store, pending, records)
-    assert list(store.objects) == [
-        keys.tuning_records(model.sha256, "znver3", 2, [32, 32])
-    ]  # one object, written at once
+    assert list(store.objects) == [keys.tuning_records("ab" * 32, "znver3", 2, [32, 32])]  # one object, written at once
     (tmp_path / "in").mkdir()
     fetched, shared = _fetch_tuning_records(store, pending, tmp_path / "in")
     assert {p.name: p.read_text() for p in fetched.iterdir()} == {p.name: p.read_text() for p in records.iterdir()}
@@ -87,31 +91,17 @@ def test_tuning_records_are_stored_as_one_object_and_come_back_whole(tmp_path):
 
 
 def test_other_models_tuning_records_for_the_same_cpu_come_along(tmp_path):
-    from schemas.combos import Combo, ModelRef
-    from schemas.events import ComboPending
     from services.converter.handlers import SHARED_TUNING_RECORDS, _fetch_tuning_records, _store_tuning_records
-
-    def pending_for(sha: str, cpu: str, batch: int = 1) -> ComboPending:
-        model = ModelRef(
-            sha256=sha * 32, size_bytes=1, format="pt2", workload="image_classification", input_size=[32, 32]
-        )
-        return ComboPending(
-            model=model,
-            combo=Combo(hardware="intel", optimizer="tvm", batch_size=batch, memory_mb=1769),
-            combo_key="k",
-            artifact_key="a",
-            target_cpu=cpu,
-        )
 
     store = MemoryStore()
     for index in range(SHARED_TUNING_RECORDS + 2):
         records = tmp_path / f"out{index}"
         records.mkdir()
         (records / "database_tuning_record.json").write_text(f"records of model {index}")
-        _store_tuning_records(store, pending_for(f"{index:02d}", "znver4"), records)
-    _store_tuning_records(store, pending_for("ee", "neoverse-n1"), records)  # another CPU: never shared
+        _store_tuning_records(store, tvm_pending(f"{index:02d}", "znver4"), records)
+    _store_tuning_records(store, tvm_pending("ee", "neoverse-n1"), records)  # another CPU: never shared
     (tmp_path / "in").mkdir()
-    own, shared = _fetch_tuning_records(store, pending_for("00", "znver4"), tmp_path / "in")
+    own, shared = _fetch_tuning_records(store, tvm_pending("00", "znver4"), tmp_path / "in")
     assert (own / "database_tuning_record.json").read_text() == "records of model 0"
     texts = [(folder / "database_tuning_record.json").read_text() for folder in shared]
     assert len(texts) == SHARED_TUNING_RECORDS and "records of model 0" not in texts
@@ -120,21 +110,7 @@ def test_other_models_tuning_records_for_the_same_cpu_come_along(tmp_path):
 
 def test_the_same_model_s_records_at_other_batch_sizes_come_first_nearest_first(tmp_path):
     """They seed this batch size's search (`engines/tvm/seeding.py`): never crowded out by other models'."""
-    from schemas.combos import Combo, ModelRef
-    from schemas.events import ComboPending
     from services.converter.handlers import SHARED_TUNING_RECORDS, _fetch_tuning_records, _store_tuning_records
-
-    def pending_for(sha: str, batch: int) -> ComboPending:
-        model = ModelRef(
-            sha256=sha * 32, size_bytes=1, format="pt2", workload="image_classification", input_size=[32, 32]
-        )
-        return ComboPending(
-            model=model,
-            combo=Combo(hardware="intel", optimizer="tvm", batch_size=batch, memory_mb=1769),
-            combo_key="k",
-            artifact_key="a",
-            target_cpu="znver4",
-        )
 
     store = MemoryStore()
     stored = [("aa", 1), ("aa", 16), ("aa", 2), *((f"{index:02d}", 4) for index in range(SHARED_TUNING_RECORDS + 2))]
@@ -142,8 +118,8 @@ def test_the_same_model_s_records_at_other_batch_sizes_come_first_nearest_first(
         records = tmp_path / f"out-{sha}-{batch}"
         records.mkdir()
         (records / "database_tuning_record.json").write_text(f"{sha} b{batch}")
-        _store_tuning_records(store, pending_for(sha, batch), records)
+        _store_tuning_records(store, tvm_pending(sha, batch=batch), records)
     (tmp_path / "in").mkdir()
-    _, shared = _fetch_tuning_records(store, pending_for("aa", 4), tmp_path / "in")
+    _, shared = _fetch_tuning_records(store, tvm_pending("aa", batch=4), tmp_path / "in")
     texts = [(folder / "database_tuning_record.json").read_text() for folder in shared]
     assert texts[:3] == ["aa b2", "aa b1", "aa b16"] and len(texts) == SHARED_TUNING_RECORDS

@@ -13,13 +13,16 @@ in the worker: HTTP, the body's decoding, the answer's encoding, the hops betwee
 echo path `POST /echo/{model}`, which does all but the inference, is timed beside it as a check)
 and the cold start (real worker processes started one after the other, each timed from its start
 to ready: sandbox, imports, load, first inference). The pools are then emptied, and the load
-starts on an endpoint with no worker, as the simulation's pool does.
+starts on an endpoint with no worker, as the simulation's pool does. During the load, echo
+probes (`PROBE_RPS`, the echo path: the whole front end, no worker) measure the per-request
+overhead under the load's own conditions (a shared host's contention moves it by several ms
+between a calibration and the load); the simulation is fed theirs (the calibration's if too few).
 
 The prediction: `core.lambda_model.traffic.simulate` on the very arrival times sent to each model,
 the calibrated service time and cold start, the endpoint's idle time as the idle timeout and its
 workers as the concurrency limit, cold starts drawn from the measured ones (`cold_samples_ms`),
 and the measured overhead added to each simulated latency (`overhead_ms`, drawn from the
-calibration's: an explicit parameter of `simulate`, holding no instance). The simulation models a Lambda pool,
+probes': an explicit parameter of `simulate`, holding no instance). The simulation models a Lambda pool,
 which `--lambda-like` makes the endpoint (`scaling.ScalingPolicy.lambda_like`); the default
 endpoint (one worker kept, scale-out on the scaler's ticks) is compared too, but is not that model.
 
@@ -60,6 +63,8 @@ MAX_DURATION_S = 3600.0
 CALIBRATION_REQUESTS = 150  # per model, for the overhead and for the service time each
 CALIBRATION_RPS = 40.0  # low enough that a warm worker is idle at each arrival
 CALIBRATION_COLD_STARTS = 5
+PROBE_RPS = 2.0  # echo probes during the load, per second: the overhead the simulation is fed
+MIN_PROBES = 20  # fewer (a short test): the calibration's overhead is fed instead
 PERCENTILES = (50, 90, 95, 99)
 
 
@@ -148,7 +153,20 @@ def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app) -> dict:
     rng = np.random.default_rng(plan.seed + 1)
     names = sorted(bodies)
     chosen = [names[i] for i in rng.integers(0, len(names), len(arrivals))]
-    outgoing = [Outgoing(f"/invocations/{n}", bodies[n], label=n) for n in chosen]
+    sent = [(t, Outgoing(f"/invocations/{n}", bodies[n], label=n)) for t, n in zip(arrivals, chosen, strict=True)]
+    # echo probes at a low rate all along the load: the front end's overhead under the load's own conditions
+    probes = np.arange(0.5 / PROBE_RPS, plan.duration_s, 1 / PROBE_RPS)
+    sent += [
+        (
+            float(t),
+            Outgoing(
+                f"/echo/{names[i % len(names)]}", bodies[names[i % len(names)]], label=f"echo:{names[i % len(names)]}"
+            ),
+        )
+        for i, t in enumerate(probes)
+    ]
+    sent.sort(key=lambda pair: pair[0])
+    arrivals, outgoing = [t for t, _ in sent], [o for _, o in sent]
     samples: list[dict] = []
     stop = threading.Event()
     with ServerThread(app) as url:
@@ -176,7 +194,7 @@ def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app) -> dict:
             "cpu_pressure_before": pressure_before,
             "cpu_pressure_after": cpu_pressure(),
         },
-        "generator": generator_figures(timings),
+        "generator": generator_figures([t for t in timings if not t.label.startswith("echo:")]),
         "calibration": {n: c["summary"] for n, c in calibration.items()},
         "models": {},
         "out_dir": str(out_dir),
@@ -185,9 +203,12 @@ def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app) -> dict:
     for name, model in endpoint.models.items():
         mine = [t for t in timings if t.label == name]
         observed = observed_figures(mine, samples, name, state[name])
+        probed = [t.latency_ms for t in timings if t.label == f"echo:{name}" and t.ok]
+        observed["echo"] = percentiles(probed)
+        fed = {**calibration[name], "overhead_ms": probed} if len(probed) >= MIN_PROBES else calibration[name]
         predicted = predicted_figures(
             [t.scheduled_s for t in mine],
-            calibration[name],
+            fed,
             plan.duration_s,
             endpoint.policy.idle_s,
             endpoint.policy.max_workers,

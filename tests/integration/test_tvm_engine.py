@@ -114,10 +114,14 @@ def conv_model(tmp_path_factory) -> Path:
     built both direct and Winograd, a strided one, ReLU, pooling, a dense head), exported at
     32x32 with a dynamic batch as the example models are: a tuned build of it takes seconds where
     ResNet-18's takes minutes on 2 cores."""
+    return _export_small_conv(_small_conv(), tmp_path_factory.mktemp("models") / "small-conv-32.pt2")
+
+
+def _small_conv():
     import torch
 
     torch.manual_seed(0)
-    model = torch.nn.Sequential(
+    return torch.nn.Sequential(
         torch.nn.Conv2d(3, 16, 3, padding=1),
         torch.nn.ReLU(),
         torch.nn.Conv2d(16, 16, 3, padding=1),
@@ -128,9 +132,13 @@ def conv_model(tmp_path_factory) -> Path:
         torch.nn.Flatten(),
         torch.nn.Linear(32, 100),
     ).eval()
+
+
+def _export_small_conv(model, path: Path) -> Path:
+    import torch
+
     batch = torch.export.Dim("batch", min=1, max=64)
     program = torch.export.export(model, (torch.zeros(2, 3, 32, 32),), dynamic_shapes=({0: batch},))
-    path = tmp_path_factory.mktemp("models") / "small-conv-32.pt2"
     torch.export.save(program, str(path))
     return path
 
@@ -250,29 +258,21 @@ def test_after_a_first_round_over_both_builds_the_rest_of_the_budget_goes_to_the
     assert _searched_what_was_asked(conversion.details, trials)
 
 
-def test_a_model_with_the_same_kernels_takes_their_schedules_from_the_others_records(tiny_image_model, tmp_path):
+def test_a_model_with_the_same_kernels_takes_their_schedules_from_the_others_records(conv_model, tmp_path):
     """A fine-tuned copy (other weights, same operators and shapes) needs no search for the
     kernels another model's records hold, searched at least as deeply."""
     import torch
 
-    module = workload_module("image_classification")
-    model = module.build_example_model([32, 32])
+    model = _small_conv()
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.mul_(1.01)
-    inputs = {name: torch.from_numpy(value) for name, value in module.example_inputs(2, [32, 32]).items()}
-    copy = tmp_path / "fine-tuned.pt2"
-    torch.export.save(
-        torch.export.export(
-            model, (), inputs, dynamic_shapes={name: {0: torch.export.Dim("batch", min=1, max=64)} for name in inputs}
-        ),
-        str(copy),
-    )
+    copy = _export_small_conv(model, tmp_path / "fine-tuned.pt2")
     size = [32, 32]
     first = tvm_engine.convert(
         _job(
-            _model_ref(tiny_image_model, "image_classification", size),
-            tiny_image_model,
+            _model_ref(conv_model, "image_classification", size),
+            conv_model,
             tmp_path / "a",
             trials=2 * TRIALS,
             tuning_dir=tmp_path / "tuning-a",

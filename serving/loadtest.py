@@ -16,7 +16,9 @@ to ready: sandbox, imports, load, first inference). The pools are then emptied, 
 starts on an endpoint with no worker, as the simulation's pool does. During the load, echo
 probes (`PROBE_RPS`, the echo path: the whole front end, no worker) measure the per-request
 overhead under the load's own conditions (a shared host's contention moves it by several ms
-between a calibration and the load); the simulation is fed theirs (the calibration's if too few).
+between a calibration and the load); the simulation is fed theirs, plus what an invocation's
+overhead adds to an echo's in the calibration (`invocation_over_echo_ms`: the hop to the worker's
+thread and back), or the calibration's overhead if the probes are too few.
 
 The prediction: `core.lambda_model.traffic.simulate` on the very arrival times sent to each model,
 the calibrated service time and cold start, the endpoint's idle time as the idle timeout and its
@@ -122,6 +124,8 @@ def calibrate(endpoint, url: str, bodies: dict[str, bytes], requests: int = CALI
             "warm_latency_ms": [t.latency_ms for t in served],
             "summary": {
                 "echo_p50_ms": float(np.percentile(echo, 50)),
+                # the invocation path's overhead beyond the echo's (the hop to the worker's thread and back)
+                "invocation_over_echo_ms": max(0.0, float(np.median(overhead) - np.median(echo))),
                 "overhead_p50_ms": float(np.percentile(overhead, 50)),
                 "overhead_p99_ms": float(np.percentile(overhead, 99)),
                 "service_p50_ms": float(np.percentile(service, 50)),
@@ -205,7 +209,10 @@ def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app) -> dict:
         observed = observed_figures(mine, samples, name, state[name])
         probed = [t.latency_ms for t in timings if t.label == f"echo:{name}" and t.ok]
         observed["echo"] = percentiles(probed)
-        fed = {**calibration[name], "overhead_ms": probed} if len(probed) >= MIN_PROBES else calibration[name]
+        fed = calibration[name]
+        if len(probed) >= MIN_PROBES:  # the probes' front end, and what an invocation adds to an echo (calibrated)
+            extra = calibration[name]["summary"]["invocation_over_echo_ms"]
+            fed = {**fed, "overhead_ms": [p + extra for p in probed]}
         predicted = predicted_figures(
             [t.scheduled_s for t in mine],
             fed,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import math
+import threading
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -199,15 +200,21 @@ def _member_headers(
     return headers
 
 
+# numpy parses a header with ast.literal_eval, which CPython 3.11 does not make safe across threads
+# ("SystemError: AST constructor recursion depth mismatch" under concurrent requests): one at a time.
+_HEADER_PARSE = threading.Lock()
+
+
 def _npy_header(stream: BinaryIO, where: str) -> ArrayHeader:
     try:
-        version = npy_format.read_magic(stream)
-        if version == (1, 0):
-            shape, fortran_order, dtype = npy_format.read_array_header_1_0(stream, max_header_size=MAX_HEADER_BYTES)
-        elif version == (2, 0):
-            shape, fortran_order, dtype = npy_format.read_array_header_2_0(stream, max_header_size=MAX_HEADER_BYTES)
-        else:
-            raise UnreadableArrays(f"{where}: .npy format version {version[0]}.{version[1]} is not read")
+        with _HEADER_PARSE:
+            version = npy_format.read_magic(stream)
+            if version == (1, 0):
+                shape, fortran_order, dtype = npy_format.read_array_header_1_0(stream, max_header_size=MAX_HEADER_BYTES)
+            elif version == (2, 0):
+                shape, fortran_order, dtype = npy_format.read_array_header_2_0(stream, max_header_size=MAX_HEADER_BYTES)
+            else:
+                raise UnreadableArrays(f"{where}: .npy format version {version[0]}.{version[1]} is not read")
     except ArrayFileError:
         raise
     except (*_READ_ERRORS, MemoryError) as exc:

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from core.lambda_model.traffic import Traffic, TrafficError, traffic_report
 from core.planning import Plan
 from core.ports import NotFound
+from core.racing import answer_lines
 from core.results import stored_profile
 from core.run_plan import measured_combos
 from report import results_csv, results_document
@@ -124,8 +125,18 @@ def owned_run(deps: RequestDeps, run_id: str, owner: str) -> dict:
 
 @router.get("/runs/{run_id}", response_model=RunProgress, responses=ERRORS)
 def get_run(run_id: RunId, owner: Owner, deps: Deps) -> dict:
-    """The run's status and each combination's progress."""
-    return run_progress(deps.store, owned_run(deps, run_id, owner))
+    """The run's status and each combination's progress; for a racing run (precision quick), the
+    running answer from its first pass on, refined as measurements arrive (`answer`)."""
+    return {**run_progress(deps.store, owned_run(deps, run_id, owner)), **running_answer(deps.store, run_id)}
+
+
+def running_answer(store, run_id: str) -> dict:
+    """`answer` and `answer_text` of the run (`core/racing.py`), or nothing before its first pass ends."""
+    try:
+        answer = json.loads(store.get_bytes(keys.answer(run_id)))
+    except NotFound:
+        return {}
+    return {"answer": answer, "answer_text": answer_lines(answer)}
 
 
 @router.delete("/runs/{run_id}", response_model=RunProgress, status_code=202, responses=ERRORS)
@@ -163,7 +174,11 @@ def _traffic(run_id: str, body: TrafficRequest, owner: str, deps: RequestDeps) -
         raise HTTPException(409, f"run {run_id} is still running")
     try:
         profile = Traffic(
-            rps=body.rps, pattern=body.pattern, idle_timeout_s=body.idle_timeout_s, duration_s=body.duration_s
+            rps=body.rps,
+            pattern=body.pattern,
+            idle_timeout_s=body.idle_timeout_s,
+            duration_s=body.duration_s,
+            concurrency_limit=body.concurrency_limit,
         )
     except TrafficError as exc:
         raise invalid(("body",), str(exc)) from None

@@ -125,7 +125,8 @@ def request(
     app, *, memory=(1769, 3538), optimizers=("onnx",), hardware="intel", sha256="a" * 64, **extra
 ) -> RequestSubmitted:
     matrix = Matrix(optimizers={hardware: list(optimizers)}, batch_sizes=[1], memory_sizes_mb=list(memory))
-    extra = {"precision": "exact", **extra}  # every combination to full precision; racing: tests/unit/test_racing_runs.py
+    # every combination to full precision; racing: tests/unit/test_racing_runs.py
+    extra = {"precision": "exact", **extra}
     return RequestSubmitted(model=stored_model(app, sha256), matrix=matrix, email="user@example.com", **extra)
 
 

@@ -37,7 +37,8 @@ def test_the_email_s_traffic_section_is_bounded_the_same_way():
 
 
 def test_the_email_s_traffic_section_plays_by_the_request_s_concurrency_limit():
-    """The run's traffic block names a concurrency limit (RequestSubmitted v8): the email's rows say what it throttles."""
+    """The run's traffic block names a concurrency limit (RequestSubmitted v8): the email's rows say what
+    it throttles."""
     from report.render import traffic_lines
 
     summary = fake_summary("0" * 8 + "-0000-0000-0000-" + "0" * 12)

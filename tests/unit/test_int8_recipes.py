@@ -217,7 +217,8 @@ def test_the_run_s_minimum_agreement_reaches_the_recipe_choice(cancelling, tmp_p
     """A run's `min_agreement` travels with its ComboPending to the conversion (through the
     sandbox) and is what the recipes are judged against: at 0.99 no recipe keeps the cancelling
     model's top-1 (`test_no_recipe_meets_the_minimum_and_the_row_says_so`: each keeps 0.1-0.2 of
-    it); a run asking 0.05 accepts the fastest recipe that reaches that. The minimum is part of onnx_int8's keys only."""
+    it); a run asking 0.05 accepts the fastest recipe that reaches that. The minimum is part of
+    onnx_int8's keys only."""
     from ayci.bootstrap import embedded
     from ayci.settings import Settings
     from engines import ConversionError

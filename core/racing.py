@@ -30,6 +30,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from schemas.combos import Combo
+from schemas.documents import SummaryResult
+
 QUICK_TIME_CAP_SHARE = 0.25  # the quick pass times each combination for this share of the full time cap
 RUN_TO_RUN_SLACK = 0.05  # every interval widened by this relative amount on each side
 Z95 = 1.96
@@ -130,36 +133,34 @@ def mean_half_width(cv: float | None, samples: int | None) -> float | None:
     return t975(samples) * cv / math.sqrt(samples)
 
 
-def figures_of(row: dict[str, Any], family: str | None = None) -> Figures | None:
-    """The figures of a result row (a stored result or summary row as a dict), or None without a
-    cost or a p99 interval (it cannot be raced: it stays a contender)."""
-    latency, cost_block = row.get("latency_ms") or {}, row.get("cost") or {}
-    cost = cost_block.get("per_million_inferences_usd")
-    p99 = latency.get("p99")
+def figures_of(row: SummaryResult, family: str | None = None) -> Figures | None:
+    """The figures of a result row (a summary's typed row), or None without a cost or a p99
+    interval (it cannot be raced: it stays a contender)."""
+    latency = row.latency_ms
+    cost = row.cost.per_million_inferences_usd if row.cost else None
+    p99 = latency.p99
     if not cost or p99 is None:
         return None
-    interval = row.get("interval") or {}
-    if row.get("predicted"):
-        if not interval.get("p99"):
+    if row.predicted:
+        if row.interval is None or not row.interval.p99:
             return None
-        p99_low, p99_high = interval["p99"]
-        p50_low, p50_high = interval.get("p50") or (latency["p50"], latency["p50"])
-        half = max(latency["p50"] - p50_low, p50_high - latency["p50"]) / latency["p50"] if latency.get("p50") else 0.0
+        p99_low, p99_high = row.interval.p99
+        p50_low, p50_high = row.interval.p50 or (latency.p50, latency.p50)
+        half = max(latency.p50 - p50_low, p50_high - latency.p50) / latency.p50 if latency.p50 else 0.0
     else:
-        p99_low, p99_high = latency.get("p99_ci95_low"), latency.get("p99_ci95_high")
-        samples = latency.get("iterations")
-        half = mean_half_width(latency.get("cv"), samples)
+        p99_low, p99_high = latency.p99_ci95_low, latency.p99_ci95_high
+        samples = latency.iterations
+        half = mean_half_width(latency.cv, samples)
         if p99_low is None or p99_high is None or half is None:
             return None
         if samples < TAIL_MIN_SAMPLES:  # the p99 of a few samples is about their maximum: its worst case is beyond
-            spread = TAIL_SPREAD * latency["cv"] * (latency.get("mean") or p99)
-            p99_high = max(p99_high, latency.get("max") or p99, p99 + spread)
-    combo = row["combo"]
-    label = f"{combo['hardware']}/{combo['optimizer']}/b{combo['batch_size']}/{combo['memory_mb']}MB"
+            spread = TAIL_SPREAD * latency.cv * (latency.mean or p99)
+            p99_high = max(p99_high, latency.max or p99, p99 + spread)
+    label = row.combo.label
     slack = 1 + RUN_TO_RUN_SLACK
     return Figures(
         label=label,
-        combo_key=row.get("combo_key") or label,
+        combo_key=row.combo_key or label,
         family=family or label,
         p99=p99,
         p99_low=min(p99_low, p99) / slack,
@@ -167,13 +168,13 @@ def figures_of(row: dict[str, Any], family: str | None = None) -> Figures | None
         cost=cost,
         cost_low=cost * max(0.0, 1 - half) / slack,
         cost_high=cost * (1 + half) * slack,
-        precision=row.get("precision") or "exact",
-        predicted=bool(row.get("predicted")),
+        precision=row.precision or "exact",
+        predicted=row.predicted,
     )
 
 
-def family_of(combo: dict[str, Any]) -> str:
-    return f"{combo['hardware']}/{combo['optimizer']}/b{combo['batch_size']}"
+def family_of(combo: Combo) -> str:
+    return f"{combo.hardware.value}/{combo.optimizer.value}/b{combo.batch_size}"
 
 
 def dominates(winner: Figures, loser: Figures) -> bool:

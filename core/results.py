@@ -14,6 +14,7 @@ import structlog
 from core.ports import NotFound, ObjectStore
 from schemas import keys
 from schemas.combos import MEASUREMENT_VERSION
+from schemas.cost import UnknownPriceRegion, cost_block
 from schemas.documents import CombinationProfile, MeasuredResult, ResultBundle, SummaryResult, json_object
 from schemas.events import InferenceDone, SchemaError
 
@@ -174,3 +175,26 @@ def stored_profile(
         return CombinationProfile.read(store.get_bytes(keys.profile(result.combo_key, for_run or result.run_id)))
     except NotFound:
         return None
+
+
+def priced_for_region(result: SummaryResult, region: str) -> SummaryResult:
+    """`result` with its cost in the run's price region. A stored result was costed in the
+    region of the run that measured it; the billed durations are the same everywhere."""
+    cost = result.cost
+    if cost is None or cost.price_region == region:
+        return result
+    try:
+        if cost.billed_ms_per_request is None or cost.cold_start_billed_ms is None:
+            raise UnknownPriceRegion(f"its cost in {cost.price_region!r} names no billed durations to price again")
+        repriced = cost_block(
+            billed_ms_per_request=cost.billed_ms_per_request,
+            cold_start_ms=cost.cold_start_billed_ms,
+            memory_mb=result.combo.memory_mb,
+            batch_size=result.combo.batch_size,
+            hardware=result.combo.hardware,
+            region=region,
+        )
+    except UnknownPriceRegion as exc:  # the price table changed since the request was accepted
+        log.warning("price_region_unknown", region=region, reason=str(exc))
+        return result.model_copy(update={"cost": None, "cost_unavailable": f"no price for region {region!r}: {exc}"})
+    return result.model_copy(update={"cost": repriced})

@@ -18,11 +18,14 @@ import json
 from dataclasses import replace
 from datetime import datetime
 
+from pydantic import ValidationError
+
 from core.plan_costs import stored_results
 from core.ports import NotFound, ObjectStore
 from core.racing import Figures, dominates, figures_of
 from core.results import QUICK_SUFFIX, latest_result
 from schemas import keys
+from schemas.documents import SummaryResult
 
 # The lowest TVM / ONNX Runtime p99 measured per workload kind (docs/tvm.md, 600 trials, 2 cores):
 # ResNet-18 0.62, the encoder 0.82, the detector 0.70; a custom model the lowest of all.
@@ -71,7 +74,7 @@ def run_figures(store: ObjectStore, run_id: str) -> tuple[dict[str, dict], list[
         except (NotFound, ValueError):
             stored = latest_result(store, key)
             row = stored.document if stored is not None else None
-        found = figures_of({**row, "combo_key": key}) if row else None
+        found = figures_of(typed) if row and (typed := _typed({**row, "combo_key": key})) else None
         if found is not None:
             figures.append(found)
     return combos, figures
@@ -138,3 +141,11 @@ def waits_for_others(store: ObjectStore, run_id: str, hardware: str, batch_size:
         if c["optimizer"] != "tvm" and c["hardware"] == hardware and c["batch_size"] == batch_size
     ]
     return any(not store.exists(keys.outcome(run_id, key)) for key in others)
+
+
+def _typed(row: dict) -> SummaryResult | None:
+    """A stored result as a summary's typed row (None: it does not fit the schema, it cannot race)."""
+    try:
+        return SummaryResult.of(row)
+    except ValidationError:
+        return None

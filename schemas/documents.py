@@ -153,6 +153,11 @@ class Latency(Flexible):
     billed_ms_mean: float | None = None
     p99_samples: int | None = None
     p99_estimate: bool = False  # fewer samples than a p99 needs: the p99 is an estimate
+    p99_ci95_low: float | None = None  # the p99's distribution-free 95 % interval (measuring/measure.py)
+    p99_ci95_high: float | None = None
+    max: float | None = None
+    cv: float | None = None
+    iterations: int | None = None
 
 
 class LatencyStats(Latency):
@@ -408,6 +413,9 @@ class SummaryResult(Flexible):
     divergence: dict[str, Any] | None = None  # where the outputs first diverge from base's (when they disagree)
     conversion: dict[str, Any] | None = None  # what the conversion chose (onnx_int8: its recipes' figures)
     document_version: int | None = None  # a measured row's: the `MeasuredResult` version it was upcast to
+    precision: str | None = None  # a racing run's: "quick" for the first pass's rough figures, else "exact"
+    dominated_by: str | None = None  # a quick row the race stopped: the combination that dominates it
+    evidence: dict[str, Any] | None = None  # and both intervals (`core/racing.Domination.evidence`)
 
     @property
     def label(self) -> str:

@@ -35,14 +35,13 @@ import structlog
 from core.lambda_model.prediction import predict_run
 from core.outcomes import Arrived, arrived_outcomes
 from core.ports import NotFound, ObjectStore
-from core.results import pack_results, reused_result
+from core.results import pack_results, priced_for_region, reused_result
 from core.run_plan import measured_combos
 from core.runtime import Delayed, WithId
 from report import RECOMMENDATION_KINDS, recommend
 from report.recommendation import with_break_even
 from schemas import keys
 from schemas.combos import Hardware, Optimizer, artifact_key, combo_key
-from schemas.cost import UnknownPriceRegion, cost_block
 from schemas.documents import (
     FailedCombination,
     Outcome,
@@ -220,7 +219,7 @@ def _archive(
     decided = racing.read_racing(deps.store, run_id)
     results, stopped = racing.mark_stopped(results, decided)
     recommendation = recommend(
-        [r for r in results if racing.label_of(r) not in stopped] + predicted_rows,
+        [r for r in results if r.label not in stopped] + predicted_rows,
         slo_p99_ms=request.slo_p99_ms,
         min_agreement=request.min_agreement,
         balance_weight=request.balance_weight,
@@ -488,29 +487,6 @@ def _row(result: dict, outcome: Outcome) -> SummaryResult:
     """A stored result (as `MeasuredResult.to_dict` gives it) as a row of the run's summary: the
     result as stored, with `reused`."""
     return SummaryResult.model_validate({**result, "reused": outcome.reused})
-
-
-def priced_for_region(result: SummaryResult, region: str) -> SummaryResult:
-    """`result` with its cost in the run's price region. A stored result was costed in the
-    region of the run that measured it; the billed durations are the same everywhere."""
-    cost = result.cost
-    if cost is None or cost.price_region == region:
-        return result
-    try:
-        if cost.billed_ms_per_request is None or cost.cold_start_billed_ms is None:
-            raise UnknownPriceRegion(f"its cost in {cost.price_region!r} names no billed durations to price again")
-        repriced = cost_block(
-            billed_ms_per_request=cost.billed_ms_per_request,
-            cold_start_ms=cost.cold_start_billed_ms,
-            memory_mb=result.combo.memory_mb,
-            batch_size=result.combo.batch_size,
-            hardware=result.combo.hardware,
-            region=region,
-        )
-    except UnknownPriceRegion as exc:  # the price table changed since the request was accepted
-        log.warning("price_region_unknown", region=region, reason=str(exc))
-        return result.model_copy(update={"cost": None, "cost_unavailable": f"no price for region {region!r}: {exc}"})
-    return result.model_copy(update={"cost": repriced})
 
 
 HANDLERS = {

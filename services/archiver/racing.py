@@ -21,25 +21,15 @@ from core.lambda_model.prediction import predict_run
 from core.outcomes import Arrived
 from core.ports import NotFound, ObjectStore
 from core.racing import Figures, Race, answer, family_of, figures_of, margins, race
-from core.results import is_quick
+from core.results import is_quick, priced_for_region
 from report.recommendation import exclusion
 from schemas import keys
 from schemas.combos import Combo
-from schemas.cost import UnknownPriceRegion, cost_block
-from schemas.documents import ArtifactManifest, MeasuredResult, Recommendation
+from schemas.documents import ArtifactManifest, FailedCombination, MeasuredResult, Recommendation, SummaryResult
 from schemas.events import Envelope, InferenceDone, Payload, RunPlanned
 
 log = structlog.get_logger()
 ANSWER_WRITES = 4  # compare-and-put attempts of a running answer's update (it is a view: the summary is the word)
-
-
-def as_dict(row: Any) -> dict:
-    """A summary row or stored result as a dict (rows are dicts or `SummaryResult`s)."""
-    return row if isinstance(row, dict) else row.model_dump(mode="json")
-
-
-def label_of(row: Any) -> str:
-    return Combo.model_validate(as_dict(row)["combo"]).label if isinstance(row, dict) else row.combo.label
 
 
 def refined_end(key: str, end: tuple, arrived: Arrived, end_of: Callable) -> tuple:
@@ -65,7 +55,9 @@ def refinements(store: ObjectStore, run_id: str) -> int:
     return len(decided["refine"]) if decided else 0
 
 
-def race_figures(plan: RunPlanned, results: list[dict], failures: list[dict]) -> tuple[list[Figures], dict, list[str]]:
+def race_figures(
+    plan: RunPlanned, results: list[SummaryResult], failures: list[FailedCombination]
+) -> tuple[list[Figures], dict, list[str]]:
     """The figures that race (measured and, with predict, predicted rows), the labels out of it
     with the reason, and the quick rows measured again whatever (disturbed, or without intervals)."""
     request = plan.request
@@ -74,16 +66,16 @@ def race_figures(plan: RunPlanned, results: list[dict], failures: list[dict]) ->
         predicted, _ = predict_run(request, list(plan.predicted.values()), results, failures, request.price_region)
         rows += predicted
     figures, out, forced = [], {}, []
-    for row in map(as_dict, rows):
-        label = Combo.model_validate(row["combo"]).label
-        if (row.get("load") or {}).get("disturbed"):
+    for row in rows:
+        label = row.label
+        if row.disturbed:
             forced.append(label)  # measured again: a quiet measurement may still be an answer
             continue
         why = exclusion(row, slo_p99_ms=None, min_agreement=request.min_agreement)  # the SLO races on intervals
         if why:
             out[label] = why
             continue
-        f = figures_of(row, family_of(row["combo"]) if plan.predicted else None)
+        f = figures_of(row, family_of(row.combo) if plan.predicted else None)
         if f is None:
             forced.append(label)
         else:
@@ -94,14 +86,14 @@ def race_figures(plan: RunPlanned, results: list[dict], failures: list[dict]) ->
 def race_quick_pass(
     event: Envelope,
     plan: RunPlanned,
-    results: list[dict],
-    failures: list[dict],
+    results: list[SummaryResult],
+    failures: list[FailedCombination],
     arrived: Arrived,
     deps,
 ) -> list[Payload] | None:
     """When the run's results include quick ones: decide the race once and emit the refinements
     (the deciding event), [] while refinements are missing, None when the run may close."""
-    quick = {r["combo_key"]: r for r in map(as_dict, results) if is_quick(r)}
+    quick = {r.combo_key: r for r in results if is_quick(r)}
     if not quick:
         return None
     run_id = event.run_id
@@ -112,9 +104,9 @@ def race_quick_pass(
         labels = set(outcome.contenders) | set(forced)
         # a quick result reused from another run is refined from its stored artifact (none left: it stays quick)
         refine = {
-            k: r["combo"]
+            k: r.combo.model_dump(mode="json")
             for k, r in quick.items()
-            if Combo.model_validate(r["combo"]).label in labels and deps.store.exists(keys.manifest(r["artifact_key"]))
+            if r.label in labels and deps.store.exists(keys.manifest(r.artifact_key))
         }
         decided = {
             "decided_by": event.event_id,
@@ -151,19 +143,19 @@ def race_quick_pass(
     out: list[Payload] = []
     for key in decided["refine"]:
         result = quick[key]
-        manifest = ArtifactManifest.read(deps.store.get_bytes(keys.manifest(result["artifact_key"])))
+        manifest = ArtifactManifest.read(deps.store.get_bytes(keys.manifest(result.artifact_key)))
         converted = manifest.model_converted(
             model=plan.model,
             combo=plan.combos[key],
             combo_key=key,
-            artifact_key=result["artifact_key"],
+            artifact_key=result.artifact_key,
             reused=True,
         )
         out.append(converted.model_copy(update={"refine": True}))
     return out
 
 
-def mark_stopped(results: list[dict], decided: dict | None) -> tuple[list[dict], dict[str, str]]:
+def mark_stopped(results: list[SummaryResult], decided: dict | None) -> tuple[list[SummaryResult], dict[str, str]]:
     """The rows a race stopped with what stopped them (`dominated_by` and its `evidence`), and
     label -> reason for the recommendation's `excluded`."""
     if not decided:
@@ -171,26 +163,29 @@ def mark_stopped(results: list[dict], decided: dict | None) -> tuple[list[dict],
     dominated = decided["race"]["dominated"]
     out, reasons = [], {}
     for row in results:
-        label = label_of(row)
-        stop = dominated.get(label)
-        if stop is not None and is_quick(as_dict(row)):
-            marked = {**as_dict(row), "dominated_by": stop["by"], "evidence": stop["evidence"]}
-            row = marked if isinstance(row, dict) else type(row).model_validate(marked)
-            reasons[label] = stop["reason"]
+        stop = dominated.get(row.label)
+        if stop is not None and is_quick(row):
+            row = row.model_copy(update={"dominated_by": stop["by"], "evidence": stop["evidence"]})
+            reasons[row.label] = stop["reason"]
         out.append(row)
     return out, reasons
 
 
 def final_answer(
-    results: list, recommendation: Recommendation, decided: dict | None, stopped: dict[str, str], *, predict: bool
+    results: list[SummaryResult],
+    recommendation: Recommendation,
+    decided: dict | None,
+    stopped: dict[str, str],
+    *,
+    predict: bool,
 ) -> tuple[Recommendation, dict[str, Any]]:
     """The recommendation with each pick's margin over the next (`margins`) and the combinations the
     race stopped under `excluded` ("dominated by X" with the evidence), and the final answer."""
     candidates = set(recommendation.candidates)
     balance_weight = recommendation.criteria.balance_weight if recommendation.criteria else 0.5
     figures = {}
-    for row in map(as_dict, results):
-        f = figures_of(row, family_of(row["combo"]) if predict else None)
+    for row in results:
+        f = figures_of(row, family_of(row.combo) if predict else None)
         if f is not None and f.label in candidates:
             figures[f.label] = f
     race_result = Race.of(decided["race"]) if decided else Race()
@@ -201,25 +196,6 @@ def final_answer(
     return recommendation.model_copy(update={"margins": done["margins"], "excluded": excluded}), done
 
 
-def _priced(result: dict, region: str) -> dict:
-    """`result` with its cost in `region` (the run's: a stored result was costed in the default one)."""
-    cost = result.get("cost")
-    if not cost or cost.get("price_region") == region:
-        return result
-    try:
-        repriced = cost_block(
-            billed_ms_per_request=cost["billed_ms_per_request"],
-            cold_start_ms=cost["cold_start_billed_ms"],
-            memory_mb=result["combo"]["memory_mb"],
-            batch_size=result["combo"]["batch_size"],
-            hardware=result["combo"]["hardware"],
-            region=region,
-        )
-    except UnknownPriceRegion:
-        return {**result, "cost": None}
-    return {**result, "cost": repriced.model_dump(mode="json")}
-
-
 def on_refined(event: Envelope, deps) -> None:
     """A refined result arrived: its figures replace the quick ones in the running answer (a view
     for the CLI, the API and the page; the summary is the run's word)."""
@@ -228,7 +204,8 @@ def on_refined(event: Envelope, deps) -> None:
     if decided is None:
         return
     try:
-        result = _priced(MeasuredResult.read(deps.store.get_bytes(done.result_key)).to_dict(), decided["price_region"])
+        stored = MeasuredResult.read(deps.store.get_bytes(done.result_key))
+        result = priced_for_region(SummaryResult.of(stored), decided["price_region"])
     except NotFound:
         return
     for _ in range(ANSWER_WRITES):

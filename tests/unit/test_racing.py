@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from core.racing import RUN_TO_RUN_SLACK, Figures, answer, answer_lines, figures_of, margins, picks, race
+from schemas.documents import SummaryResult
 
 
 def fig(label: str, p99: float, cost: float, spread: float = 0.05, family: str | None = None, **kw) -> Figures:
@@ -95,20 +96,28 @@ def test_figures_of_a_measured_result_widen_its_intervals_by_the_run_to_run_slac
     row = {
         "combo_key": "k",
         "combo": {"hardware": "intel", "optimizer": "onnx", "batch_size": 1, "memory_mb": 1024},
-        "latency_ms": {"p50": 5.0, "p99": 8.0, "p99_ci95_low": 7.0, "p99_ci95_high": 9.0, "cv": 0.1, "iterations": 100},
+        "latency_ms": {
+            "p50": 5.0,
+            "p90": 7.0,
+            "p99": 8.0,
+            "p99_ci95_low": 7.0,
+            "p99_ci95_high": 9.0,
+            "cv": 0.1,
+            "iterations": 100,
+        },
         "cost": {"per_million_inferences_usd": 2.0},
         "precision": "quick",
     }
-    f = figures_of(row)
+    f = figures_of(SummaryResult.of(row))
     assert f.label == "intel/onnx/b1/1024MB" and f.precision == "quick"
     assert f.p99_low == pytest.approx(7.0 / (1 + RUN_TO_RUN_SLACK))
     assert f.p99_high == pytest.approx(9.0 * (1 + RUN_TO_RUN_SLACK))
     half = 1.96 * 0.1 / 10
     assert f.cost_low == pytest.approx(2.0 * (1 - half) / (1 + RUN_TO_RUN_SLACK))
     assert f.cost_high == pytest.approx(2.0 * (1 + half) * (1 + RUN_TO_RUN_SLACK))
-    assert figures_of({**row, "cost": None}) is None  # no cost: it cannot race
-    no_interval = {**row, "latency_ms": {"p50": 5.0, "p99": 8.0}}
-    assert figures_of(no_interval) is None
+    assert figures_of(SummaryResult.of({**row, "cost": None})) is None  # no cost: it cannot race
+    no_interval = {**row, "latency_ms": {"p50": 5.0, "p90": 7.0, "p99": 8.0}}
+    assert figures_of(SummaryResult.of(no_interval)) is None
 
 
 def test_the_running_answer_lists_picks_with_intervals_and_what_is_dominated():
@@ -130,6 +139,7 @@ def test_a_p99_of_few_samples_has_its_worst_case_beyond_them_and_a_mean_of_few_a
         "combo": {"hardware": "intel", "optimizer": "base", "batch_size": 4, "memory_mb": 512},
         "latency_ms": {
             "p50": 690.0,
+            "p90": 710.0,
             "p99": 720.0,
             "mean": 695.0,
             "max": 722.0,
@@ -140,7 +150,7 @@ def test_a_p99_of_few_samples_has_its_worst_case_beyond_them_and_a_mean_of_few_a
         },
         "cost": {"per_million_inferences_usd": 100.0},
     }
-    f = figures_of(row)
+    f = figures_of(SummaryResult.of(row))
     assert f.p99_high == pytest.approx((720.0 + 3 * 0.05 * 695.0) * (1 + RUN_TO_RUN_SLACK))
     half = 2.78 * 0.05 / 5**0.5  # Student's t with 4 degrees of freedom, not 1.96
     assert f.cost_high == pytest.approx(100.0 * (1 + half) * (1 + RUN_TO_RUN_SLACK))

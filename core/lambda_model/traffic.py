@@ -458,7 +458,7 @@ def _row(result: SummaryResult | dict) -> SummaryResult:
 
 
 def combination_under_traffic(
-    result: SummaryResult | dict,
+    result: SummaryResult,
     traffic: Traffic,
     seed: int = 0,
     snapstart_restore_ms: float | None = None,
@@ -474,7 +474,6 @@ def combination_under_traffic(
     `SIMULATIONS_PER_ROW` x `MAX_EVENTS`); thinned arrivals are scaled back and the row says so
     (`thinned`, `notes`)."""
     budget = budget or Budget(events=SIMULATIONS_PER_ROW * MAX_EVENTS, wall_s=SIMULATIONS_PER_ROW * MAX_WALL_S)
-    result = _row(result)
     warm = latency_quantiles(result.latency_ms.model_dump(exclude_unset=True))
     combo = result.combo
     region = (result.cost.price_region if result.cost else None) or load_prices().default_region

@@ -223,7 +223,7 @@ def _serving(summary: RunSummary, result: SummaryResult) -> Serving:
         return Serving("on demand", reason="the run named no traffic: on demand (rerun with --traffic-rps to choose)")
     slo = summary.request.get("slo_p99_ms")
     try:
-        row = combination_under_traffic(result.model_dump(mode="json"), Traffic(**profile))
+        row = combination_under_traffic(result, Traffic(**profile))
     except (TrafficError, KeyError, TypeError) as exc:
         return Serving("on demand", reason=f"the traffic could not be simulated ({exc}): on demand")
     meeting = [o for o in row["options"] if slo is None or o["p99_ms"] <= slo]

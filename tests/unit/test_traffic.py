@@ -24,6 +24,7 @@ from core.lambda_model.traffic import (
     simulate,
     traffic_report,
 )
+from schemas.documents import SummaryResult
 
 WARM = [(0.0, 9.0), (0.5, 10.0), (0.9, 11.0), (0.99, 13.0), (1.0, 15.0)]
 
@@ -40,8 +41,8 @@ def test_cold_share_of_steady_poisson_traffic_matches_the_closed_form():
 
 
 def test_bursts_need_more_instances_and_more_cold_starts_than_steady_traffic():
-    steady = combination_under_traffic(result(), Traffic(rps=2, pattern="steady", idle_timeout_s=600, duration_s=3600))
-    spiky = combination_under_traffic(result(), Traffic(rps=2, pattern="spiky", idle_timeout_s=600, duration_s=3600))
+    steady = combination_under_traffic(typed(), Traffic(rps=2, pattern="steady", idle_timeout_s=600, duration_s=3600))
+    spiky = combination_under_traffic(typed(), Traffic(rps=2, pattern="spiky", idle_timeout_s=600, duration_s=3600))
     assert spiky["peak_instances"] > steady["peak_instances"] and spiky["requests"] > steady["requests"]
     assert steady["p50_ms"] == pytest.approx(10.0, rel=0.1) and steady["p999_ms"] >= steady["p99_ms"]
     assert steady["bill_usd"] > 0 and steady["cold_share"] < 0.01
@@ -124,6 +125,11 @@ def test_the_pick_is_the_cheapest_meeting_the_slo_with_cold_starts_counted():
 
 
 MODEL = {"sha256": "a" * 64, "size_bytes": 2**20, "format": "onnx", "workload": "image_classification"}
+
+
+def typed(*args, **kwargs) -> SummaryResult:
+    """`result` as a summary's typed row (what `combination_under_traffic` takes)."""
+    return SummaryResult.model_validate(result(*args, **kwargs))
 
 
 def result(
@@ -237,8 +243,8 @@ def test_snapstart_bills_the_restore_fee_the_billed_restore_and_three_hours_of_c
     from schemas.lambda_billing import load_billing
 
     traffic = Traffic(rps=0.003, idle_timeout_s=60, duration_s=7200)
-    fast = combination_under_traffic(result(), traffic, snapstart_restore_ms=100)
-    slow = combination_under_traffic(result(), traffic, snapstart_restore_ms=4000)
+    fast = combination_under_traffic(typed(), traffic, snapstart_restore_ms=100)
+    slow = combination_under_traffic(typed(), traffic, snapstart_restore_ms=4000)
     fast_ss, slow_ss = (next(o for o in r["options"] if o["option"].startswith("SnapStart")) for r in (fast, slow))
     assert slow_ss["p99_ms"] > fast_ss["p99_ms"] + 3000
     assert slow_ss["restores"] == fast_ss["restores"]
@@ -252,10 +258,10 @@ def test_snapstart_bills_the_restore_fee_the_billed_restore_and_three_hours_of_c
 
 
 def test_snapstart_is_priced_only_where_the_combination_may_use_it():
-    torch = combination_under_traffic(result(optimizer="base", model={**MODEL, "format": "pt2"}), Traffic(rps=0.01))
+    torch = combination_under_traffic(typed(optimizer="base", model={**MODEL, "format": "pt2"}), Traffic(rps=0.01))
     assert not any(o["option"].startswith("SnapStart") for o in torch["options"])
     assert any("no SnapStart" in n and "container image" in n for n in torch["notes"])
-    unknown = combination_under_traffic(result(model=None), Traffic(rps=0.01))
+    unknown = combination_under_traffic(typed(model=None), Traffic(rps=0.01))
     assert not any(o["option"].startswith("SnapStart") for o in unknown["options"])
     assert any("eligibility is unknown" in n for n in unknown["notes"])
 
@@ -267,7 +273,7 @@ def test_provisioned_concurrency_is_billed_in_five_minute_steps():
     price = load_prices().region("us-east-1").provisioned_x86_64_per_gb_second_usd
     bills = []
     for duration in (3600, 3601):
-        row = combination_under_traffic(result(), Traffic(rps=0.001, idle_timeout_s=60, duration_s=duration))
+        row = combination_under_traffic(typed(), Traffic(rps=0.001, idle_timeout_s=60, duration_s=duration))
         bills.append(next(o for o in row["options"] if o["option"] == "provisioned 1")["bill_usd"])
     assert bills[1] - bills[0] == pytest.approx(300 * 1769 / 1024 * price, rel=0.02)
 

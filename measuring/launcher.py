@@ -82,6 +82,9 @@ class MeasureSpec:
         return min(host_cores(), lambda_threads(self.memory_mb))
 
 
+ONE_THREAD_FOR_ITS_SIZE = "one_thread_for_its_size"  # the report's mark: one unconfined thread, to be estimated
+
+
 def engine_env_extra(env_extra: dict | None = None) -> dict:
     """What a process that runs an engine's artifact adds to the sandbox's environment
     (`sandbox.environment`: thread pools sized there): TVM's runtime library only."""
@@ -91,7 +94,9 @@ def engine_env_extra(env_extra: dict | None = None) -> dict:
 def measure(spec: MeasureSpec, python_command: list[str] | None = None, env_extra: dict | None = None) -> dict:
     """Run one measurement in a fresh, confined process; its report (see `measure.py`) plus
     the settings it ran under: `confined`, `confinement_reason`, `vcpus`, `threads`, `load`,
-    `lock_wait_s`, `measurement_s`."""
+    `lock_wait_s`, `measurement_s`. Where this machine cannot confine (`_estimates`) it measures
+    one unconfined thread and says so (`ONE_THREAD_FOR_ITS_SIZE`): the caller turns that into the
+    memory size's estimate (`core/lambda_model/unconfined.apply_estimate`)."""
     try:
         with measurement_lock.exclusive(timeout_s=spec.timeout_s) as lock_wait_s:
             tuning = _tune(spec, python_command, env_extra)
@@ -122,11 +127,8 @@ def measure(spec: MeasureSpec, python_command: list[str] | None = None, env_extr
         vcpus_available=available,
         environment={**host_environment(), **report.pop("runtime", {})},
     )
-    if estimated:
-        from core.lambda_model.unconfined import apply_estimate
-
-        report = apply_estimate(report, spec.memory_mb, reason)
-        report["vcpus"] = spec.vcpus
+    if estimated:  # what the caller makes of it is the Lambda model's (core/lambda_model/unconfined.py)
+        report[ONE_THREAD_FOR_ITS_SIZE] = True
     return report
 
 

@@ -29,7 +29,7 @@ from core.racing import QUICK_TIME_CAP_SHARE
 from core.results import keep_result
 from core.runtime import Delayed
 from engines.targets import native_hardware
-from measuring.launcher import MachineBusy, MeasurementFailed, MeasureSpec, measure
+from measuring.launcher import ONE_THREAD_FOR_ITS_SIZE, MachineBusy, MeasurementFailed, MeasureSpec, measure
 from schemas import keys
 from schemas.combos import MEASUREMENT_VERSION, Hardware, reference_key
 from schemas.cost import Cost, cost_block
@@ -296,7 +296,7 @@ def _measure_here(converted: ModelConverted, deps: InferenceDeps, bound) -> tupl
         )
         bound.info("measurement_started", threads=spec.threads, vcpus=round(spec.vcpus, 3))
         try:
-            return deps.measure(spec, python_command=python_command), emulated
+            return estimated(deps.measure(spec, python_command=python_command), spec), emulated
         except MachineBusy as exc:  # the run's deadline bounds how long it may keep trying
             bound.info("measurement_postponed", reason=exc.reason, retry_s=deps.busy_retry_s)
             return [Delayed(converted, datetime.now(UTC) + timedelta(seconds=deps.busy_retry_s))], emulated
@@ -305,6 +305,17 @@ def _measure_here(converted: ModelConverted, deps: InferenceDeps, bound) -> tupl
             return [
                 ComboFailed(combo=combo, combo_key=converted.combo_key, stage=FailureStage.inference, reason=exc.reason)
             ], emulated
+
+
+def estimated(report: dict, spec: MeasureSpec) -> dict:
+    """A report of one unconfined thread measured for its memory size (the launcher's mark,
+    where this machine cannot confine) as that size's estimate (`core/lambda_model/unconfined.py`)
+    with the size's vCPUs; any other report as it is."""
+    if not report.pop(ONE_THREAD_FOR_ITS_SIZE, False):
+        return report
+    from core.lambda_model.unconfined import apply_estimate
+
+    return {**apply_estimate(report, spec.memory_mb, report.get("confinement_reason")), "vcpus": spec.vcpus}
 
 
 def _measure_in_function(

@@ -66,3 +66,25 @@ def test_an_estimate_may_be_recommended_where_a_plain_unconfined_row_may_not():
     plain = {**row, **report, "confinement_reason": "not root"}
     assert "unconfined" in exclusion(plain, slo_p99_ms=None, min_agreement=0.99)
     assert exclusion({**row, **estimated}, slo_p99_ms=None, min_agreement=0.99) is None
+
+
+def test_the_inference_handler_turns_the_launcher_s_one_thread_mark_into_the_estimate():
+    """The launcher only says it measured one unconfined thread for the size (`ONE_THREAD_FOR_ITS_SIZE`);
+    the handler that builds the result makes it the size's estimate, with the size's vCPUs."""
+    from pathlib import Path
+
+    from measuring.launcher import ONE_THREAD_FOR_ITS_SIZE, MeasureSpec
+    from services.inference.handlers import estimated
+
+    spec = MeasureSpec(
+        optimizer="onnx",
+        workload="image_classification",
+        artifact_path=Path("a"),
+        reference_path=Path("r"),
+        memory_mb=884,
+    )
+    report = {**MEASURED, "confinement_reason": "not root", "vcpus": 1.0}
+    assert estimated(dict(report), spec) == report  # no mark: as measured
+    marked = estimated({**report, ONE_THREAD_FOR_ITS_SIZE: True}, spec)
+    assert ONE_THREAD_FOR_ITS_SIZE not in marked and marked["estimate"]["mark"] == ESTIMATED_UNCONFINED
+    assert marked["vcpus"] == spec.vcpus and marked["latency_ms"]["mean"] == pytest.approx(2 * 30.5, rel=0.1)

@@ -13,7 +13,7 @@ from ayci.cli.console import UsageError, err
 from ayci.settings import Settings
 from core.ports import NotFound, ObjectStore
 from schemas import keys
-from schemas.combos import Matrix, Workload, parse_memory_sizes
+from schemas.combos import Matrix, ModelRef, Workload, parse_memory_sizes
 from schemas.documents import RunSummary
 from schemas.events import RequestSubmitted
 
@@ -171,6 +171,28 @@ def say_impossible(plan) -> None:
         )
         for planned in impossible.values():
             err.print(f"  {planned.combo.label}: {planned.reason}", markup=False)
+
+
+def submit(
+    store: ObjectStore,
+    publisher,
+    args: argparse.Namespace,
+    run_id: str,
+    model_path: Path,
+    workload: Workload,
+    input_size: list[int],
+    inputs_path: Path | None,
+) -> tuple[ModelRef, RequestSubmitted]:
+    """Submit the run the options describe: store its inputs and model, build the request, say
+    which combinations cannot run, publish it. The stored model and the request."""
+    from services.request.submission import store_inputs, store_model, submit_run
+
+    inputs_sha = store_inputs(store, inputs_path) if inputs_path else None
+    model = store_model(store, model_path, workload, input_size, inputs_sha)
+    request = build_request(args, model)
+    say_impossible(plan_of(request, model_path, inputs_path, store))
+    submit_run(store, publisher, request, run_id)
+    return model, request
 
 
 def archived_summary(store: ObjectStore, run_id: str, settings: Settings) -> RunSummary:

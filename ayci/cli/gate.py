@@ -114,19 +114,10 @@ def measure_run(args: argparse.Namespace, parts=None) -> str:
     """Submit the run the options describe on the embedded default and wait for it (progress on
     stderr): its id. `parts` replaces the embedded app's parts (tests: a fake measurement)."""
     from ayci.bootstrap import embedded
-    from ayci.cli.common import (
-        build_request,
-        checked_inputs,
-        model_path_of,
-        plan_of,
-        say_impossible,
-        warn_if_unconfined,
-        workload_and_size,
-    )
+    from ayci.cli.common import checked_inputs, model_path_of, submit, warn_if_unconfined, workload_and_size
     from ayci.cli.follow import follow_embedded
     from ayci.cli.runlog import run_log
     from core.run_plan import measured_combos
-    from services.request.submission import store_inputs, store_model, submit_run
 
     settings = settings_of(args)
     workload, input_size = workload_and_size(args)
@@ -138,11 +129,9 @@ def measure_run(args: argparse.Namespace, parts=None) -> str:
         model_path = model_path_of(args, settings, workload, input_size)
         warn_if_unconfined()
         app = embedded(settings, parts=parts)
-        inputs_sha = store_inputs(app.store, inputs_path) if inputs_path else None
-        model = store_model(app.store, model_path, workload, input_size, inputs_sha)
-        request = build_request(request_args, model)
-        say_impossible(plan_of(request, model_path, inputs_path, app.store))
-        submit_run(app.store, app.publisher, request, run_id)
+        model, request = submit(
+            app.store, app.publisher, request_args, run_id, model_path, workload, input_size, inputs_path
+        )
         what = f"{model_path.name} (sha256 {model.sha256[:12]}), to gate against {args.baseline}"
         summary = follow_embedded(app, run_id, len(measured_combos(request)), what)
     err.print(log.where(), highlight=False, soft_wrap=True)

@@ -14,9 +14,8 @@ from ayci.cli.common import (
     build_request,
     checked_inputs,
     model_path_of,
-    plan_of,
-    say_impossible,
     settings_of,
+    submit,
     warn_if_unconfined,
     workload_and_size,
 )
@@ -86,14 +85,9 @@ def run_embedded(
     from ayci.bootstrap import embedded
     from core.run_plan import measured_combos
     from services.inference.profiling import PROFILE_RUNS
-    from services.request.submission import store_inputs, store_model, submit_run
 
     app = embedded(settings)
-    inputs_sha = store_inputs(app.store, inputs_path) if inputs_path else None
-    model = store_model(app.store, model_path, workload, input_size, inputs_sha)
-    request = build_request(args, model)
-    say_impossible(plan_of(request, model_path, inputs_path, app.store))
-    submit_run(app.store, app.publisher, request, run_id)
+    model, request = submit(app.store, app.publisher, args, run_id, model_path, workload, input_size, inputs_path)
     what = f"{model_path.name} (sha256 {model.sha256[:12]})"
     summary = follow_embedded(app, run_id, len(measured_combos(request)), what)
     print_report(summary, terminal.out(REPORT_WIDTH))
@@ -117,14 +111,11 @@ def run_on_localstack(
 ) -> int:
     from core.run_plan import measured_combos
     from schemas.combos import combo_key
-    from services.request.submission import store_inputs, store_model, submit_run
 
     with localstack_services(args.stack, settings) as (wiring, processes):
-        inputs_sha = store_inputs(wiring.store, inputs_path) if inputs_path else None
-        model = store_model(wiring.store, model_path, workload, input_size, inputs_sha)
-        request = build_request(args, model)
-        say_impossible(plan_of(request, model_path, inputs_path, wiring.store))
-        submit_run(wiring.store, wiring.publisher, request, run_id)
+        model, request = submit(
+            wiring.store, wiring.publisher, args, run_id, model_path, workload, input_size, inputs_path
+        )
         combos = [combo_key(model, c, request.tuning) for c in measured_combos(request)]
         summary = follow_store(wiring.store, run_id, combos, args.timeout, processes)
     print_report(summary, terminal.out(REPORT_WIDTH))

@@ -1,4 +1,5 @@
-"""The inputs a model is run on: the workload's example inputs (or the user's own, `.npz`),
+"""The inputs a model is run on: the workload's example inputs (or the user's own, `.npz`, or
+the shipped sentences tokenized by the user's tokenizer: `workloads/tokenized.py`),
 bound to the model's inputs by its signature (`workloads/binding.py`) and checked against the
 dims it declares. The reference, every engine's conversion and every measurement use these."""
 
@@ -12,7 +13,8 @@ from engines.signature import read_signature
 from schemas.combos import ModelRef
 from schemas.signature import ModelSignature
 from workloads import workload_module
-from workloads.binding import bind, bound_arrays
+from workloads.agreement import TOKENIZED
+from workloads.binding import ATTENTION_MASK, TOKEN_IDS, TOKEN_TYPE_IDS, bind, bound_arrays
 
 
 class InputsDoNotFit(ValueError):
@@ -34,9 +36,11 @@ def model_inputs(
     signature = signature or read_signature(model_path, model.format)
     module = workload_module(model.workload)
     if user_inputs is not None:
-        from workloads.custom import inputs_from_npz
+        from workloads.custom import inputs_from_npz, inputs_kind
 
         arrays, roles = inputs_from_npz(user_inputs, batch, start=sample * batch), {}
+        if inputs_kind(user_inputs) == TOKENIZED:  # tokenized sentences: the model takes what its signature asks
+            roles = {"input_ids": TOKEN_IDS, "attention_mask": ATTENTION_MASK, "token_type_ids": TOKEN_TYPE_IDS}
     else:
         arrays, roles = module.example_inputs(batch, list(model.input_size), seed=sample), module.INPUT_ROLES
     sources = bind(

@@ -27,7 +27,7 @@ import structlog
 
 from engines import ConversionError, ConversionJob
 from schemas.reasons import whole
-from workloads.agreement import AGREEMENT_SAMPLES, SYNTHETIC, USER, batches_for, over_batches
+from workloads.agreement import AGREEMENT_SAMPLES, SYNTHETIC, batches_for, over_batches
 
 log = structlog.get_logger()
 
@@ -155,7 +155,7 @@ class Samples:
     calibration: list[dict[str, np.ndarray]]
     samples: int  # distinct samples judged
     calibration_samples: int
-    inputs: str  # SYNTHETIC or USER
+    inputs: str  # SYNTHETIC, USER or TOKENIZED
 
     def basis(self) -> dict:
         return {"inputs": self.inputs, "samples": self.samples, "calibration_samples": self.calibration_samples}
@@ -163,11 +163,13 @@ class Samples:
 
 def samples_for(job: ConversionJob, count: int = AGREEMENT_SAMPLES) -> Samples:
     """At least `count` samples at the job's batch size (at batch 1, `count` batches) to judge
-    on, and as many to calibrate on: the user's own inputs (all of them for both, cycling when
-    there are fewer), or the workload's synthetic examples (calibration drawn with other seeds)."""
+    on, and as many to calibrate on: the user's own inputs or the tokenized sentences (all of
+    them for both, cycling when there are fewer), or the workload's synthetic examples
+    (calibration drawn with other seeds)."""
     from engines.inputs import InputsDoNotFit, model_inputs
     from engines.signature import read_signature
     from workloads.binding import BindingError
+    from workloads.custom import inputs_kind
 
     batches = batches_for(job.batch_size, count)
     signature = read_signature(Path(job.model_path), job.model.format)
@@ -190,7 +192,7 @@ def samples_for(job: ConversionJob, count: int = AGREEMENT_SAMPLES) -> Samples:
         with np.load(job.inputs_path, allow_pickle=False) as npz:
             rows = int(npz[npz.files[0]].shape[0]) if npz.files else 0
         distinct = min(rows, batches * job.batch_size)
-        return Samples(judged, judged, distinct, distinct, USER)
+        return Samples(judged, judged, distinct, distinct, inputs_kind(job.inputs_path))
     calibration = [batch(CALIBRATION_SEED + i) for i in range(batches)]
     total = batches * job.batch_size
     return Samples(judged, calibration, total, total, SYNTHETIC)

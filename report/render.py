@@ -69,7 +69,10 @@ def picks(recommendation: Recommendation | None) -> list[tuple[str, str | None]]
 
 def rests_on(basis: str | None) -> str:
     """What a pick's agreement rests on, when it is not the user's own data: " (agreement on 32
-    synthetic samples, not your data: give --inputs)"."""
+    synthetic samples, not your data: give --inputs)"; on the shipped sentences tokenized by the
+    user's tokenizer, real text but not theirs."""
+    if basis and "tokenized" in basis:
+        return f" (agreement on {basis}: AYCI's sample text, not your data: give --inputs)"
     return f" (agreement on {basis}, not your data: give --inputs)" if basis and "synthetic" in basis else ""
 
 

@@ -189,10 +189,13 @@ def _lambda_notes(result: SummaryResult) -> list[str]:
 
 
 def agreement_basis(result: SummaryResult) -> str | None:
-    """What a result's agreement rests on: "32 synthetic samples", "40 of your samples"."""
+    """What a result's agreement rests on: "32 synthetic samples", "40 of your samples",
+    "tokenized sentences (32)" (the shipped sentences, by the user's `--tokenizer`)."""
     agreement = result.agreement
     if agreement is None or agreement.samples is None:
         return None
+    if agreement.inputs == "tokenized":
+        return f"tokenized sentences ({agreement.samples})"
     kind = {"user": "of your", "synthetic": "synthetic"}.get(agreement.inputs or "", "")
     return f"{agreement.samples} {kind} sample{'s' if agreement.samples != 1 else ''}".replace("  ", " ")
 

@@ -1,7 +1,8 @@
 """How closely an optimized engine's outputs match `base`'s, as one score in 0..1 plus details.
 
 A score rests on what it was judged on: `samples` (how many inputs) and `inputs` (`synthetic`:
-the workload's made-up examples; `user`: the user's own `--inputs`). At least
+the workload's made-up examples; `user`: the user's own `--inputs`; `tokenized`: the shipped
+sentences tokenized by the user's `--tokenizer`). At least
 `AGREEMENT_SAMPLES` samples whatever the batch size: at batch 1, 32 batches (`over_batches`).
 """
 
@@ -15,6 +16,7 @@ import numpy as np
 
 AGREEMENT_SAMPLES = 32  # an agreement is judged on at least this many samples, whatever the batch size
 SYNTHETIC, USER = "synthetic", "user"  # what an agreement's inputs were
+TOKENIZED = "tokenized"  # the shipped sentences, tokenized by the user's tokenizer (`workloads/tokenized.py`)
 
 
 @dataclass
@@ -23,7 +25,7 @@ class Agreement:
     metric: str  # what the score is
     details: dict[str, float] = field(default_factory=dict)
     samples: int | None = None  # how many samples the score rests on
-    inputs: str | None = None  # SYNTHETIC or USER
+    inputs: str | None = None  # SYNTHETIC, USER or TOKENIZED
 
     def as_dict(self) -> dict:
         basis = {"samples": self.samples, "inputs": self.inputs} if self.samples is not None else {}

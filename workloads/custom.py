@@ -12,8 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from workloads.agreement import Agreement, max_abs_diff
+from workloads.agreement import TOKENIZED, USER, Agreement, max_abs_diff
 from workloads.array_files import ArrayFileError, read_headers
+from workloads.tokenized import TOKENIZED_MARKER
 
 INPUT_NAMES: list[str] = []
 INPUT_ROLES: dict[str, str] = {}
@@ -49,7 +50,17 @@ def check_npz(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
         raise BadInputs(
             f"the arrays' batch axes differ ({sorted(batches)}): axis 0 must be the same sample count in every array"
         )
-    return {name: (tuple(value.shape), str(value.dtype)) for name, value in arrays.items()}
+    return {name: (tuple(value.shape), str(value.dtype)) for name, value in arrays.items() if name != TOKENIZED_MARKER}
+
+
+def inputs_kind(path: Path) -> str:
+    """What the `.npz`'s inputs are: `TOKENIZED` (the shipped sentences, made by `--tokenizer`:
+    they hold `TOKENIZED_MARKER`) or `USER` (the user's own)."""
+    try:
+        names = read_headers(path, max_bytes=MAX_BYTES, max_arrays=MAX_ARRAYS, npz_only=True)
+    except ArrayFileError as exc:
+        raise BadInputs(f"not a usable .npz of example inputs: {exc}") from exc
+    return TOKENIZED if TOKENIZED_MARKER in names else USER
 
 
 def sample_shapes(path: Path, batch: int) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -59,7 +70,7 @@ def sample_shapes(path: Path, batch: int) -> dict[str, tuple[tuple[int, ...], st
 def inputs_from_npz(path: Path, batch: int, start: int = 0) -> dict[str, np.ndarray]:
     check_npz(path)
     with np.load(path, allow_pickle=False) as npz:
-        arrays = {name: npz[name] for name in npz.files}
+        arrays = {name: npz[name] for name in npz.files if name != TOKENIZED_MARKER}
     rows = (start + np.arange(batch)) % next(iter(arrays.values())).shape[0]
     return {name: np.ascontiguousarray(value[rows]) for name, value in arrays.items()}
 

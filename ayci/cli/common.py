@@ -100,7 +100,12 @@ def workload_and_size(args: argparse.Namespace) -> tuple[Workload, list[int]]:
 
 
 def checked_inputs(args: argparse.Namespace) -> Path | None:
-    """The user's example inputs, checked before any work (`--inputs FILE.npz`)."""
+    """The user's example inputs, checked before any work (`--inputs FILE.npz`), or the shipped
+    sentences tokenized by their `--tokenizer DIR`."""
+    if getattr(args, "tokenizer", None):
+        from ayci.cli.tokenized import tokenized_inputs
+
+        return tokenized_inputs(args)
     if not getattr(args, "inputs", None):
         return None
     from workloads.custom import BadInputs, check_npz

@@ -41,6 +41,12 @@ def add_request_options(command: argparse.ArgumentParser) -> None:
         help="your own example inputs: an .npz with one array per model input, batch first "
         "(required by --workload custom)",
     )
+    command.add_argument(
+        "--tokenizer",
+        metavar="DIR",
+        help="nlp: a Hugging Face tokenizer directory (tokenizer.json or vocab.txt); AYCI's sample sentences, "
+        "tokenized by it, become the example inputs for agreement and int8 calibration",
+    )
     command.add_argument("--input-size", help="H,W for images and detection; sequence length for nlp")
     command.add_argument(
         "--matrix",

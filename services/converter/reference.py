@@ -77,7 +77,8 @@ def reference_outputs(
     from engines import ConversionJob
     from engines.inputs import model_inputs
     from schemas.combos import ModelRef, Optimizer
-    from workloads.agreement import SYNTHETIC, USER, batches_for
+    from workloads.agreement import SYNTHETIC, batches_for
+    from workloads.custom import inputs_kind
 
     model = ModelRef.model_validate_json(model_json)
     user_inputs = Path(inputs_path) if inputs_path else None
@@ -102,6 +103,7 @@ def reference_outputs(
             checks |= {f"check{j}:input:{k}": v for k, v in more.items()}
             checks |= {f"check{j}:output:{i}": np.asarray(o) for i, o in enumerate(run(more))}
     samples = batches_for(batch) * batch
+    kind = inputs_kind(user_inputs) if user_inputs is not None else SYNTHETIC
     if user_inputs is not None:
         with np.load(user_inputs, allow_pickle=False) as npz:
             samples = min(samples, int(npz[npz.files[0]].shape[0]))
@@ -111,5 +113,5 @@ def reference_outputs(
             **{f"input:{k}": v for k, v in inputs.items()},
             **{f"output:{i}": np.asarray(o) for i, o in enumerate(outputs)},
             **checks,
-            **{"basis:inputs": np.array(USER if user_inputs else SYNTHETIC), "basis:samples": np.array(samples)},
+            **{"basis:inputs": np.array(kind), "basis:samples": np.array(samples)},
         )

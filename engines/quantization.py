@@ -27,7 +27,7 @@ import structlog
 
 from engines import ConversionError, ConversionJob
 from schemas.reasons import whole
-from workloads.agreement import AGREEMENT_SAMPLES, SYNTHETIC, batches_for, over_batches
+from workloads.agreement import AGREEMENT_SAMPLES, SYNTHETIC, TOKENIZED, batches_for, over_batches
 
 log = structlog.get_logger()
 
@@ -163,9 +163,9 @@ class Samples:
 
 def samples_for(job: ConversionJob, count: int = AGREEMENT_SAMPLES) -> Samples:
     """At least `count` samples at the job's batch size (at batch 1, `count` batches) to judge
-    on, and as many to calibrate on: the user's own inputs or the tokenized sentences (all of
-    them for both, cycling when there are fewer), or the workload's synthetic examples
-    (calibration drawn with other seeds)."""
+    on, and as many to calibrate on: the user's own inputs (all of them for both, cycling when
+    there are fewer), the tokenized sentences (calibrated on the others when there are enough),
+    or the workload's synthetic examples (calibration drawn with other seeds)."""
     from engines.inputs import InputsDoNotFit, model_inputs
     from engines.signature import read_signature
     from workloads.binding import BindingError
@@ -192,7 +192,11 @@ def samples_for(job: ConversionJob, count: int = AGREEMENT_SAMPLES) -> Samples:
         with np.load(job.inputs_path, allow_pickle=False) as npz:
             rows = int(npz[npz.files[0]].shape[0]) if npz.files else 0
         distinct = min(rows, batches * job.batch_size)
-        return Samples(judged, judged, distinct, distinct, inputs_kind(job.inputs_path))
+        kind = inputs_kind(job.inputs_path)
+        if kind == TOKENIZED and rows >= 2 * distinct:  # calibrated on other sentences than it is judged on
+            calibration = [batch(batches + i) for i in range(batches)]
+            return Samples(judged, calibration, distinct, distinct, kind)
+        return Samples(judged, judged, distinct, distinct, kind)
     calibration = [batch(CALIBRATION_SEED + i) for i in range(batches)]
     total = batches * job.batch_size
     return Samples(judged, calibration, total, total, SYNTHETIC)

@@ -133,6 +133,8 @@ def test_int8_samples_and_the_agreement_basis_say_tokenized_sentences(tmp_path):
         first = arrays["input_ids"][0:1], arrays["attention_mask"][0:1]
     assert list(samples.judged[0]) == ["ids", "mask"]  # what the model's signature asks, by role
     assert np.array_equal(samples.judged[0]["ids"], first[0]) and np.array_equal(samples.judged[0]["mask"], first[1])
+    with np.load(npz, allow_pickle=False) as arrays:  # calibrated on the other 32 sentences, judged on the first 32
+        assert np.array_equal(np.concatenate([b["ids"] for b in samples.calibration]), arrays["input_ids"][32:64])
     # the reference every measurement's agreement is judged against says so too (run here unsandboxed)
     from services.converter.reference import reference_outputs
 

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 from core.deadlines import run_deadline_s
 from core.ports import ObjectStore
-from core.results import reused_result
+from core.results import latest_quick_results, reused_result
 from schemas import keys
 from schemas.events import Envelope, Payload, RequestSubmitted, RunPlanned
 
@@ -51,9 +51,10 @@ def replay(
     )
     if from_type == "RequestSubmitted":
         return [start]
-    chosen = {
-        e.payload.combo_key: e for e in log if e.type == from_type and (only is None or e.payload.combo_key in only)
-    }
+    chosen: dict[str, Envelope] = {}  # a combination's first event: a racing run's quick pass, not its refinement
+    for e in log:
+        if e.type == from_type and (only is None or e.payload.combo_key in only):
+            chosen.setdefault(e.payload.combo_key, e)
     if not chosen:
         raise ReplayError(f"run {run_id} has no {from_type} events to replay")
     original_plan = next(e.payload for e in log if e.type == "RunPlanned")
@@ -67,6 +68,10 @@ def replay(
     out: list[Payload] = [plan]
     for key, event in chosen.items():
         reused = None if force else reused_result(store, key)
+        if reused is None and not force and request.precision == "quick":
+            # as at submission (services/dedup): a quick run takes a stored quick measurement as its quick pass
+            quick = latest_quick_results(store, [key]).get(key)
+            reused = None if quick is None else quick.inference_done().model_copy(update={"precision": "quick"})
         if reused is not None:
             out.append(reused)
         else:

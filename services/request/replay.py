@@ -51,10 +51,10 @@ def replay(
     )
     if from_type == "RequestSubmitted":
         return [start]
-    chosen: dict[str, Envelope] = {}  # a combination's first event: a racing run's quick pass, not its refinement
-    for e in log:
-        if e.type == from_type and (only is None or e.payload.combo_key in only):
-            chosen.setdefault(e.payload.combo_key, e)
+    # a combination's last event: a racing run's refinement where it has one (replayed, it measures in full)
+    chosen = {
+        e.payload.combo_key: e for e in log if e.type == from_type and (only is None or e.payload.combo_key in only)
+    }
     if not chosen:
         raise ReplayError(f"run {run_id} has no {from_type} events to replay")
     original_plan = next(e.payload for e in log if e.type == "RunPlanned")

@@ -25,3 +25,26 @@ class RecordingPublisher:
 
     def publish(self, envelopes) -> None:
         self.published.extend(envelopes)
+
+
+def embedded_with_fakes(tmp_path, fakes, store, **inference):
+    """The embedded app with every service's heavy work replaced by `fakes` (convert,
+    compute_reference, measure; the mailer too), artifacts in `tmp_path`; `inference` adds to
+    the inference service's parts (a time cap, say)."""
+    import sys
+
+    from ayci.bootstrap import embedded
+    from ayci.settings import Settings
+
+    parts = {
+        "dedup": {"target_cpu": lambda hardware, optimizer: "fake-cpu"},
+        "archiver": {"target_cpu": lambda hardware, optimizer: "fake-cpu"},
+        "converter": {"convert": fakes.convert, "compute_reference": fakes.compute_reference, "work_dir": tmp_path},
+        "inference": {
+            "measure": fakes.measure,
+            "runtime_for": lambda hardware: ([sys.executable], False),
+            "work_dir": tmp_path,
+            **inference,
+        },
+    }
+    return embedded(Settings(data_dir=tmp_path / "unused"), fakes, store=store, parts=parts)

@@ -15,8 +15,6 @@ import numpy as np
 import pytest
 
 from adapters.memory_store import MemoryStore
-from ayci.bootstrap import embedded
-from ayci.settings import Settings
 from engines import Conversion
 from measuring.launcher import MeasurementFailed
 from schemas import keys
@@ -27,6 +25,7 @@ from services.converter.reference import ReferenceFailed
 from services.request.replay import replay
 from services.request.submission import new_run
 from tests.conftest import ENVIRONMENT
+from tests.fakes import embedded_with_fakes
 
 BROKEN_MODEL = "b" * 64
 
@@ -103,17 +102,7 @@ def fakes() -> Fakes:
 
 @pytest.fixture
 def app(tmp_path, fakes):
-    parts = {
-        "dedup": {"target_cpu": lambda hardware, optimizer: "fake-cpu"},
-        "archiver": {"target_cpu": lambda hardware, optimizer: "fake-cpu"},
-        "converter": {"convert": fakes.convert, "compute_reference": fakes.compute_reference, "work_dir": tmp_path},
-        "inference": {
-            "measure": fakes.measure,
-            "runtime_for": lambda hardware: ([sys.executable], False),
-            "work_dir": tmp_path,
-        },
-    }
-    return embedded(Settings(data_dir=tmp_path / "unused"), fakes, store=MemoryStore(), parts=parts)
+    return embedded_with_fakes(tmp_path, fakes, MemoryStore())
 
 
 def stored_model(app, sha256: str = "a" * 64) -> ModelRef:

@@ -5,19 +5,17 @@ combinations listed with their evidence, and the quick answer against the exact 
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
 from adapters.memory_store import MemoryStore
-from ayci.bootstrap import embedded
-from ayci.settings import Settings
 from core.racing import answer_lines
 from core.results import latest_result
 from schemas import keys
 from schemas.combos import Matrix
 from schemas.events import Envelope, RequestSubmitted
 from services.request.submission import new_run
+from tests.fakes import embedded_with_fakes
 from tests.unit.test_pipeline import Fakes, stored_model
 
 # p50 in ms at 1 vCPU of each optimizer: base is slower than onnx everywhere, int8 the fastest
@@ -65,18 +63,7 @@ def fakes() -> RacingFakes:
 
 @pytest.fixture
 def app(tmp_path, fakes):
-    parts = {
-        "dedup": {"target_cpu": lambda hardware, optimizer: "fake-cpu"},
-        "archiver": {"target_cpu": lambda hardware, optimizer: "fake-cpu"},
-        "converter": {"convert": fakes.convert, "compute_reference": fakes.compute_reference, "work_dir": tmp_path},
-        "inference": {
-            "measure": fakes.measure,
-            "runtime_for": lambda hardware: ([sys.executable], False),
-            "work_dir": tmp_path,
-            "time_cap_s": FULL_CAP_S,
-        },
-    }
-    return embedded(Settings(data_dir=tmp_path / "unused"), fakes, store=MemoryStore(), parts=parts)
+    return embedded_with_fakes(tmp_path, fakes, MemoryStore(), time_cap_s=FULL_CAP_S)
 
 
 def submit(app, *, precision: str, optimizers=("base", "onnx", "onnx_int8"), memory=(1024, 1769), **extra) -> dict:

@@ -10,12 +10,11 @@ import json
 import pytest
 
 from adapters.memory_store import MemoryStore
-from ayci.bootstrap import embedded
-from ayci.settings import Settings
 from schemas import keys
 from services.archiver.recovery import recover
 from services.request.runs import record_run
 from services.request.submission import new_run
+from tests.fakes import embedded_with_fakes
 from tests.unit.test_pipeline import Fakes, request
 
 
@@ -24,17 +23,7 @@ class Killed(BaseException):
 
 
 def make_app(tmp_path, fakes, store):
-    parts = {
-        "dedup": {"target_cpu": lambda hardware, optimizer: "fake-cpu"},
-        "archiver": {"target_cpu": lambda hardware, optimizer: "fake-cpu"},
-        "converter": {"convert": fakes.convert, "compute_reference": fakes.compute_reference, "work_dir": tmp_path},
-        "inference": {
-            "measure": fakes.measure,
-            "runtime_for": lambda hardware: (["python"], False),
-            "work_dir": tmp_path,
-        },
-    }
-    return embedded(Settings(data_dir=tmp_path / "unused"), fakes, store=store, parts=parts)
+    return embedded_with_fakes(tmp_path, fakes, store)
 
 
 @pytest.mark.parametrize(

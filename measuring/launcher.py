@@ -65,6 +65,9 @@ class MeasureSpec:
     tune: bool = True  # try the engine's session settings under this confinement first (ONNX Runtime)
     profile_runs: int = 20  # inferences of a profiled pass (`profile`)
     trace_max_events: int | None = None  # its trace's bound (None: `core.profiles.MAX_TRACE_EVENTS`)
+    # agreements already judged in this run for this artifact: each {"threads", "settings", "agreement",
+    # "divergence", "judged_in"}; one of the same threads and engine settings is taken, not judged again
+    agreements: list[dict] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
 
     @property
@@ -106,8 +109,9 @@ def measure(spec: MeasureSpec, python_command: list[str] | None = None, env_extr
             estimated = _estimates(spec, confined)
             if estimated:  # no cgroups here: one thread, unconfined, each memory size derived from it
                 spec = replace(spec, threads_override=1)
+            known = known_agreement(spec)
             try:
-                report = _run_child(spec, group, python_command, env_extra)
+                report = _run_child(spec, group, python_command, env_extra, agreement=known)
             finally:
                 if group is not None:
                     group.remove()
@@ -130,6 +134,17 @@ def measure(spec: MeasureSpec, python_command: list[str] | None = None, env_extr
     if estimated:  # what the caller makes of it is the Lambda model's (core/lambda_model/unconfined.py)
         report[ONE_THREAD_FOR_ITS_SIZE] = True
     return report
+
+
+def known_agreement(spec: MeasureSpec) -> dict | None:
+    """An agreement this run already judged for the same artifact at the same engine threads and session
+    settings (`MeasureSpec.agreements`): the same computation on the same inputs (the outputs depend on the
+    artifact, the inputs, the threads and the settings, not on the CPU share), so the measuring process
+    takes it instead of running every reference batch again. None: it judges for itself."""
+    for known in spec.agreements:
+        if known.get("threads") == spec.threads and (known.get("settings") or None) == (spec.engine_settings or None):
+            return known
+    return None
 
 
 def _estimates(spec: MeasureSpec, confined: bool) -> bool:
@@ -219,6 +234,7 @@ def _run_child(
     python_command: list[str] | None,
     env_extra: dict | None,
     mode: str = "measure",
+    agreement: dict | None = None,
 ) -> dict:
     with sandbox.Workspace.create(prefix="measure-") as workspace:
         artifact = workspace.bring(spec.artifact_path)
@@ -241,6 +257,7 @@ def _run_child(
                     "profile_runs": spec.profile_runs,
                     "trace_max_events": spec.trace_max_events,
                     "trace_path": str(workspace.path / "trace.json"),
+                    **({"known_agreement": agreement} if agreement else {}),
                 }
             )
         )

@@ -334,14 +334,18 @@ def main(spec_path: str, spawned_at: float) -> dict:
     t_done = time.time()
     from workloads import workload_module
 
-    agreement = judged_agreement(
-        workload_module(spec["workload"]).agreement, run, spec["reference_path"], ref_outputs, outputs
-    )
+    known = spec.get("known_agreement")  # judged already in this run: same artifact, threads and settings
+    if known:
+        agreement = {**known["agreement"], "judged_in": known.get("judged_in")}
+    else:
+        agreement = judged_agreement(
+            workload_module(spec["workload"]).agreement, run, spec["reference_path"], ref_outputs, outputs
+        ).as_dict()
     warmup_iterations = warm_up(run, inputs, cap_s=float(spec["time_cap_s"]) / 4)
     latency = measure_warm(run, inputs, int(spec["min_iterations"]), float(spec["time_cap_s"]))
     peak_mb = peak_rss_mb()  # before looking for where outputs diverge: that is not serving
-    divergence = None
-    if agreement.score < DIVERGENCE_BELOW and hasattr(engine, "first_divergent_node"):
+    divergence = known.get("divergence") if known else None
+    if not known and agreement["score"] < DIVERGENCE_BELOW and hasattr(engine, "first_divergent_node"):
         divergence = where_outputs_diverge(engine, artifact, inputs, int(spec["threads"]), settings)
     return {
         "cold_start_ms": {
@@ -357,7 +361,7 @@ def main(spec_path: str, spawned_at: float) -> dict:
         "runtime": runtime_environment(),
         "latency_ms": latency,
         "warmup_iterations": warmup_iterations,
-        "agreement": agreement.as_dict(),
+        "agreement": agreement,
         "peak_rss_mb": peak_mb,
         **({"engine_settings": settings} if settings else {}),
         **({"divergence": divergence} if divergence else {}),

@@ -26,7 +26,7 @@ import structlog
 
 from core.ports import MeasurementRefused, MeasuringFunctions, NotFound, ObjectStore
 from core.racing import QUICK_TIME_CAP_SHARE
-from core.results import keep_result
+from core.results import QUICK_SUFFIX, keep_result
 from core.runtime import Delayed
 from engines.targets import native_hardware
 from measuring.launcher import ONE_THREAD_FOR_ITS_SIZE, MachineBusy, MeasurementFailed, MeasureSpec, measure
@@ -96,10 +96,13 @@ def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload | D
         log.info("skipped_run_ended", run_id=event.run_id, combo_key=converted.combo_key)
         return []
     # a racing run's first pass is quick (a quarter of the timing); its refinement is exact
-    quick = not converted.refine and _run_precision(deps.store, event.run_id, converted.combo_key) == "quick"
+    racing = _run_precision(deps.store, event.run_id, converted.combo_key) == "quick"
+    quick = racing and not converted.refine
     if quick:
         deps = dataclasses.replace(deps, time_cap_s=deps.time_cap_s * QUICK_TIME_CAP_SHARE)
-    outcome = _measure(event, deps, bound)
+    # a racing run judges each artifact's agreement once per threads and settings (`launcher.known_agreement`)
+    agreements = judged_agreements(deps.store, event.run_id, converted) if racing else []
+    outcome = _measure(event, deps, bound, agreements)
     if not isinstance(outcome, list):
         outcome = _measured(event, outcome, deps, bound, quick)
     # a failed refinement is the refinement's end: the quick figures stand
@@ -108,14 +111,14 @@ def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload | D
     ]
 
 
-def _measure(event: Envelope, deps: InferenceDeps, bound) -> tuple | list:
+def _measure(event: Envelope, deps: InferenceDeps, bound, agreements: list[dict]) -> tuple | list:
     """(report, emulated), or what to emit instead (a failure, a retry later)."""
     converted: ModelConverted = event.payload
     if deps.functions is not None and deps.functions.serves(converted.combo.hardware.value):
         outcome = _measure_in_function(event, deps.functions, deps, bound)
         emulated = False
     else:
-        outcome, emulated = _measure_here(converted, deps, bound)
+        outcome, emulated = _measure_here(converted, deps, bound, agreements)
     return outcome if isinstance(outcome, list) else (outcome, emulated)
 
 
@@ -164,6 +167,42 @@ def _measured(event: Envelope, measured: tuple[dict, bool], deps: InferenceDeps,
     key = keep_result(deps.store, result)
     done = result.inference_done(result_key=key, reused=False)
     return [done.model_copy(update={"refine": converted.refine, "precision": "quick" if quick else "exact"})]
+
+
+def judged_agreements(store: ObjectStore, run_id: str, converted: ModelConverted) -> list[dict]:
+    """The agreements this run has judged so far for `converted`'s artifact (its other memory sizes, and
+    its own quick pass for a refinement): each with the engine threads and settings it was judged at,
+    for `launcher.known_agreement`. Only the plan's combinations of the same optimizer, hardware and batch
+    are read (an artifact serves the memory sizes of one of those)."""
+    try:
+        plan = RunPlanned.model_validate_json(store.get_bytes(keys.plan(run_id)), context=STORED)
+    except NotFound:
+        return []
+    combo, found = converted.combo, []
+    for key, other in plan.combos.items():
+        if (other.optimizer, other.hardware, other.batch_size) != (combo.optimizer, combo.hardware, combo.batch_size):
+            continue
+        for version in (f"{run_id}{QUICK_SUFFIX}", run_id):
+            try:
+                result = MeasuredResult.read(store.get_bytes(keys.result_version(key, version))).to_dict()
+            except (NotFound, SchemaError):
+                continue
+            if result.get("artifact_key") != converted.artifact_key or result.get("emulated"):
+                continue
+            agreement = dict(result.get("agreement") or {})
+            judged_in = (
+                agreement.pop("judged_in", None) or f"{other.label} ({'quick pass' if version != run_id else 'exact'})"
+            )
+            found.append(
+                {
+                    "threads": result.get("threads"),
+                    "settings": result.get("engine_settings") or None,
+                    "agreement": agreement,
+                    "divergence": result.get("divergence"),
+                    "judged_in": judged_in,
+                }
+            )
+    return found
 
 
 def _run_precision(store: ObjectStore, run_id: str, combo_key: str) -> str:
@@ -265,7 +304,9 @@ def on_profile_requested(event: Envelope, deps: InferenceDeps) -> list[Payload]:
     return []
 
 
-def _measure_here(converted: ModelConverted, deps: InferenceDeps, bound) -> tuple[dict | list[Payload | Delayed], bool]:
+def _measure_here(
+    converted: ModelConverted, deps: InferenceDeps, bound, agreements: list[dict] | None = None
+) -> tuple[dict | list[Payload | Delayed], bool]:
     """Measure in a child process of this worker (confined by a cgroup where it can be); the
     report and whether it ran emulated, or what to emit instead (a failure, a retry later)."""
     combo, model = converted.combo, converted.model
@@ -293,6 +334,7 @@ def _measure_here(converted: ModelConverted, deps: InferenceDeps, bound) -> tupl
             # under emulation neither the CPU share nor the memory of a Lambda function is real
             confine=not emulated,
             extra={"unconfined_reason": "emulated: timings and memory under emulation are not Lambda's"},
+            agreements=list(agreements or []),
         )
         bound.info("measurement_started", threads=spec.threads, vcpus=round(spec.vcpus, 3))
         try:

@@ -94,6 +94,12 @@ def reference(reference_key: str) -> str:
     return f"references/{reference_key}.npz"
 
 
+def onnx_export(sha256: str, exporter: str) -> str:
+    """A `.pt2` model exported to ONNX once (dynamic axes: every batch size), by `exporter` (torch's version):
+    the `onnx` and `onnx_int8` conversions start from it (`services/converter/handlers.py`)."""
+    return f"exports/{sha256}-{exporter}.onnx"
+
+
 def conversion_lease(artifact_key: str) -> str:
     return artifact_file(artifact_key, "lease.json")
 

@@ -120,3 +120,28 @@ def convert_here(
         progress=sandbox.progress,
     )
     return asdict(engines.module(optimizer).convert(job))
+
+
+def export_onnx_in_sandbox(model_path: Path, out_path: Path, *, timeout_s: float, memory_mb: int) -> None:
+    """`model_path` (a `.pt2`) exported to ONNX (`engines.onnx_engine.export_to_onnx`: torch's dynamo
+    exporter, dynamic axes kept) in the sandbox, under a conversion's limits, written to `out_path`;
+    `ConversionError` with the reason on any failure."""
+    limits = sandbox.SandboxLimits(wall_s=timeout_s, memory_mb=memory_mb, address_space_mb=2 * memory_mb, threads=None)
+    with sandbox.Workspace.create(prefix="export-") as workspace:
+        sandbox.call(
+            "engines.onnx_engine:export_to_onnx",
+            {
+                "pt2_path": str(workspace.bring(model_path, "model.pt2")),
+                "onnx_path": str(workspace.path / "exported.onnx"),
+            },
+            limits,
+            workspace,
+            raise_as=ConversionError,
+            expected=("ConversionError", "NotAModelError"),
+            what="the ONNX export",
+        )
+        try:
+            exported = workspace.take("exported.onnx")
+        except sandbox.SandboxFailed as exc:
+            raise ConversionError(exc.reason) from None
+        shutil.copyfile(exported, out_path)

@@ -1,0 +1,49 @@
+"""The converter's real path (sandboxed children, torch, ONNX Runtime) makes one ONNX export per model for
+every `onnx` and `onnx_int8` artifact, and takes `base`'s artifact as the reference's run checked it (issue 38)."""
+
+from __future__ import annotations
+
+from adapters.memory_store import MemoryStore
+from schemas.combos import ModelRef
+from services.converter.handlers import ConverterDeps
+
+
+def test_onnx_and_int8_convert_from_one_onnx_export_and_base_from_the_reference(tmp_path, tiny_image_model):
+    """The real converter (sandboxed children, torch, ONNX Runtime) on ResNet-18 at 32x32: one export stored
+    and taken by onnx at two batch sizes and by onnx_int8; base's artifact is the model file."""
+    import hashlib
+
+    from schemas import keys
+    from schemas.combos import Combo, reference_key
+    from schemas.documents import ArtifactManifest
+    from schemas.events import ComboPending, Envelope, ModelConverted
+    from services.converter.handlers import _exporter, on_combo_pending
+
+    store = MemoryStore()
+    data = tiny_image_model.read_bytes()
+    model = ModelRef(
+        sha256=hashlib.sha256(data).hexdigest(),
+        size_bytes=len(data),
+        format="pt2",
+        workload="image_classification",
+        input_size=[32, 32],
+    )
+    store.put_bytes(keys.model(model.sha256), data)
+    deps = ConverterDeps(store=store, work_dir=tmp_path)
+    outcomes = {}
+    for optimizer, batch in (("base", 1), ("onnx", 1), ("onnx", 2), ("onnx_int8", 1)):
+        combo = Combo(hardware="intel", optimizer=optimizer, batch_size=batch, memory_mb=1769)
+        pending = ComboPending(
+            model=model,
+            combo=combo,
+            combo_key=f"k-{optimizer}-{batch}",
+            artifact_key=f"a-{optimizer}-{batch}",
+            target_cpu="x86-64-v3",
+        )
+        (out,) = on_combo_pending(Envelope.wrap(pending, run_id="r", producer="dedup"), deps)
+        assert isinstance(out, ModelConverted), out
+        outcomes[(optimizer, batch)] = ArtifactManifest.read(store.get_bytes(keys.manifest(out.artifact_key)))
+    assert store.list_keys("exports/") == [keys.onnx_export(model.sha256, _exporter())]
+    assert store.get_bytes(keys.artifact_file("a-base-1", "model.pt2")) == data
+    assert store.exists(keys.reference(reference_key(model, 2)))
+    assert outcomes[("onnx_int8", 1)].details.get("recipe")  # int8 chose its recipe from the shared export

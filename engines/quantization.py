@@ -40,6 +40,9 @@ TIMING_THREADS = 1  # Lambda's smaller sizes have one vCPU; the ranking seldom c
 CALIBRATION_SEED = 1000  # synthetic calibration batches are drawn apart from the judged ones
 SENSITIVE_OPS = {"Softmax", "LayerNormalization", "SkipLayerNormalization", "Erf", "Gelu", "FastGelu", "BiasGelu"}
 WEIGHT_OPS = {"MatMul", "Gemm", "Conv"}
+NOISIEST_FRACTIONS = (1 / 16, 1 / 8, 1 / 4)  # the shares of weight MatMuls the mixed recipes keep in float
+NOISIEST_MIN_MATMULS = 8  # below this many weight MatMuls (a CNN's one classifier) the mixed recipes do not apply
+NOISE_BATCHES = 16  # calibration batches probed for each MatMul input's range
 FLOAT = "float"  # the float model's name among the timed runners
 
 
@@ -75,7 +78,9 @@ def _static_sensitive_float(prepared: Path, out: Path, calibration, graph) -> No
     _static(prepared, out, calibration, graph, exclude=sensitive_nodes(graph))
 
 
-def _dynamic(prepared: Path, out: Path, calibration, graph, *, per_channel: bool) -> None:
+def _dynamic(
+    prepared: Path, out: Path, calibration, graph, *, per_channel: bool, exclude: list[str] | None = None
+) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     quantize_dynamic(
@@ -84,8 +89,80 @@ def _dynamic(prepared: Path, out: Path, calibration, graph, *, per_channel: bool
         op_types_to_quantize=["MatMul", "Gemm"],
         per_channel=per_channel,
         weight_type=QuantType.QInt8,
+        nodes_to_exclude=exclude or [],
         extra_options={"MatMulConstBOnly": True},  # only weights: activation x activation stays float
     )
+
+
+def weight_matmuls(graph) -> list:
+    """The MatMul/Gemm nodes with a constant weight (what the dynamic recipes quantize), named."""
+    constants = {init.name for init in graph.initializer}
+    return [
+        node
+        for node in graph.node
+        if node.op_type in ("MatMul", "Gemm") and node.name and len(node.input) > 1 and node.input[1] in constants
+    ]
+
+
+def input_noise(prepared: Path, graph, batches: list[dict[str, np.ndarray]]) -> dict[str, float]:
+    """Each weight MatMul's relative error from quantizing its input to uint8 per tensor at run
+    time, as the dynamic recipes do: the rounding noise of a step of (max - min) / 255, step^2 / 12,
+    over the input's mean square, the worst over `batches` (the calibration samples, never the
+    judged ones). An input with outliers (a transformer's FFN down-projection after GELU) has a
+    wide range for its typical values and scores high: those MatMuls lose most to int8."""
+    import onnx
+
+    nodes = weight_matmuls(graph)
+    model = onnx.load(str(prepared))
+    present = {output.name for output in model.graph.output}
+    for name in dict.fromkeys(node.input[0] for node in nodes):
+        if name not in present:
+            model.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+    probe = prepared.parent / f"{prepared.stem}.probe.onnx"
+    onnx.save(model, str(probe))
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # the probed tensors kept as named
+    options.intra_op_num_threads = TIMING_THREADS
+    session = ort.InferenceSession(str(probe), options, providers=["CPUExecutionProvider"])
+    names = [output.name for output in session.get_outputs()]
+    noise: dict[str, float] = {}
+    for batch in batches[:NOISE_BATCHES]:
+        feeds = {i.name: batch[i.name] for i in session.get_inputs() if i.name in batch}
+        values = dict(zip(names, session.run(None, feeds), strict=True))
+        for node in nodes:
+            x = np.asarray(values[node.input[0]], dtype=np.float64)
+            power = float(np.mean(x**2)) if x.size else 0.0
+            step = (max(float(x.max()), 0.0) - min(float(x.min()), 0.0)) / 255 if x.size else 0.0
+            relative = step**2 / 12 / power if power > 0 else 0.0
+            noise[node.name] = max(noise.get(node.name, 0.0), relative)
+    del session
+    probe.unlink(missing_ok=True)
+    return noise
+
+
+_NOISE: dict[tuple[str, int], dict[str, float]] = {}  # (prepared path, its mtime) -> input_noise, for the fractions
+
+
+def _dynamic_noisiest_float(prepared: Path, out: Path, calibration, graph, *, fraction: float) -> None:
+    """Dynamic per channel with the `fraction` of weight MatMuls whose inputs int8 rounds worst
+    (`input_noise` on the calibration samples) kept in float."""
+    key = (str(prepared), prepared.stat().st_mtime_ns)
+    if key not in _NOISE:
+        _NOISE.clear()
+        reader, batches = calibration(), []
+        while (batch := reader.get_next()) is not None:
+            batches.append(batch)
+        _NOISE[key] = input_noise(prepared, graph, batches)
+    noise = _NOISE[key]
+    ranked = sorted(noise, key=noise.get, reverse=True)
+    keep = ranked[: max(1, round(fraction * len(ranked)))]
+    _dynamic(prepared, out, calibration, graph, per_channel=True, exclude=keep)
+
+
+def _many_matmuls(graph) -> bool:
+    return len(weight_matmuls(graph)) >= NOISIEST_MIN_MATMULS
 
 
 RECIPES = [
@@ -102,6 +179,19 @@ RECIPES = [
         "dynamic int8 on MatMul/Gemm weights per channel, activations quantized at run time",
         _has({"MatMul", "Gemm"}),
         lambda prepared, out, calibration, graph: _dynamic(prepared, out, calibration, graph, per_channel=True),
+    ),
+    *(
+        Recipe(
+            f"dynamic_per_channel_float_{round(1 / fraction)}",
+            f"dynamic per channel, the noisiest 1/{round(1 / fraction)} of MatMuls in float",
+            f"dynamic int8 on MatMul/Gemm weights per channel, the 1/{round(1 / fraction)} of them whose inputs"
+            " run-time quantization rounds worst (measured on the calibration samples) kept in float",
+            _many_matmuls,
+            lambda prepared, out, calibration, graph, fraction=fraction: _dynamic_noisiest_float(
+                prepared, out, calibration, graph, fraction=fraction
+            ),
+        )
+        for fraction in NOISIEST_FRACTIONS
     ),
     Recipe(
         "static_qdq_sensitive_float",

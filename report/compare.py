@@ -513,6 +513,7 @@ class GateResult(BaseModel):
     compared: int
     confirmations: int = 0  # re-measurements of the regressed combinations the regressions were judged on again
     unconfirmed: list[Regression] = []  # regressions a re-measurement did not repeat (not failing the gate)
+    paired: list[PairedConfirmation] = []  # the combinations measured side by side with the baseline's artifact
 
     def as_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -597,3 +598,194 @@ def confirmed(
         if (r.combination, r.figure) not in found
     ]
     return final.model_copy(update={"regressions": kept, "unconfirmed": dropped, "confirmations": len(confirmations)})
+
+
+# ---------------------------------------------------------------------------------------------
+# the paired confirmation: the baseline's artifact and the run's measured side by side, now
+
+PAIRED_FIGURES = ("p50_ms", "p99_ms", "cost_per_million_usd")
+PAIRED_LEVEL = 0.95
+
+
+class PairedRound(BaseModel):
+    """One round of a paired confirmation: the baseline's artifact (A) and the run's (B) measured
+    one after the other (`order`: which first), each in its own confined process."""
+
+    order: Literal["AB", "BA"]
+    a: dict[str, float]  # figure -> value (p50_ms, p99_ms, cost_per_million_usd)
+    b: dict[str, float]
+    disturbed: bool = False  # other work took cores one of the two needed
+
+
+class PairedFigure(BaseModel):
+    """B over A from paired rounds: the Hodges-Lehmann estimate of the ratio (the median of the
+    Walsh averages of the rounds' log ratios) and its distribution-free interval (the Wilcoxon
+    signed-rank interval), `confidence` its exact coverage (95 % or more from 6 rounds on;
+    fewer rounds: the widest interval, [min, max], and its lower confidence)."""
+
+    figure: str
+    ratio: float
+    low: float
+    high: float
+    confidence: float
+    rounds: int
+
+    def text(self) -> str:
+        """`x1.12 [1.09, 1.15]` (and the interval's confidence when it is not the usual 95 %)."""
+        level = "" if self.confidence >= PAIRED_LEVEL else f" at {100 * self.confidence:.0f} %"
+        return f"x{self.ratio:.3g} [{self.low:.3g}, {self.high:.3g}]{level}"
+
+
+class PairedConfirmation(BaseModel):
+    """A combination the gate suspected, confirmed by measuring the baseline's artifact and the
+    run's alternately, now (`ayci/paired.py`); `unavailable` says why it could not be."""
+
+    combination: str
+    rounds: list[PairedRound] = []
+    figures: dict[str, PairedFigure] = {}
+    unavailable: str | None = None
+
+    @classmethod
+    def of(cls, combination: str, rounds: list[PairedRound]) -> PairedConfirmation:
+        figures = {}
+        for figure in PAIRED_FIGURES:
+            found = paired_ratio([r.a.get(figure) for r in rounds], [r.b.get(figure) for r in rounds])
+            if found is not None:
+                figures[figure] = found.model_copy(update={"figure": figure})
+        return cls(combination=combination, rounds=rounds, figures=figures)
+
+    def said(self, figure: str) -> str:
+        paired = self.figures[figure]
+        return f"{paired.rounds} paired rounds: {paired.text()}"
+
+
+def _signed_rank_cdf(n: int) -> list[float]:
+    """P(W+ <= w) for w = 0 .. n(n+1)/2: the exact null distribution of Wilcoxon's signed-rank statistic."""
+    counts = [1]
+    for rank in range(1, n + 1):
+        grown = [0] * (len(counts) + rank)
+        for w, c in enumerate(counts):
+            grown[w] += c
+            grown[w + rank] += c
+        counts = grown
+    total, running, cdf = 2**n, 0, []
+    for c in counts:
+        running += c
+        cdf.append(running / total)
+    return cdf
+
+
+def paired_ratio(a: list[float | None], b: list[float | None], level: float = PAIRED_LEVEL) -> PairedFigure | None:
+    """The ratio B/A from paired measurements (round i: a[i], b[i]): the Hodges-Lehmann estimate
+    of the log ratio with its Wilcoxon signed-rank interval, exact and distribution-free, and
+    robust to one round disturbed: the interval [W(k), W(M+1-k)] of the M sorted Walsh averages,
+    k the largest with 2 P(W+ <= k-1) <= 1 - level (at least 1). None without a positive pair."""
+    logs = [math.log(y / x) for x, y in zip(a, b, strict=True) if x and y and x > 0 and y > 0]
+    n = len(logs)
+    if not n:
+        return None
+    walsh = sorted((logs[i] + logs[j]) / 2 for i in range(n) for j in range(i, n))
+    cdf = _signed_rank_cdf(n)
+    k = 1
+    while k < len(walsh) // 2 and 2 * cdf[k] <= 1 - level:  # k+1 keeps the level
+        k += 1
+    return PairedFigure(
+        figure="",
+        ratio=math.exp(statistics.median(walsh)),
+        low=math.exp(walsh[k - 1]),
+        high=math.exp(walsh[len(walsh) - k]),
+        confidence=max(0.0, 1 - 2 * cdf[k - 1]),
+        rounds=n,
+    )
+
+
+def _gated(thresholds: Thresholds) -> list[tuple[str, float, str]]:
+    return [
+        (key, limit, name)
+        for key, limit, name in (
+            ("p50_ms", thresholds.max_p50_regression_pct, "max p50 regression"),
+            ("p99_ms", thresholds.max_p99_regression_pct, "max p99 regression"),
+            ("cost_per_million_usd", thresholds.max_cost_regression_pct, "max cost regression"),
+        )
+        if limit is not None
+    ]
+
+
+def suspected(comparison: Comparison, thresholds: Thresholds) -> list[str]:
+    """The combinations a paired confirmation measures: those where a gated figure could be worse
+    than its threshold (its change plus its noise band passes it). Wider than what regresses: a
+    real slowdown the stored runs' noise hides is caught by the paired rounds, which are precise."""
+    found = []
+    for combination in comparison.combinations:
+        for key, limit, _ in _gated(thresholds):
+            figure = combination.figures[key]
+            if figure.change_pct is not None and figure.change_pct + (figure.noise or 0.0) > limit:
+                found.append(combination.combination)
+                break
+    return found
+
+
+def judged_side_by_side(
+    comparison: Comparison, first: GateResult, confirmations: Mapping[str, PairedConfirmation], thresholds: Thresholds
+) -> GateResult:
+    """The gate after paired confirmations: for each combination confirmed side by side, a gated
+    figure regresses only when its paired ratio's whole interval lies beyond the threshold (the
+    machine's drift between the baseline's measurement and the run's cancels in each round);
+    regressions the stored runs showed and the rounds do not are `unconfirmed`. Combinations not
+    confirmed (none measured, or `unavailable`) keep the first judgement, as do agreement
+    regressions (agreement is not timed)."""
+    regressions, unconfirmed = [], list(first.unconfirmed)
+    for combination in comparison.combinations:
+        label = combination.combination
+        found = [r for r in first.regressions if r.combination == label]
+        paired = confirmations.get(label)
+        if paired is None or paired.unavailable:
+            regressions += found
+            continue
+        regressions += [r for r in found if r.figure not in paired.figures]
+        for key, limit, name in _gated(thresholds):
+            if key not in paired.figures:
+                continue
+            figure, ratio = combination.figures[key], paired.figures[key]
+            earlier = next((r for r in found if r.figure == key), None)
+            runs = (
+                f"{TITLES[key]} {figure.a:.4g} → {figure.b:.4g} ({figure.change_pct:+.1f} % ±{figure.noise:.1f} % "
+                "between the stored runs)"
+                if figure.change_pct is not None and figure.a is not None and figure.b is not None
+                else TITLES[key]
+            )
+            if ratio.low > 1 + limit / 100:
+                regressions.append(
+                    Regression(
+                        combination=label,
+                        figure=key,
+                        a=figure.a,
+                        b=figure.b,
+                        change_pct=100 * (ratio.ratio - 1),
+                        threshold=f"{name} {limit:g} %",
+                        noise=100 * (ratio.high - ratio.low) / 2,
+                        reason=f"{runs}; confirmed by {paired.said(key)}, beyond the {name} of {limit:g} %",
+                    )
+                )
+            elif earlier is not None:
+                unconfirmed.append(
+                    earlier.model_copy(
+                        update={
+                            "reason": f"{earlier.reason}; not confirmed by {paired.said(key)}, not wholly beyond "
+                            f"the {name} of {limit:g} %"
+                        }
+                    )
+                )
+    measured = [c for c in confirmations.values() if not c.unavailable]
+    return first.model_copy(
+        update={
+            "passed": not regressions,
+            "regressions": regressions,
+            "unconfirmed": unconfirmed,
+            "confirmations": max((len(c.rounds) for c in measured), default=first.confirmations),
+            "paired": list(confirmations.values()),
+        }
+    )
+
+
+GateResult.model_rebuild()

@@ -76,11 +76,21 @@ def gate_text(result: GateResult) -> Text:
     if not result.compared:
         return Text("gate: no combination measured in both runs: nothing compared", style="red")
     if result.passed:
-        return Text(f"gate passed: none of {result.compared} combinations regresses", style="green")
-    text = Text(f"gate failed: {len(result.regressions)} regression(s)\n", style="red")
+        text = Text(f"gate passed: none of {result.compared} combinations regresses\n", style="green")
+    else:
+        text = Text(f"gate failed: {len(result.regressions)} regression(s)\n", style="red")
     for regression in result.regressions:
         text.append(f"  {regression.combination}: {regression.reason}\n")
+    for line in confirmation_lines(result):
+        text.append(f"  {line}\n", style="dim")
     return text
+
+
+def confirmation_lines(result: GateResult) -> list[str]:
+    """What the confirmation cleared, and the combinations it could not measure side by side."""
+    lines = [f"not a regression: {r.combination}: {r.reason}" for r in result.unconfirmed]
+    lines += [f"{p.combination}: not confirmed side by side ({p.unavailable})" for p in result.paired if p.unavailable]
+    return lines
 
 
 def _cell(figure: str, change: FigureChange) -> str:
@@ -103,6 +113,7 @@ def comparison_markdown(comparison: Comparison, result: GateResult | None = None
         else:
             lines.append(f"❌ **{len(result.regressions)} regression(s)**:")
             lines += [f"- `{r.combination}`: {r.reason}" for r in result.regressions]
+        lines += [f"- {line}" for line in confirmation_lines(result)]
         lines.append("")
     if comparison.differences:
         lines += ["| what differs | A | B |", "|---|---|---|"]

@@ -64,8 +64,18 @@ def register(sub) -> None:
         type=int,
         default=0,
         metavar="N",
-        help="re-measure the regressed combinations N times (forced, on this machine) and judge the median of "
-        "the run and them, their spread as noise",
+        help="confirm by N paired rounds: each combination that regresses or could (its change plus its noise "
+        "passes a threshold) is measured again now, the baseline's artifact and the run's alternately, and fails "
+        "only if the paired ratio's 95 %% interval lies beyond the threshold (6 rounds or more for 95 %%); where "
+        "the baseline's artifact is not stored here, the run's regressed combinations are re-measured N times "
+        "and judged on their median",
+    )
+    gate.add_argument(
+        "--confirm-time-cap",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds of timing per side in each paired round (default 1)",
     )
     add_output_options(gate)
     gate.set_defaults(func=cmd_gate)
@@ -73,7 +83,15 @@ def register(sub) -> None:
 
 def cmd_gate(args: argparse.Namespace) -> int:
     from ayci.bootstrap import local_store
-    from report.compare import Thresholds, compare, confirmed, gate, stored_history
+    from report.compare import (
+        Thresholds,
+        compare,
+        confirmed,
+        gate,
+        judged_side_by_side,
+        stored_history,
+        suspected,
+    )
 
     if args.confirm < 0:
         raise UsageError("--confirm takes a number of re-measurements, at least 0")
@@ -92,14 +110,39 @@ def cmd_gate(args: argparse.Namespace) -> int:
         min_agreement=minimum,
     )
     result = gate(comparison, thresholds)
-    if not result.passed and args.confirm:
-        regressed = {r.combination for r in result.regressions}
-        combo_keys = {c.key_b for c in comparison.combinations if c.combination in regressed and c.key_b}
+    if args.confirm:
         settings = settings_of(args)
-        confirmations = remeasure(settings, run_id, combo_keys, args.confirm, verbose=args.verbose)
-        history = merged(history, stored_history(local_store(settings), [summary]))
-        comparison = compare(baseline, summary, history, b_repeats=[c.run_id for c in confirmations])
-        result = confirmed(baseline, summary, confirmations, history, thresholds)
+        suspects = suspected(comparison, thresholds)
+        paired = confirm_side_by_side(settings, baseline, summary, suspects, args.confirm, args.confirm_time_cap)
+        result = judged_side_by_side(comparison, result, paired, thresholds)
+        # where the baseline's artifact is not here: the run's regressed combinations re-measured, their median
+        regressed = {
+            r.combination
+            for r in result.regressions
+            if r.figure != "agreement" and (r.combination not in paired or paired[r.combination].unavailable)
+        }
+        if regressed:
+            for label in sorted(regressed & paired.keys()):
+                err.print(
+                    f"gate: {label} not confirmed side by side ({paired[label].unavailable}): the run re-measured "
+                    f"{args.confirm} time(s) instead, judged on the median",
+                    highlight=False,
+                    soft_wrap=True,
+                )
+            combo_keys = {c.key_b for c in comparison.combinations if c.combination in regressed and c.key_b}
+            confirmations = remeasure(settings, run_id, combo_keys, args.confirm, verbose=args.verbose)
+            history = merged(history, stored_history(local_store(settings), [summary]))
+            comparison = compare(baseline, summary, history, b_repeats=[c.run_id for c in confirmations])
+            fallback = confirmed(baseline, summary, confirmations, history, thresholds)
+            result = result.model_copy(
+                update={
+                    "regressions": [r for r in result.regressions if r.combination not in regressed]
+                    + [r for r in fallback.regressions if r.combination in regressed],
+                    "unconfirmed": result.unconfirmed + [r for r in fallback.unconfirmed if r.combination in regressed],
+                    "confirmations": max(result.confirmations, fallback.confirmations),
+                }
+            )
+            result = result.model_copy(update={"passed": not result.regressions})
     show(comparison, args.format, result)
     if not result.passed:
         err.print(
@@ -140,6 +183,32 @@ def measure_run(args: argparse.Namespace, parts=None) -> str:
         raise UsageError(f"run {run_id} measured nothing to gate ({reasons or summary.status})")
     err.print(f"gate: run {run_id} ({summary.status}) judged against {args.baseline}", highlight=False)
     return run_id
+
+
+def confirm_side_by_side(settings, baseline, summary, labels: list[str], rounds: int, time_cap_s, measure=None) -> dict:
+    """The suspected combinations measured now, the baseline's artifact and the run's
+    alternately (`ayci/paired.py`), progress on stderr. `measure` replaces the launcher's (tests)."""
+    from ayci.bootstrap import local_store
+    from ayci.paired import PAIRED_TIME_CAP_S, side_by_side
+
+    if not labels:
+        return {}
+    err.print(
+        f"gate: confirming {len(labels)} combination(s) by {rounds} paired rounds: " + ", ".join(labels),
+        highlight=False,
+        soft_wrap=True,
+    )
+    options = {"measure": measure} if measure is not None else {}
+    return side_by_side(
+        local_store(settings),
+        baseline,
+        summary,
+        labels,
+        rounds,
+        time_cap_s=time_cap_s or PAIRED_TIME_CAP_S,
+        progress=lambda line: err.print(f"gate: {line}", highlight=False, soft_wrap=True),
+        **options,
+    )
 
 
 def remeasure(settings, run_id: str, combo_keys: set[str], times: int, *, verbose: bool = False, parts=None) -> list:

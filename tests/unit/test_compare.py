@@ -369,6 +369,12 @@ def test_confirm_re_measures_the_regressed_combinations_and_fails_only_if_they_r
     measuring.slowdown = confirmed_slowdown
     before = measuring.fakes.measurements[("onnx", 1769)]  # a and b (each measured quick, then refined)
     monkeypatch.setattr(gate_command, "remeasure", functools.partial(gate_command.remeasure, parts=parts))
+    # the baseline's artifact cannot be measured side by side here: the fallback, the run re-measured alone
+    monkeypatch.setattr(
+        gate_command, "confirm_side_by_side", functools.partial(gate_command.confirm_side_by_side, measure=failing_pair)
+    )
+    assert lab.cli("gate", "--baseline", run_a, run_b, "--confirm", "2", "--format", "json") == status
+    assert "not confirmed side by side (" in capsys.readouterr().err
     assert lab.cli("gate", "--baseline", run_a, run_b, "--confirm", "2", "--format", "json") == status
     result = json.loads(capsys.readouterr().out)["gate"]
     assert result["confirmations"] == 2
@@ -380,7 +386,146 @@ def test_confirm_re_measures_the_regressed_combinations_and_fails_only_if_they_r
         assert all(r["change_pct"] == pytest.approx(30.0) for r in result["regressions"] if r["figure"] == "p99_ms")
     else:
         assert not result["regressions"] and p99 <= {(r["combination"], r["figure"]) for r in result["unconfirmed"]}
-    assert measuring.fakes.measurements[("onnx", 1769)] - before == 2  # two confirmations each
+    assert measuring.fakes.measurements[("onnx", 1769)] - before == 4  # two confirmations each, twice
+
+
+def failing_pair(a, b, memory_mb, rounds, side_time_s):
+    from measuring.launcher import MeasurementFailed
+
+    raise MeasurementFailed("no cgroup for the pair in this test")
+
+
+def paired_rounds(ratio: float, rounds: int = 8, spread: float = 0.01):
+    """A side-by-side measurement faked: B's figures `ratio` times A's in every round (+-`spread`)."""
+
+    def measure(a, b, memory_mb, count, side_time_s):
+        assert count == rounds and a.artifact_path.is_file() and b.artifact_path.is_file()
+        found = []
+        for n in range(count):
+            wobble = 1 + spread * (n % 3 - 1)
+            base = {"p50_ms": 10.0 * (1 + 0.05 * n), "p99_ms": 15.0 * (1 + 0.05 * n), "billed_ms_mean": 10.5}
+            found.append(
+                {
+                    "order": "AB" if n % 2 == 0 else "BA",
+                    "a": base,
+                    "b": {k: v * ratio * wobble for k, v in base.items()},
+                }
+            )
+        return {"rounds": found, "load": {"disturbed": False}, "confined": True}
+
+    return measure
+
+
+def test_paired_ratio_is_the_hodges_lehmann_estimate_with_its_wilcoxon_interval():
+    from report.compare import paired_ratio
+
+    found = paired_ratio([10.0] * 8, [11.0, 11.2, 10.8, 11.1, 10.9, 11.3, 10.7, 11.0])
+    assert found.ratio == pytest.approx(1.10, abs=0.002) and found.rounds == 8
+    assert found.confidence == pytest.approx(1 - 2 * 5 / 256)  # k = 4: P(W+ <= 3) = 5/256
+    assert 1.07 < found.low < 1.09 and 1.11 < found.high < 1.13 and found.text().startswith("x1.1 [")
+    # the drift the rounds share cancels: A and B both 40 % slower in the later rounds
+    drifting = paired_ratio([10, 10, 14, 14, 10, 14], [11, 11, 15.4, 15.4, 11, 15.4])
+    assert drifting.low == pytest.approx(1.1) and drifting.high == pytest.approx(1.1)
+    few = paired_ratio([10.0] * 4, [11.0, 12.0, 10.5, 11.5])
+    assert few.low == pytest.approx(1.05) and few.high == pytest.approx(1.2) and few.confidence == 0.875
+    assert few.text().endswith("at 88 %")
+    assert paired_ratio([None], [1.0]) is None
+
+
+def test_the_paired_confirmation_judges_the_ratio_measured_side_by_side(lab):
+    """A run 30 % slower than its stored baseline regresses; measured side by side now, a ratio
+    of 1.00 clears it (the baseline had a lucky moment), one of 1.12 confirms it; a combination
+    within the runs' noise but possibly beyond the threshold is suspected too."""
+    from report.compare import PairedConfirmation, PairedRound, judged_side_by_side, suspected
+
+    a, b = lab.run("run-a"), lab.run("run-b", factor=1.3)
+    comparison = compare(a, b, stored_history(lab.store, [a, b]))
+    thresholds = Thresholds(max_p99_regression_pct=10, max_cost_regression_pct=5)
+    first = gate(comparison, thresholds)
+    assert not first.passed and set(suspected(comparison, thresholds)) == set(LABELS)
+
+    def confirmation(label: str, ratio: float) -> PairedConfirmation:
+        rounds = [
+            PairedRound(
+                order="AB",
+                a={"p50_ms": 10.0 + n, "p99_ms": 15.0 + n, "cost_per_million_usd": 0.3},
+                b={
+                    "p50_ms": (10.0 + n) * ratio,
+                    "p99_ms": (15.0 + n) * ratio * (1 + 0.01 * (n % 2)),
+                    "cost_per_million_usd": 0.3 * ratio,
+                },
+            )  # fmt: skip
+            for n in range(8)
+        ]
+        return PairedConfirmation.of(label, rounds)
+
+    cleared = judged_side_by_side(comparison, first, {label: confirmation(label, 1.0) for label in LABELS}, thresholds)
+    assert cleared.passed and cleared.confirmations == 8
+    assert {(r.combination, r.figure) for r in first.regressions} == {
+        (r.combination, r.figure) for r in cleared.unconfirmed
+    }
+    assert all("not confirmed by 8 paired rounds: x1 [" in r.reason for r in cleared.unconfirmed)
+
+    confirmed = judged_side_by_side(comparison, first, {LABELS[0]: confirmation(LABELS[0], 1.12)}, thresholds)
+    assert not confirmed.passed
+    mine = [r for r in confirmed.regressions if r.combination == LABELS[0]]
+    assert {r.figure for r in mine} == {"p99_ms", "cost_per_million_usd"}
+    assert all("; confirmed by 8 paired rounds: x1.1" in r.reason for r in mine)
+    others = {r.combination for r in confirmed.regressions} - {LABELS[0]}
+    assert others == set(LABELS[1:])  # not confirmed side by side: as first judged
+
+    under = judged_side_by_side(comparison, first, {LABELS[0]: confirmation(LABELS[0], 1.07)}, thresholds)
+    assert {r.figure for r in under.regressions if r.combination == LABELS[0]} == {"cost_per_million_usd"}
+
+    unavailable = PairedConfirmation(combination=LABELS[0], unavailable="its artifact is not stored here")
+    kept = judged_side_by_side(comparison, first, {LABELS[0]: unavailable}, thresholds)
+    assert kept.regressions == first.regressions
+
+
+@pytest.mark.parametrize(("ratio", "status"), [(1.0, 0), (1.3, 1)])
+def test_confirm_measures_the_baseline_s_artifact_and_the_run_s_side_by_side(
+    tmp_path, monkeypatch, capsys, ratio, status
+):
+    """`--confirm 8`: a run 30 % slower than its stored baseline is measured again beside the
+    baseline's artifact (fetched from the store): a ratio of 1.00 passes (the stored runs' gap
+    was the machine's drift), 1.30 fails, "confirmed by 8 paired rounds: x1.3 [...]"."""
+    from ayci.bootstrap import embedded
+    from ayci.cli import gate as gate_command
+    from ayci.settings import Settings
+    from schemas.combos import Matrix, ModelRef
+    from schemas.events import RequestSubmitted
+    from services.request.submission import new_run
+
+    settings = Settings(data_dir=tmp_path / "data")
+    measuring = Measuring()
+    app = embedded(settings, parts=measuring.parts(tmp_path))
+    app.store.put_bytes(keys.model("a" * 64), b"model bytes")
+    model = ModelRef(sha256="a" * 64, size_bytes=11, format="onnx", workload="image_classification", input_size=[2, 2])
+    runs = []
+    for force in (False, True):
+        matrix = Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1769])
+        envelope = new_run(RequestSubmitted(model=model, matrix=matrix, force=force, min_agreement=0.99))
+        app.publisher.publish([envelope])
+        app.bus.run_until_idle()
+        runs.append(envelope.run_id)
+        measuring.slowdown = 1.3
+    monkeypatch.setattr(
+        gate_command,
+        "confirm_side_by_side",
+        functools.partial(gate_command.confirm_side_by_side, measure=paired_rounds(ratio)),
+    )
+    monkeypatch.setattr(gate_command, "remeasure", None)  # never the fallback: both artifacts are here
+    lab = Lab(settings.data_dir)
+    assert lab.cli("gate", "--baseline", runs[0], runs[1], "--confirm", "8", "--format", "json") == status
+    result = json.loads(capsys.readouterr().out)["gate"]
+    assert result["confirmations"] == 8 and result["paired"][0]["combination"] == "intel/onnx/b1/1769MB"
+    if status:
+        p99 = next(r for r in result["regressions"] if r["figure"] == "p99_ms")
+        assert "confirmed by 8 paired rounds: x1.3 [" in p99["reason"] and p99["change_pct"] == pytest.approx(30, abs=1)
+    else:
+        assert (
+            not result["regressions"] and "not confirmed by 8 paired rounds: x1 [" in result["unconfirmed"][0]["reason"]
+        )
 
 
 def test_the_p50_is_gated_only_when_asked(lab, capsys):

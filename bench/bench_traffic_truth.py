@@ -99,10 +99,23 @@ def one(data: Path, run_id: str, pattern: str, rps: float, args, out: Path) -> d
         "calibration": report["calibration"][name],
         "observed": {
             k: row["observed"][k]
-            for k in ("requests", "answered", "errors", "p50_ms", "p99_ms", "cold_share", "cold_starts", "peak_workers")
+            for k in (
+                "requests",
+                "answered",
+                "errors",
+                "p50_ms",
+                "p99_ms",
+                "cold_share",
+                "cold_starts",
+                "peak_workers",
+                "compute",
+                "queued",
+                "echo",
+                "service_probe",
+            )
         },
         "predicted": {
-            k: row["predicted"][k] for k in ("p50_ms", "p99_ms", "cold_share", "cold_starts", "peak_instances")
+            k: row["predicted"][k] for k in ("p50_ms", "p99_ms", "cold_share", "cold_starts", "peak_instances", "fed")
         },
         "comparison": row["comparison"],
     }

@@ -7,9 +7,10 @@ Poisson at `rps`; spiky: bursts of `BURST_MULTIPLIER` x `rps`, one in the middle
 sixth of the half long; or a CSV file of arrival times), its latency counted from that time.
 
 Before the load, a calibration measures what the simulation is fed (`calibrate`), on this machine,
-now, at a low rate: the service time (the worker's time per request, `X-Inference-Ms`, on a warm
-worker), the per-request overhead (each calibration request's latency beyond its time queued and
-in the worker: HTTP, the body's decoding, the answer's encoding, the hops between threads; the
+now, at a low rate: the service time (what holds a warm worker per request: the hand-over to its
+feeding thread, `X-Queued-Ms` of a request that found it idle, and its round trip,
+`X-Inference-Ms`), the per-request overhead (each calibration request's latency beyond its time
+queued and in the worker: HTTP, the body's decoding, the answer's encoding, the hops between threads; the
 echo path `POST /echo/{model}`, which does all but the inference, is timed beside it as a check)
 and the cold start (real worker processes started one after the other, each timed from its start
 to ready: sandbox, imports, load, first inference). The pools are then emptied, and the load
@@ -18,7 +19,12 @@ probes (`PROBE_RPS`, the echo path: the whole front end, no worker) measure the 
 overhead under the load's own conditions (a shared host's contention moves it by several ms
 between a calibration and the load); the simulation is fed theirs, plus what an invocation's
 overhead adds to an echo's in the calibration (`invocation_over_echo_ms`: the hop to the worker's
-thread and back), or the calibration's overhead if the probes are too few.
+thread and back), or the calibration's overhead if the probes are too few. Service probes do the
+same for the service time: `PROBE_RPS` requests a second, from a thread of the endpoint, to a
+probe worker of each model (started as the pool's are, outside the pool, so none of the load's
+requests touches it), timed as the pool times its workers; the simulation is fed their round
+trips plus the calibration's hand-over (a shared host moved the service p50 from 3.3 to 6.5 ms
+between a calibration and its load).
 
 The prediction: `core.lambda_model.traffic.simulate` on the very arrival times sent to each model,
 the calibrated service time and cold start, the endpoint's idle time as the idle timeout and its
@@ -114,7 +120,11 @@ def calibrate(endpoint, url: str, bodies: dict[str, bytes], requests: int = CALI
         # the overhead: each calibration request's latency beyond its time queued and in the worker (HTTP, the
         # body's decoding, the answer's encoding, the hops between threads): the whole path but the model
         overhead = [t.latency_ms - t.queued_ms - t.compute_ms for t in served]
-        service = [t.compute_ms for t in served]
+        # the service time: what holds the worker, from the request's hand-over to it (marked busy) to its
+        # answer: `queued` (for a request that found the worker idle, the hand-over to its feeding thread)
+        # and `compute` (the worker's round trip); the overhead holds no worker
+        service = [t.queued_ms + t.compute_ms for t in served]
+        handoff = [t.queued_ms for t in served]
         echo = [t.latency_ms for t in echoes]
         cold = endpoint.time_cold_starts(name, CALIBRATION_COLD_STARTS)
         out[name] = {
@@ -130,6 +140,7 @@ def calibrate(endpoint, url: str, bodies: dict[str, bytes], requests: int = CALI
                 "overhead_p99_ms": float(np.percentile(overhead, 99)),
                 "service_p50_ms": float(np.percentile(service, 50)),
                 "service_p99_ms": float(np.percentile(service, 99)),
+                "handoff_p50_ms": float(np.percentile(handoff, 50)),
                 "cold_start_p50_ms": float(np.median(cold)),
                 "cold_start_ms": [round(c, 1) for c in cold],
             },
@@ -172,19 +183,28 @@ def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app) -> dict:
     sent.sort(key=lambda pair: pair[0])
     arrivals, outgoing = [t for t, _ in sent], [o for _, o in sent]
     samples: list[dict] = []
+    service_probes: dict[str, list[float]] = {name: [] for name in names}
     stop = threading.Event()
     with ServerThread(app) as url:
         with endpoint.holding_workers():  # the calibration's worker stays warm between its requests
             calibration = calibrate(endpoint, url, bodies)
         endpoint.reset()  # the load starts on an endpoint with no worker, as the simulation's pool does
+        probers = {name: endpoint.probe_worker(name) for name in names}  # outside the pools: none of the load's
         sampler = threading.Thread(target=_sample, args=(endpoint, samples, stop), daemon=True)
+        prober = threading.Thread(
+            target=_probe_service, args=(probers, endpoint, bodies, service_probes, stop), daemon=True
+        )
         sampler.start()
+        prober.start()
         load_before, pressure_before = os.getloadavg(), cpu_pressure()
         try:
             t0_unix, timings = drive(url, arrivals, outgoing)
         finally:
             stop.set()
             sampler.join()
+            prober.join()
+            for worker in probers.values():
+                worker.stop()
     for s in samples:
         s["t"] = s.pop("at") - t0_unix
     (out_dir / "samples.json").write_text(json.dumps(samples))
@@ -209,10 +229,14 @@ def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app) -> dict:
         observed = observed_figures(mine, samples, name, state[name])
         probed = [t.latency_ms for t in timings if t.label == f"echo:{name}" and t.ok]
         observed["echo"] = percentiles(probed)
+        observed["service_probe"] = percentiles(service_probes[name])
         fed = calibration[name]
         if len(probed) >= MIN_PROBES:  # the probes' front end, and what an invocation adds to an echo (calibrated)
             extra = calibration[name]["summary"]["invocation_over_echo_ms"]
             fed = {**fed, "overhead_ms": [p + extra for p in probed]}
+        if len(service_probes[name]) >= MIN_PROBES:  # the probe worker's round trips, and the hand-over (calibrated)
+            handoff = calibration[name]["summary"]["handoff_p50_ms"]
+            fed = {**fed, "service_ms": [p + handoff for p in service_probes[name]]}
         predicted = predicted_figures(
             [t.scheduled_s for t in mine],
             fed,
@@ -256,6 +280,31 @@ def cpu_pressure() -> float | None:
         return float(dict(part.split("=") for part in line.split()[1:])["avg10"])
     except (OSError, KeyError, ValueError, IndexError):
         return None
+
+
+def _probe_service(
+    probers: dict, endpoint, bodies: dict[str, bytes], probed: dict[str, list[float]], stop: threading.Event
+) -> None:
+    """`PROBE_RPS` requests a second to each model's probe worker (a warm worker outside the pool,
+    started as the pool's are), each timed as the pool times a request in its worker (the round
+    trip, `X-Inference-Ms`): the service time under the load's own conditions."""
+    from serving import wire
+    from serving.tensors import decode, model_inputs
+
+    payloads = {}
+    for name, body in bodies.items():
+        model = endpoint.models[name]
+        arrays, _ = decode(body, "application/x-npz", 1 << 30)
+        payloads[name] = wire.pack(model_inputs(arrays, False, model.signature, model.fixed_batch))
+    while not stop.wait(1 / PROBE_RPS):
+        for name, worker in probers.items():
+            taken = time.monotonic()
+            try:
+                worker.infer(payloads[name])
+            except Exception as exc:  # a lost probe worker: the calibration's service time is fed instead
+                log.warning("service_probe_failed", model=name, reason=str(exc))
+                return
+            probed[name].append((time.monotonic() - taken) * 1000)
 
 
 def _sample(endpoint, samples: list[dict], stop: threading.Event) -> None:

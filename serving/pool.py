@@ -24,7 +24,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -109,6 +109,9 @@ class ModelPool:
         self.lost_workers = 0
         self.retired_workers = 0
         self.infer_ms_recent: deque[float] = deque(maxlen=200)
+        # the threads that start workers, kept: `submit` runs on the endpoint's event loop, and starting a
+        # thread there waits until the new thread runs (a GIL hand-off per cold start, on the loop)
+        self._loader = ThreadPoolExecutor(max_workers=policy.max_workers + 2, thread_name_prefix=f"load-{name}")
 
     # --- the state the endpoint and the metrics read
     @property
@@ -161,9 +164,7 @@ class ModelPool:
                 if len(self._slots) + self._starting < self.policy.max_workers and (reserve is None or reserve()):
                     job.cold_start = True
                     self._starting += 1
-                    threading.Thread(
-                        target=self._load, args=("cold", job), name=f"load-{self.name}", daemon=True
-                    ).start()
+                    self._loader.submit(self._load, "cold", job)
                     return job.future
             if len(self._queue) >= self.max_queue:
                 raise Overloaded(
@@ -194,7 +195,11 @@ class ModelPool:
         """Start a worker in the background (a cold load of `kind`)."""
         with self._cv:
             self._starting += 1
-        threading.Thread(target=self._load, args=(kind,), name=f"load-{self.name}", daemon=True).start()
+        try:
+            self._loader.submit(self._load, kind)
+        except RuntimeError:  # closed meanwhile (the executor is shut down): nothing to start
+            with self._cv:
+                self._starting -= 1
 
     def _load(self, kind: str, job: _Job | None = None) -> None:
         started = time.monotonic()
@@ -321,6 +326,7 @@ class ModelPool:
             self._cv.notify_all()
         for job in stranded:
             job.future.set_exception(Overloaded(f"model {self.name} was unloaded", 1))
+        self._loader.shutdown(wait=False)
         for slot in slots:
             if not slot.busy:
                 slot.worker.stop()

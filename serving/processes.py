@@ -17,6 +17,8 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+import structlog
+
 from measuring import sandbox
 from measuring.confinement import ConfinementUnavailable, Limits, MeasurementGroup, unavailable_reason
 from measuring.launcher import engine_env_extra, measuring_address_space_mb
@@ -25,6 +27,7 @@ from serving import wire
 from serving.pool import InferenceFailed, WorkerLost
 
 _numbers = itertools.count()
+log = structlog.get_logger()
 
 
 @dataclass(frozen=True)
@@ -38,16 +41,39 @@ class WorkerSpec:
     confine: bool = True
 
 
+# A worker's CPU weight: an ordinary process's (v1 cpu.shares 1024, v2 cpu.weight 100), not a
+# measurement's (256 times that, `measuring/confinement.py`). With a measurement's weight, workers
+# cold-starting together (their quotas adding to more than the host's cores) took nearly all the
+# CPU from the endpoint's own front end and the load generator, which run at an ordinary weight:
+# the event loop stalled 0.3-0.9 s per burst of 4 starts on a quiet 2-core host, seconds on a
+# loaded one (`bench/bench_traffic_truth.py`, docs/benchmarks.md). On Lambda neither the front end
+# nor other instances share an instance's CPU; here the quota still caps each worker at its size's
+# vCPUs and the front end keeps a fair share when the cores are short.
+WORKER_CPU_SHARES = 1024
+WORKER_CPU_WEIGHT = 100
+
+
 def confinement(memory_mb: int, confine: bool = True) -> tuple[MeasurementGroup | None, str | None]:
-    """A cgroup for one worker, or None and why there is none."""
+    """A cgroup for one worker (its size's CPU quota and memory cap, an ordinary CPU weight), or
+    None and why there is none."""
     if not confine:
         return None, "confinement turned off"
     reason = unavailable_reason()
     if reason is None:
         try:
-            return MeasurementGroup.create(Limits.for_memory(memory_mb)), None
+            group = MeasurementGroup.create(Limits.for_memory(memory_mb))
         except ConfinementUnavailable as exc:
             reason = str(exc)
+        else:
+            try:
+                if group.hierarchy.version == 2:
+                    (group.cpu_dir / "cpu.weight").write_text(str(WORKER_CPU_WEIGHT))
+                else:
+                    (group.cpu_dir / "cpu.shares").write_text(str(WORKER_CPU_SHARES))
+            except OSError as exc:
+                group.remove()
+                return None, f"cannot set the worker's CPU weight: {exc}"
+            return group, None
     return None, reason
 
 
@@ -72,6 +98,7 @@ class ProcessWorker:
         self._child, self._sock, self._group, self._workspace = child, sock, group, workspace
         self._work = workspace.path
         self._stopped = False
+        self.steps: dict[str, float] = {}
 
     @classmethod
     def start(
@@ -81,6 +108,7 @@ class ProcessWorker:
         reason (out of memory at its cap, a crash with its error, a timeout) if it does not.
         Its files live in a sandbox workspace of its own (`work_dir` is not used for them: a
         folder of the endpoint's is not one its unprivileged user may enter)."""
+        begun = time.monotonic()
         workspace = sandbox.Workspace.make(prefix=f"w{next(_numbers)}-", parent=None)
         work = workspace.path
         spec = replace(
@@ -97,7 +125,9 @@ class ProcessWorker:
         workspace.own(Path(address))  # the worker's user connects to it
         listener.listen(1)
         listener.settimeout(0.2)
+        prepared = time.monotonic()
         group, reason = confinement(spec.memory_mb, spec.confine)
+        grouped = time.monotonic()
         stderr = open(work / "stderr", "w+")  # noqa: SIM115  (closed once the worker is ready)
         limits = sandbox.SandboxLimits(
             wall_s=load_timeout_s,  # the CPU-time backstop only: a worker lives as long as the endpoint keeps it
@@ -118,6 +148,7 @@ class ProcessWorker:
         worker = cls(spec, child, listener, group, reason, workspace, 0.0, request_timeout_s)
         try:
             sock = worker._accept(listener, started + load_timeout_s)
+            connected = time.monotonic()
             worker._sock = sock
             sock.settimeout(max(1.0, started + load_timeout_s - time.monotonic()))
             kind, body = wire.receive(sock)
@@ -130,7 +161,18 @@ class ProcessWorker:
         finally:
             listener.close()
             stderr.close()
-        worker.load_ms = json.loads(body)["load_ms"]
+        ready = json.loads(body)
+        worker.load_ms = ready["load_ms"]
+        # where a start's time went (ms): the endpoint's steps, then the worker's own (`worker.py`)
+        worker.steps = {
+            "workspace": (prepared - begun) * 1000,
+            "cgroup": (grouped - prepared) * 1000,
+            "spawn": (started - grouped) * 1000,
+            "until_connected": (connected - started) * 1000,
+            "until_ready": (time.monotonic() - connected) * 1000,
+            **{f"worker_{k}": v for k, v in ready.get("steps", {}).items()},
+        }
+        log.info("worker_started", pid=worker.pid, **{k: round(v, 1) for k, v in worker.steps.items()})
         sock.settimeout(request_timeout_s)
         return worker
 

@@ -25,20 +25,30 @@ def main(address: str, spec_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(address)
+    connected = time.time()
     artifact = Path(spec["artifact_path"])
     engine = engines.module(spec["optimizer"])
     engine.import_runtime(artifact)
+    imported = time.time()
     settings = spec.get("settings")
     run = (
         engine.load(artifact, int(spec["threads"]), settings=settings)
         if settings
         else engine.load(artifact, int(spec["threads"]))
     )
+    loaded = time.time()
     if spec.get("reference_path"):
         from measuring.measure import read_reference
 
         run(read_reference(spec["reference_path"])[0])
-    wire.send(sock, wire.READY, json.dumps({"load_ms": (time.time() - _STARTED) * 1000}).encode())
+    ready = time.time()
+    steps = {  # ms: this module's start to connected, the runtime's import, the load and the first answer
+        "connect": (connected - _STARTED) * 1000,
+        "import": (imported - connected) * 1000,
+        "load": (loaded - imported) * 1000,
+        "first_answer": (ready - loaded) * 1000,
+    }
+    wire.send(sock, wire.READY, json.dumps({"load_ms": (ready - _STARTED) * 1000, "steps": steps}).encode())
     while True:
         try:
             kind, body = wire.receive(sock)

@@ -143,19 +143,40 @@ def _export_small_conv(model, path: Path) -> Path:
     return path
 
 
-def test_tuned_conversion_loads_agrees_and_reuses_records(conv_model, tmp_path):
+SHARED_TRIALS = 2 * TRIALS  # two tasks' worth (MIN_TRIALS_PER_TASK each)
+
+
+@pytest.fixture(scope="module")
+def tuned_conv(conv_model, tmp_path_factory) -> tuple:
+    """The small convolutional model tuned at batch 2 with SHARED_TRIALS from no records: one
+    tuned conversion checked by `test_tuned_conversion_loads_agrees_and_reuses_records` and whose
+    records another model takes in `test_a_model_with_the_same_kernels_takes_their_schedules_from_the_others_records`
+    (neither writes to them). (conversion, its progress messages, tuning folder, artifact folder)."""
+    root = tmp_path_factory.mktemp("tvm-tuned")
+    messages: list[str] = []
+    model = _model_ref(conv_model, "image_classification", [32, 32])
+    conversion = tvm_engine.convert(
+        _job(
+            model,
+            conv_model,
+            root / "a",
+            batch=2,
+            trials=SHARED_TRIALS,
+            tuning_dir=root / "tuning",
+            messages=messages,
+        )
+    )
+    return conversion, messages, root / "tuning", root / "a"
+
+
+def test_tuned_conversion_loads_agrees_and_reuses_records(conv_model, tuned_conv, tmp_path):
     size = [32, 32]
     model = _model_ref(conv_model, "image_classification", size)
-    tuning = tmp_path / "tuning"
-    messages: list[str] = []
-
-    first = tvm_engine.convert(
-        _job(model, conv_model, tmp_path / "a", batch=2, trials=TRIALS, tuning_dir=tuning, messages=messages)
-    )
-    assert first.artifact_file == "model.so" and sorted(p.name for p in (tmp_path / "a").iterdir()) == ["model.so"]
+    first, messages, tuning, artifact_dir = tuned_conv
+    assert first.artifact_file == "model.so" and sorted(p.name for p in artifact_dir.iterdir()) == ["model.so"]
     assert first.tuning_s > 0 and first.conversion_s > 0
     assert (
-        _searched_what_was_asked(first.details, TRIALS)
+        _searched_what_was_asked(first.details, SHARED_TRIALS)
         and first.details["records_reused"] is False
         and first.details["tuned"] is True
     )
@@ -171,14 +192,22 @@ def test_tuned_conversion_loads_agrees_and_reuses_records(conv_model, tmp_path):
     module = workload_module("image_classification")
     inputs = module.example_inputs(2, size)
     reference = base_engine.load(conv_model, 2)(inputs)
-    outputs = tvm_engine.load(tmp_path / "a" / "model.so", 2)(inputs)
+    outputs = tvm_engine.load(artifact_dir / "model.so", 2)(inputs)
     agreement = module.agreement(reference, outputs)
     assert agreement.score == 1.0 and agreement.details["max_abs_diff"] < 1e-3
 
     records = (tuning / "database_tuning_record.json").read_bytes()
     second_messages: list[str] = []
     second = tvm_engine.convert(
-        _job(model, conv_model, tmp_path / "b", batch=2, trials=TRIALS, tuning_dir=tuning, messages=second_messages)
+        _job(
+            model,
+            conv_model,
+            tmp_path / "b",
+            batch=2,
+            trials=SHARED_TRIALS,
+            tuning_dir=tuning,
+            messages=second_messages,
+        )
     )
     # the stored records answer every kernel: no trial is measured again, no record added (not timed:
     # wall-clock comparisons fail on a shared machine)
@@ -258,7 +287,7 @@ def test_after_a_first_round_over_both_builds_the_rest_of_the_budget_goes_to_the
     assert _searched_what_was_asked(conversion.details, trials)
 
 
-def test_a_model_with_the_same_kernels_takes_their_schedules_from_the_others_records(conv_model, tmp_path):
+def test_a_model_with_the_same_kernels_takes_their_schedules_from_the_others_records(tuned_conv, tmp_path):
     """A fine-tuned copy (other weights, same operators and shapes) needs no search for the
     kernels another model's records hold, searched at least as deeply."""
     import torch
@@ -269,15 +298,7 @@ def test_a_model_with_the_same_kernels_takes_their_schedules_from_the_others_rec
             parameter.mul_(1.01)
     copy = _export_small_conv(model, tmp_path / "fine-tuned.pt2")
     size = [32, 32]
-    first = tvm_engine.convert(
-        _job(
-            _model_ref(conv_model, "image_classification", size),
-            conv_model,
-            tmp_path / "a",
-            trials=2 * TRIALS,
-            tuning_dir=tmp_path / "tuning-a",
-        )
-    )
+    first, _, others_records, _ = tuned_conv  # the other model: tuned at batch 2 with SHARED_TRIALS
     assert first.details["kernels_from_other_models"] == 0 and first.details["tasks"] == 2
 
     # another model's records that TVM cannot read back: passed over, not a failed conversion
@@ -285,18 +306,19 @@ def test_a_model_with_the_same_kernels_takes_their_schedules_from_the_others_rec
     unreadable.mkdir()
     (unreadable / "database_workload.json").write_text('["not a workload"]\n')
     (unreadable / "database_tuning_record.json").write_text('[0, {"x": 1}]\n')
-    shutil.copy(tmp_path / "tuning-a" / "ayci_tuning.json", unreadable / "ayci_tuning.json")
+    shutil.copy(others_records / "ayci_tuning.json", unreadable / "ayci_tuning.json")
 
     messages: list[str] = []
     job = _job(
         _model_ref(copy, "image_classification", size),
         copy,
         tmp_path / "b",
-        trials=2 * TRIALS,
+        batch=2,
+        trials=SHARED_TRIALS,
         tuning_dir=tmp_path / "tuning-b",
         messages=messages,
     )
-    job.shared_tuning_dirs = [unreadable, tmp_path / "tuning-a"]
+    job.shared_tuning_dirs = [unreadable, others_records]
     second = tvm_engine.convert(job)
     assert second.details["kernels_from_other_models"] == 2, second.details
     assert any("tuned for other models" in m for m in messages), messages
@@ -375,19 +397,18 @@ def test_stored_records_that_lack_some_kernels_have_those_searched(tmp_path):
 
 
 def test_the_time_limit_ends_a_search_that_its_trials_would_not_and_its_records_answer_the_trials_asked(
-    tiny_image_model, tmp_path
+    conv_model, tmp_path
 ):
     """A budget of trials the limit cannot reach: the search ends at the limit with the trials it
     measured recorded and applied (every kernel it reached tuned), says so, and a conversion
-    asking the same trials applies those records instead of searching again."""
+    asking the same trials applies those records instead of searching again. (The small
+    convolutional model: ResNet-18's import and builds added a minute and nothing to check.)"""
     size, asked = [32, 32], 5000
-    model = _model_ref(tiny_image_model, "image_classification", size)
+    model = _model_ref(conv_model, "image_classification", size)
     tuning = tmp_path / "tuning"
     messages: list[str] = []
     first = tvm_engine.convert(
-        _job(
-            model, tiny_image_model, tmp_path / "a", trials=asked, tuning_dir=tuning, messages=messages, time_limit_s=20
-        )
+        _job(model, conv_model, tmp_path / "a", trials=asked, tuning_dir=tuning, messages=messages, time_limit_s=20)
     )
     ended = [m for m in messages if "time limit" in m]
     assert ended and "of 5000 trials" in ended[0], messages
@@ -401,7 +422,7 @@ def test_the_time_limit_ends_a_search_that_its_trials_would_not_and_its_records_
 
     again: list[str] = []
     second = tvm_engine.convert(
-        _job(model, tiny_image_model, tmp_path / "b", trials=asked, tuning_dir=tuning, messages=again, time_limit_s=20)
+        _job(model, conv_model, tmp_path / "b", trials=asked, tuning_dir=tuning, messages=again, time_limit_s=20)
     )
     assert second.details["records_reused"] is True and second.details["trials"] == measured, second.details
     assert not any(m.startswith("tvm: tuned") for m in again), again

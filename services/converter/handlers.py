@@ -7,6 +7,7 @@ An artifact is converted once: a stored manifest means it is reused.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import re
@@ -85,13 +86,20 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
     ):  # tuned last: the run's other engines at this batch say first whether tuning can matter
         bound.info("tvm_tuning_waits_for_other_engines", retry_s=deps.lease_retry_s)
         return [Delayed(pending, deps.now() + timedelta(seconds=deps.lease_retry_s))]
+    referenced = deps.store.exists(keys.reference(reference_key(model, combo.batch_size)))
+    if referenced and deps.store.exists(keys.manifest(pending.artifact_key)):
+        # converted already (another memory size of it): neither the model's bytes nor the machine's lock needed
+        manifest = ArtifactManifest.read(deps.store.get_bytes(keys.manifest(pending.artifact_key)))
+        bound.info("artifact_reused", artifact_key=pending.artifact_key)
+        return [_converted(pending, manifest, reused=True)]
     with tempfile.TemporaryDirectory(dir=deps.work_dir, prefix="convert-") as tmp:
         work = Path(tmp)
         model_path = work / f"model.{model.format.value}"
         deps.store.get_file(keys.model(model.sha256), model_path)
         inputs_path = fetch_inputs(deps.store, model, work)
         try:
-            with measurement_lock.shared():  # runs the base model: not beside a measurement either
+            # computing it runs the base model: not beside a measurement either (a stored one needs no lock)
+            with measurement_lock.shared() if not referenced else contextlib.nullcontext():
                 ensure_reference(
                     deps.store,
                     model,

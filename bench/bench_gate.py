@@ -43,6 +43,8 @@ from core.logs import configure_logging
 from measuring.confinement import unavailable_reason
 from report.compare import (
     PAIRED_FIGURES,
+    PairedConfirmation,
+    PairedRound,
     Thresholds,
     compare,
     gate,
@@ -81,6 +83,38 @@ def lenient(paired, thresholds: Thresholds) -> bool:
     )
 
 
+def rejudge(path: Path, threshold: float) -> int:
+    """The tallies of a recorded run (its rows' paired rounds) under this code's judgement."""
+    thresholds = Thresholds(
+        max_p50_regression_pct=threshold, max_p99_regression_pct=threshold, max_cost_regression_pct=threshold
+    )
+    rows = json.loads(path.read_text())["rows"]
+    tallies: dict[tuple[str, str], int] = {}
+    runs = {case: len({r["trial"] for r in rows if r["case"] == case}) for case in ("identical", "slower")}
+    for row in rows:
+        paired = PairedConfirmation.of(row["combination"], [PairedRound(**r) for r in row["paired"]["rounds"]])
+        beyond = any(f.low > 1 + threshold / 100 for f in paired.figures.values())
+        outcome = {
+            "runs only": row["alarms"]["runs only"],
+            "--confirm (suspected, paired)": row["suspected"] and beyond,
+            "paired, every combination": beyond,
+            "paired, lenient rule": lenient({row["combination"]: paired}, thresholds),
+        }
+        for rule, alarm in outcome.items():
+            tallies[(rule, row["case"])] = tallies.get((rule, row["case"]), 0) + alarm
+        print(
+            f"trial {row['trial']:2d} {row['case']:<9} "
+            + " ".join(f"{k.split('_')[0]} {f.text()}" for k, f in paired.figures.items())
+            + f"  {'REGRESSION' if outcome['--confirm (suspected, paired)'] else 'pass'}"
+        )
+    for rule in ("runs only", "--confirm (suspected, paired)", "paired, every combination", "paired, lenient rule"):
+        print(
+            f"{rule:<30}: false alarms {tallies.get((rule, 'identical'), 0)} of {runs['identical']}; "
+            f"slowdowns caught {tallies.get((rule, 'slower'), 0)} of {runs['slower']}"
+        )
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=10, help="trials of each case")
@@ -94,7 +128,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=8, help="paired rounds (`ayci gate --confirm R`)")
     parser.add_argument("--round-time-cap", type=float, default=1.0, help="seconds of timing per side and round")
     parser.add_argument("--json", help="write every judgment here")
+    parser.add_argument("--rejudge", help="judge the rounds a run wrote (--json) again with this code: no measuring")
     args = parser.parse_args()
+    if args.rejudge:
+        return rejudge(Path(args.rejudge), args.threshold)
     configure_logging("console", logging.WARNING)
     reason = unavailable_reason()
     print(f"confinement: {'cgroups' if reason is None else 'NONE (' + reason + ')'}", flush=True)

@@ -605,6 +605,10 @@ def confirmed(
 
 PAIRED_FIGURES = ("p50_ms", "p99_ms", "cost_per_million_usd")
 PAIRED_LEVEL = 0.95
+# The paired interval is never narrower than this either side of the estimate: its rounds share
+# one process, and one artifact measured against itself in separate processes gave ratios from
+# 0.986 to 1.02 (bench_gate.py), wider than one process's rounds say (each process's own layout).
+PAIRED_FLOOR = 0.02
 
 
 class PairedRound(BaseModel):
@@ -679,7 +683,8 @@ def paired_ratio(a: list[float | None], b: list[float | None], level: float = PA
     """The ratio B/A from paired measurements (round i: a[i], b[i]): the Hodges-Lehmann estimate
     of the log ratio with its Wilcoxon signed-rank interval, exact and distribution-free, and
     robust to one round disturbed: the interval [W(k), W(M+1-k)] of the M sorted Walsh averages,
-    k the largest with 2 P(W+ <= k-1) <= 1 - level (at least 1). None without a positive pair."""
+    k the largest with 2 P(W+ <= k-1) <= 1 - level (at least 1), never narrower than
+    `PAIRED_FLOOR` either side. None without a positive pair."""
     logs = [math.log(y / x) for x, y in zip(a, b, strict=True) if x and y and x > 0 and y > 0]
     n = len(logs)
     if not n:
@@ -689,11 +694,12 @@ def paired_ratio(a: list[float | None], b: list[float | None], level: float = PA
     k = 1
     while k < len(walsh) // 2 and 2 * cdf[k] <= 1 - level:  # k+1 keeps the level
         k += 1
+    ratio = math.exp(statistics.median(walsh))
     return PairedFigure(
         figure="",
-        ratio=math.exp(statistics.median(walsh)),
-        low=math.exp(walsh[k - 1]),
-        high=math.exp(walsh[len(walsh) - k]),
+        ratio=ratio,
+        low=min(math.exp(walsh[k - 1]), ratio / (1 + PAIRED_FLOOR)),
+        high=max(math.exp(walsh[len(walsh) - k]), ratio * (1 + PAIRED_FLOOR)),
         confidence=max(0.0, 1 - 2 * cdf[k - 1]),
         rounds=n,
     )

@@ -425,7 +425,8 @@ def test_paired_ratio_is_the_hodges_lehmann_estimate_with_its_wilcoxon_interval(
     assert 1.07 < found.low < 1.09 and 1.11 < found.high < 1.13 and found.text().startswith("x1.1 [")
     # the drift the rounds share cancels: A and B both 40 % slower in the later rounds
     drifting = paired_ratio([10, 10, 14, 14, 10, 14], [11, 11, 15.4, 15.4, 11, 15.4])
-    assert drifting.low == pytest.approx(1.1) and drifting.high == pytest.approx(1.1)
+    assert drifting.ratio == pytest.approx(1.1)
+    assert drifting.low == pytest.approx(1.1 / 1.02) and drifting.high == pytest.approx(1.1 * 1.02)  # the floor
     few = paired_ratio([10.0] * 4, [11.0, 12.0, 10.5, 11.5])
     assert few.low == pytest.approx(1.05) and few.high == pytest.approx(1.2) and few.confidence == 0.875
     assert few.text().endswith("at 88 %")
@@ -474,7 +475,7 @@ def test_the_paired_confirmation_judges_the_ratio_measured_side_by_side(lab):
     others = {r.combination for r in confirmed.regressions} - {LABELS[0]}
     assert others == set(LABELS[1:])  # not confirmed side by side: as first judged
 
-    under = judged_side_by_side(comparison, first, {LABELS[0]: confirmation(LABELS[0], 1.07)}, thresholds)
+    under = judged_side_by_side(comparison, first, {LABELS[0]: confirmation(LABELS[0], 1.08)}, thresholds)
     assert {r.figure for r in under.regressions if r.combination == LABELS[0]} == {"cost_per_million_usd"}
 
     unavailable = PairedConfirmation(combination=LABELS[0], unavailable="its artifact is not stored here")

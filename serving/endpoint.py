@@ -178,11 +178,6 @@ class Endpoint:
             worker.stop()
         return took
 
-    def probe_worker(self, name: str) -> Worker:
-        """A warm worker of `name` outside any pool and the budget (a load test's service probe: the
-        caller feeds and stops it)."""
-        return self._start_worker(self.models[name])
-
     def _make_room(self, name: str, need_mb: int) -> bool:
         victims = self.budget.evictions_for(
             name, need_mb, idle=lambda other: other in self.pools and self.pools[other].idle

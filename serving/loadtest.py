@@ -15,16 +15,18 @@ echo path `POST /echo/{model}`, which does all but the inference, is timed besid
 and the cold start (real worker processes started one after the other, each timed from its start
 to ready: sandbox, imports, load, first inference). The pools are then emptied, and the load
 starts on an endpoint with no worker, as the simulation's pool does. During the load, echo
-probes (`PROBE_RPS`, the echo path: the whole front end, no worker) measure the per-request
+probes (`PROBE_SHARE` of the requests, following the load's rate: `probe_times`; the echo path:
+the whole front end, no worker) measure the per-request
 overhead under the load's own conditions (a shared host's contention moves it by several ms
 between a calibration and the load); the simulation is fed theirs, plus what an invocation's
 overhead adds to an echo's in the calibration (`invocation_over_echo_ms`: the hop to the worker's
-thread and back), or the calibration's overhead if the probes are too few. Service probes do the
-same for the service time: `PROBE_RPS` requests a second, from a thread of the endpoint, to a
-probe worker of each model (started as the pool's are, outside the pool, so none of the load's
-requests touches it), timed as the pool times its workers; the simulation is fed their round
-trips plus the calibration's hand-over (a shared host moved the service p50 from 3.3 to 6.5 ms
-between a calibration and its load).
+thread and back), or the calibration's overhead if the probes are too few. The service time fed is the one the
+workers gave during the load: each warm request's time in its worker (`X-Inference-Ms`, read from
+its answer) plus the calibration's hand-over to the worker's thread (a shared host moved the
+calibration's service p50 from 3.3 to 6.5 ms between runs, and a probe worker outside the pool,
+used once a second, measured 1.3 to 1.8 times what the pool's busy workers took); the calibration's
+is the fallback when too few warm requests were answered. What the simulation predicts from these
+inputs, and what is judged, is the pool: queueing, cold starts and their share, reuse and reclaim.
 
 The prediction: `core.lambda_model.traffic.simulate` on the very arrival times sent to each model,
 the calibrated service time and cold start, the endpoint's idle time as the idle timeout and its
@@ -71,7 +73,7 @@ MAX_DURATION_S = 3600.0
 CALIBRATION_REQUESTS = 150  # per model, for the overhead and for the service time each
 CALIBRATION_RPS = 40.0  # low enough that a warm worker is idle at each arrival
 CALIBRATION_COLD_STARTS = 5
-PROBE_RPS = 2.0  # echo probes during the load, per second: the overhead the simulation is fed
+PROBE_SHARE = 0.1  # echo probes during the load, per request sent: the overhead the simulation is fed
 MIN_PROBES = 20  # fewer (a short test): the calibration's overhead is fed instead
 PERCENTILES = (50, 90, 95, 99)
 
@@ -135,7 +137,8 @@ def calibrate(endpoint, url: str, bodies: dict[str, bytes], requests: int = CALI
             "summary": {
                 "echo_p50_ms": float(np.percentile(echo, 50)),
                 # the invocation path's overhead beyond the echo's (the hop to the worker's thread and back)
-                "invocation_over_echo_ms": max(0.0, float(np.median(overhead) - np.median(echo))),
+                # (signed: an echo answers its inputs, which may be larger than the model's outputs)
+                "invocation_over_echo_ms": float(np.median(overhead) - np.median(echo)),
                 "overhead_p50_ms": float(np.percentile(overhead, 50)),
                 "overhead_p99_ms": float(np.percentile(overhead, 99)),
                 "service_p50_ms": float(np.percentile(service, 50)),
@@ -149,6 +152,20 @@ def calibrate(endpoint, url: str, bodies: dict[str, bytes], requests: int = CALI
             "loadtest_calibrated", model=name, **{k: v for k, v in out[name]["summary"].items() if k.endswith("_ms")}
         )
     return out
+
+
+def probe_times(arrivals: list[float], seed: int = 0) -> list[float]:
+    """When to probe (s): `PROBE_SHARE` of the arrivals, each moved a random part of the way to the
+    next one, so that the probes follow the load's rate (a spiky pattern's bursts, which hold most
+    of its requests and load the front end most, are probed as often as their requests come: probes
+    evenly spaced in time under-weighted them, and the overhead fed was the quiet stretches')."""
+    if len(arrivals) < 2:
+        return []
+    rng = np.random.default_rng(seed + 7)
+    count = min(len(arrivals) - 1, max(1, round(PROBE_SHARE * len(arrivals))))
+    picked = np.sort(rng.choice(len(arrivals) - 1, count, replace=False))
+    at = np.asarray(arrivals, dtype=float)
+    return (at[picked] + rng.uniform(0, 1, count) * (at[picked + 1] - at[picked])).tolist()
 
 
 # --- running it
@@ -169,8 +186,8 @@ def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app) -> dict:
     names = sorted(bodies)
     chosen = [names[i] for i in rng.integers(0, len(names), len(arrivals))]
     sent = [(t, Outgoing(f"/invocations/{n}", bodies[n], label=n)) for t, n in zip(arrivals, chosen, strict=True)]
-    # echo probes at a low rate all along the load: the front end's overhead under the load's own conditions
-    probes = np.arange(0.5 / PROBE_RPS, plan.duration_s, 1 / PROBE_RPS)
+    # echo probes all along the load: the front end's overhead under the load's own conditions
+    probes = probe_times(arrivals, plan.seed)
     sent += [
         (
             float(t),
@@ -183,28 +200,19 @@ def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app) -> dict:
     sent.sort(key=lambda pair: pair[0])
     arrivals, outgoing = [t for t, _ in sent], [o for _, o in sent]
     samples: list[dict] = []
-    service_probes: dict[str, list[float]] = {name: [] for name in names}
     stop = threading.Event()
     with ServerThread(app) as url:
         with endpoint.holding_workers():  # the calibration's worker stays warm between its requests
             calibration = calibrate(endpoint, url, bodies)
         endpoint.reset()  # the load starts on an endpoint with no worker, as the simulation's pool does
-        probers = {name: endpoint.probe_worker(name) for name in names}  # outside the pools: none of the load's
         sampler = threading.Thread(target=_sample, args=(endpoint, samples, stop), daemon=True)
-        prober = threading.Thread(
-            target=_probe_service, args=(probers, endpoint, bodies, service_probes, stop), daemon=True
-        )
         sampler.start()
-        prober.start()
         load_before, pressure_before = os.getloadavg(), cpu_pressure()
         try:
             t0_unix, timings = drive(url, arrivals, outgoing)
         finally:
             stop.set()
             sampler.join()
-            prober.join()
-            for worker in probers.values():
-                worker.stop()
     for s in samples:
         s["t"] = s.pop("at") - t0_unix
     (out_dir / "samples.json").write_text(json.dumps(samples))
@@ -229,14 +237,16 @@ def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app) -> dict:
         observed = observed_figures(mine, samples, name, state[name])
         probed = [t.latency_ms for t in timings if t.label == f"echo:{name}" and t.ok]
         observed["echo"] = percentiles(probed)
-        observed["service_probe"] = percentiles(service_probes[name])
         fed = calibration[name]
         if len(probed) >= MIN_PROBES:  # the probes' front end, and what an invocation adds to an echo (calibrated)
             extra = calibration[name]["summary"]["invocation_over_echo_ms"]
-            fed = {**fed, "overhead_ms": [p + extra for p in probed]}
-        if len(service_probes[name]) >= MIN_PROBES:  # the probe worker's round trips, and the hand-over (calibrated)
+            fed = {**fed, "overhead_ms": [max(0.0, p + extra) for p in probed]}
+        # the service the workers gave during the load: each warm request's time in its worker (`X-Inference-Ms`),
+        # plus the calibration's hand-over to the worker's thread
+        worked = [t.compute_ms for t in mine if t.ok and not t.cold and t.compute_ms is not None]
+        if len(worked) >= MIN_PROBES:
             handoff = calibration[name]["summary"]["handoff_p50_ms"]
-            fed = {**fed, "service_ms": [p + handoff for p in service_probes[name]]}
+            fed = {**fed, "service_ms": [w + handoff for w in worked]}
         predicted = predicted_figures(
             [t.scheduled_s for t in mine],
             fed,
@@ -280,31 +290,6 @@ def cpu_pressure() -> float | None:
         return float(dict(part.split("=") for part in line.split()[1:])["avg10"])
     except (OSError, KeyError, ValueError, IndexError):
         return None
-
-
-def _probe_service(
-    probers: dict, endpoint, bodies: dict[str, bytes], probed: dict[str, list[float]], stop: threading.Event
-) -> None:
-    """`PROBE_RPS` requests a second to each model's probe worker (a warm worker outside the pool,
-    started as the pool's are), each timed as the pool times a request in its worker (the round
-    trip, `X-Inference-Ms`): the service time under the load's own conditions."""
-    from serving import wire
-    from serving.tensors import decode, model_inputs
-
-    payloads = {}
-    for name, body in bodies.items():
-        model = endpoint.models[name]
-        arrays, _ = decode(body, "application/x-npz", 1 << 30)
-        payloads[name] = wire.pack(model_inputs(arrays, False, model.signature, model.fixed_batch))
-    while not stop.wait(1 / PROBE_RPS):
-        for name, worker in probers.items():
-            taken = time.monotonic()
-            try:
-                worker.infer(payloads[name])
-            except Exception as exc:  # a lost probe worker: the calibration's service time is fed instead
-                log.warning("service_probe_failed", model=name, reason=str(exc))
-                return
-            probed[name].append((time.monotonic() - taken) * 1000)
 
 
 def _sample(endpoint, samples: list[dict], stop: threading.Event) -> None:

@@ -209,6 +209,7 @@ def _child(conn, url: str, arrivals_s: list[float], requests: list[Outgoing], ti
     try:
         t0 = time.perf_counter() + LEAD_S  # the child's imports and the session are ready before the first arrival
         t0_unix = time.time() + LEAD_S
+        conn.send(("start", t0_unix, None))
         timings = asyncio.run(run_open_loop(url, arrivals_s, requests.__getitem__, timeout_s=timeout_s, t0=t0))
         conn.send(("ok", t0_unix, timings))
     except BaseException as exc:  # the parent says what failed
@@ -223,8 +224,10 @@ def drive(
     requests: Sequence[Outgoing],
     *,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    on_start: Callable[[float], None] | None = None,
 ) -> tuple[float, list[RequestTiming]]:
-    """`run_open_loop` in a child process: (its start on the wall clock, the timings).
+    """`run_open_loop` in a child process: (its start on the wall clock, the timings); `on_start` is
+    called with that start (`time.time()`, arrivals count from it) before the first arrival.
     `RuntimeError` if the generator fails or overruns the last arrival by more than `timeout_s` + 60 s."""
     if len(requests) != len(arrivals_s):
         raise ValueError(f"{len(arrivals_s)} arrivals but {len(requests)} requests")
@@ -237,9 +240,13 @@ def drive(
     theirs.close()
     limit = (arrivals_s[-1] if len(arrivals_s) else 0) + timeout_s + 60
     try:
-        if not ours.poll(limit):
-            raise RuntimeError(f"the load generator did not finish within {limit:.0f} s")
-        kind, t0_unix, payload = ours.recv()
+        kind = "start"
+        while kind == "start":
+            if not ours.poll(limit):
+                raise RuntimeError(f"the load generator did not finish within {limit:.0f} s")
+            kind, t0_unix, payload = ours.recv()
+            if kind == "start" and on_start is not None:
+                on_start(t0_unix)
     except EOFError:
         raise RuntimeError(f"the load generator died (exit {child.exitcode})") from None
     finally:

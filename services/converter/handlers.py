@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
 import re
 import shutil
 import tarfile
@@ -24,7 +25,7 @@ import structlog
 
 from core import measurement_lock
 from core.lease import Lease
-from core.ports import ObjectStore
+from core.ports import NotFound, ObjectStore
 from core.runtime import Delayed
 from core.tuning_stakes import skip_reason, waits_for_others
 from engines import Conversion, ConversionError, ConversionJob
@@ -110,6 +111,7 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
                     memory_mb=deps.reference_memory_mb,
                     compute=deps.compute_reference,
                     inputs_path=inputs_path,
+                    also=_run_batch_sizes(deps.store, event.run_id) if not referenced else (),
                 )
         except ReferenceFailed as exc:
             return [
@@ -203,6 +205,15 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
         return [_converted(pending, manifest, reused=False)]
 
 
+def _run_batch_sizes(store: ObjectStore, run_id: str) -> list[int]:
+    """The batch sizes the run's plan measures (none before the archiver stored it)."""
+    try:
+        combos = json.loads(store.get_bytes(keys.plan(run_id))).get("combos") or {}
+    except (NotFound, ValueError):
+        return []
+    return sorted({int(c["batch_size"]) for c in combos.values() if "batch_size" in c})
+
+
 EXPORTED_FOR = (Optimizer.onnx, Optimizer.onnx_int8)  # the engines that start from the model's ONNX export
 
 
@@ -281,27 +292,48 @@ def ensure_reference(
     memory_mb: int = 10240,
     compute: Callable[..., None] = compute_reference,
     inputs_path: Path | None = None,
+    also: list[int] | tuple[int, ...] = (),
 ) -> str:
     """Store the base model's outputs on the workload's fixed example inputs for `batch`
     (once), and return its key. They are computed in a child process with a time limit and a
     memory cap (`reference.py`); raises `ReferenceFailed` if the base model does not run on
-    those inputs within them."""
+    those inputs within them. `also`: the run's other batch sizes, computed by the same child where
+    they are not stored yet (one torch import and model load instead of one per batch size)."""
     key = keys.reference(reference_key(model, batch))
     if store.exists(key):
         return key
     out = work / f"reference-b{batch}.npz"
-    compute(
-        model_path,
-        model.model_dump_json(),
-        model.workload.value,
-        model.input_size,
-        batch,
-        out,
-        timeout_s=timeout_s,
-        memory_mb=memory_mb,
-        inputs_path=inputs_path,
-    )
+    # the run's other batch sizes from the same child (the real computation only: a caller's own takes one)
+    more = {
+        b: work / f"reference-b{b}.npz"
+        for b in sorted(set(also) - {batch})
+        if compute is compute_reference and not store.exists(keys.reference(reference_key(model, b)))
+    }
+
+    def run(more_batches: dict[int, Path]) -> None:
+        compute(
+            model_path,
+            model.model_dump_json(),
+            model.workload.value,
+            model.input_size,
+            batch,
+            out,
+            timeout_s=timeout_s,
+            memory_mb=memory_mb,
+            inputs_path=inputs_path,
+            **({"more_batches": more_batches} if more_batches else {}),
+        )
+
+    try:
+        run(more)
+    except ReferenceFailed:
+        if not more:
+            raise
+        more = {}  # another batch size's failure is not this one's: this one alone, its own verdict
+        run(more)
     store.put_file(key, out)  # the same bytes whoever writes them
+    for other, path in more.items():
+        store.put_file(keys.reference(reference_key(model, other)), path)
     return key
 
 

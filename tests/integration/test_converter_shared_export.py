@@ -3,9 +3,14 @@ every `onnx` and `onnx_int8` artifact, and takes `base`'s artifact as the refere
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
+
 from adapters.memory_store import MemoryStore
 from schemas.combos import ModelRef
 from services.converter.handlers import ConverterDeps
+from services.converter.reference import compute_reference
 
 
 def test_onnx_and_int8_convert_from_one_onnx_export_and_base_from_the_reference(tmp_path, tiny_image_model):
@@ -29,6 +34,8 @@ def test_onnx_and_int8_convert_from_one_onnx_export_and_base_from_the_reference(
         input_size=[32, 32],
     )
     store.put_bytes(keys.model(model.sha256), data)
+    # the run's plan: its batch sizes' references come from the first combination's child
+    store.put_bytes(keys.plan("r"), json.dumps({"combos": {"k1": {"batch_size": 1}, "k2": {"batch_size": 2}}}).encode())
     deps = ConverterDeps(store=store, work_dir=tmp_path)
     outcomes = {}
     for optimizer, batch in (("base", 1), ("onnx", 1), ("onnx", 2), ("onnx_int8", 1)):
@@ -43,7 +50,26 @@ def test_onnx_and_int8_convert_from_one_onnx_export_and_base_from_the_reference(
         (out,) = on_combo_pending(Envelope.wrap(pending, run_id="r", producer="dedup"), deps)
         assert isinstance(out, ModelConverted), out
         outcomes[(optimizer, batch)] = ArtifactManifest.read(store.get_bytes(keys.manifest(out.artifact_key)))
+        assert store.exists(keys.reference(reference_key(model, 2)))  # from the first child already
     assert store.list_keys("exports/") == [keys.onnx_export(model.sha256, _exporter())]
     assert store.get_bytes(keys.artifact_file("a-base-1", "model.pt2")) == data
     assert store.exists(keys.reference(reference_key(model, 2)))
     assert outcomes[("onnx_int8", 1)].details.get("recipe")  # int8 chose its recipe from the shared export
+    # batch 2's reference computed beside batch 1's is the one a child of its own computes
+    alone = tmp_path / "alone-b2.npz"
+    compute_reference(
+        tiny_image_model,
+        model.model_dump_json(),
+        "image_classification",
+        [32, 32],
+        2,
+        alone,
+        timeout_s=300,
+        memory_mb=10240,
+    )
+    together = tmp_path / "together-b2.npz"
+    together.write_bytes(store.get_bytes(keys.reference(reference_key(model, 2))))
+    with np.load(alone) as a, np.load(together) as b:
+        assert sorted(a.files) == sorted(b.files)
+        for name in a.files:
+            np.testing.assert_array_equal(a[name], b[name])

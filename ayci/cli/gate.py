@@ -2,8 +2,11 @@
 against the baseline beyond the thresholds AND beyond noise (`report/compare.py gate`), 0 when
 nothing regresses, 2 on an error (no such run, nothing compared). Prints the comparison (table,
 Markdown for a pull request's comment, or JSON) and which combinations regress, by how much.
-With `--confirm N` the regressed combinations are measured again N times (a forced replay of
-their conversions on this machine) and judged again on the median of the run and them.
+With `--confirm N` the suspected combinations (those whose change could pass a threshold) are
+measured again now, side by side: the baseline's artifact and the run's interleaved in one
+confined process, N rounds (`ayci/paired.py`), judged on the paired ratio's interval; where the
+baseline's artifact is not in this store, the regressed ones are re-measured alone N times (a
+forced replay of their conversions) and judged on the median of the run and them.
 
 Without RUN_ID the run is measured first, here, from the run options (`--model`, `--matrix`,
 `--batch`, `--memory`, ...: those of `ayci run`), on the embedded default: its progress goes to

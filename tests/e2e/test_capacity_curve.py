@@ -16,17 +16,16 @@ from schemas.combos import Matrix
 from schemas.events import RequestSubmitted
 from services.request.submission import new_run, store_model
 from serving.capacity import Stepping, next_rate
-from workloads.examples import export_example
+from tests.conftest import TINY_IMAGE_SIZE
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    """The data folder and the id of a finished run of a tiny model (intel/onnx/b1/1024MB)."""
+def run(tmp_path_factory, tiny_image_model):
+    """The data folder and the id of a finished run of a tiny model (intel/onnx/b1/1024MB): the
+    session's example ResNet-18 at 32x32 (exporting it again here took seconds of CI)."""
     root = tmp_path_factory.mktemp("capacity")
     app = embedded(Settings(data_dir=root / "data", measure_time_cap_s=1.0, measure_min_iterations=5))
-    model = store_model(
-        app.store, export_example("image_classification", [32, 32], root / "m.pt2"), "image_classification", [32, 32]
-    )
+    model = store_model(app.store, tiny_image_model, "image_classification", TINY_IMAGE_SIZE)
     envelope = new_run(
         RequestSubmitted(
             model=model, matrix=Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1], memory_sizes_mb=[1024])

@@ -584,7 +584,18 @@ def test_arm_cross_compiles_to_aarch64(conv_model, tmp_path):
     assert conversion.details["tuned"] is False and conversion.details["tuning_note"]
 
 
-def test_detector_with_nms_converts_to_nhwc_and_agrees(tmp_path):
+DETECTOR_SIZE = [64, 64]
+
+
+@pytest.fixture(scope="module")
+def detector(tmp_path_factory) -> Path:
+    """The example detector exported at DETECTOR_SIZE, once for the two tests that read it."""
+    from workloads.examples import export_example
+
+    return export_example("object_detection", DETECTOR_SIZE, tmp_path_factory.mktemp("models") / "detector.pt2")
+
+
+def test_detector_with_nms_converts_to_nhwc_and_agrees(detector, tmp_path):
     """Run as a measurement runs it: in a process with TVM's runtime only, where the NMS's
     `topk` (in `libtvm_runtime_extra`) was missing. Its convolutions go NHWC like any model's:
     TVM's layout conversion failed on the post-processing's `squeeze(-1)` (`std::bad_alloc`),
@@ -592,10 +603,7 @@ def test_detector_with_nms_converts_to_nhwc_and_agrees(tmp_path):
     import subprocess
     import sys
 
-    from workloads.examples import export_example
-
-    size = [64, 64]
-    path = export_example("object_detection", size, tmp_path / "detector.pt2")
+    size, path = DETECTOR_SIZE, detector
     model = _model_ref(path, "object_detection", size)
     conversion = tvm_engine.convert(_job(model, path, tmp_path / "out", batch=2))
     assert conversion.details["variant"] == "nhwc", conversion.details
@@ -628,17 +636,14 @@ def test_detector_with_nms_converts_to_nhwc_and_agrees(tmp_path):
     assert agreement.score > 0.99, agreement
 
 
-def test_kernels_with_nothing_to_schedule_are_not_tuning_tasks(tmp_path):
+def test_kernels_with_nothing_to_schedule_are_not_tuning_tasks(detector):
     """The detector's `topk` (its NMS's sort) is one call into the runtime: no loops for
     MetaSchedule's cost model to read, whose prediction then failed and with it the detector's
     tuning, once a budget of a few hundred trials reached `topk`. It is not a task; the
     convolutions and the post-processing's loops are."""
     import tvm
 
-    from workloads.examples import export_example
-
-    size = [64, 64]
-    path = export_example("object_detection", size, tmp_path / "detector.pt2")
+    size, path = DETECTOR_SIZE, detector
     program = tvm_importer.import_pt2(path, workload_module("object_detection").example_inputs(1, size))
     spec = tvm_target.target_spec("intel", _host_cpu())
     tvm_tuning.register_cpu_tensor_intrinsics_only()

@@ -20,8 +20,8 @@ recipe chosen:
   with 4 layers, ResNet-50, MobileNetV2, EfficientNet-B0, YOLOS-tiny; real architectures with
   random weights), each exported with `torch.export` and a dynamic batch (`--no-zoo` leaves it out).
 
-Run: `.venv/bin/python bench/bench_int8.py [--only NAME ...] [--no-zoo]` (about 25 minutes on 2
-shared cores, 10 without the zoo). Results also go to `.ayci/bench/int8.json`.
+Run: `.venv/bin/python bench/bench_int8.py [--only NAME ...] [--no-zoo]` (14 models in 11 minutes
+on 2 shared cores at load 4, about 4 without the zoo). Results also go to `.ayci/bench/int8.json`.
 
 `--run [--memory 1769,3538] [--sentences inputs,tokenizer]`: the goal end to end instead, an
 actual `python -m ayci run` (the embedded default, a fresh data directory) of the exported
@@ -29,6 +29,7 @@ MiniLM with `--matrix intel=onnx,onnx_int8 --batch 1` on real sentences (the 40 
 `--inputs`, and AYCI's shipped ones by `--tokenizer`); it prints the run's table and, from its
 summary, whether onnx_int8 is recommended (which pick), its agreement and its p50 against
 onnx's at each memory size (`.ayci/bench/int8-run.json`); exit 1 when it is not recommended.
+Each run takes 3-8 minutes, more when another run holds the machine's measurement lock.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 The converter exports the model to ONNX, runs ONNX Runtime's quantization pre-processing
 (shape inference and graph clean-up), then tries the int8 recipes of `engines/quantization.py`
-(static QDQ per channel; dynamic per channel on MatMul/Gemm; static QDQ with the sensitive
-operators in float; dynamic per tensor), each judged against the float model on at least 32
+(static QDQ per channel; dynamic per channel on MatMul/Gemm, also with the noisiest 1/16, 1/8
+or 1/4 of the MatMuls in float; static QDQ with the sensitive operators in float; dynamic per
+tensor), each judged against the float model on at least 32
 samples (the user's own inputs, or the workload's synthetic ones) and timed briefly. The
 artifact is the fastest recipe whose agreement meets the run's minimum (`job.min_agreement`,
 from the request; 0.99 by default), else the one that agrees most; the conversion's details

@@ -5,7 +5,9 @@ whose ranges are calibrated on example inputs) runs a convolutional network abou
 than float and keeps its answers; on a transformer its activation ranges (a few outlier
 channels, softmax, GELU) cost most of the agreement. Dynamic quantization of the MatMul
 weights per channel (activations quantized at run time, per tensor) is the usual recipe for
-transformers on CPU. So each recipe that applies to the graph is made, judged against the
+transformers on CPU; on a pretrained encoder a few MatMuls whose inputs carry outliers (the FFN
+down-projections after GELU) can still cost the last hundredth, so mixed recipes keep the
+noisiest of them in float. So each recipe that applies to the graph is made, judged against the
 float model on at least `AGREEMENT_SAMPLES` samples (the user's own inputs, or the workload's
 synthetic ones) and timed briefly, one thread, inside `RECIPE_BUDGET_S`; the artifact is the
 fastest whose agreement meets the minimum, or, when none does, the one that agrees most (its

@@ -226,12 +226,12 @@ class PoolModel:
         """Fed a model's calibration (`serving.loadtest.calibrate`: service, cold start and
         overhead samples, ms): its service times every percent, its cold start to ready plus a
         request's service."""
-        from serving.loadtest import service_quantiles
+        from serving.loadtest import quantile_at, service_quantiles
 
         warm = service_quantiles(calibration["service_ms"])
         return cls(
             warm_quantiles=warm,
-            cold_ms=float(np.median(calibration["cold_start_ms"])) + dict(warm)[0.5],
+            cold_ms=float(np.median(calibration["cold_start_ms"])) + quantile_at(warm, 0.5),
             max_workers=max_workers,
             idle_s=idle_s,
             overhead_samples_ms=tuple(float(v) for v in calibration["overhead_ms"]),

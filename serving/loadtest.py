@@ -138,8 +138,10 @@ def calibrate(endpoint, url: str, bodies: dict[str, bytes], requests: int = CALI
             "summary": {
                 "echo_p50_ms": float(np.percentile(echo, 50)),
                 # the invocation path's overhead beyond the echo's (the hop to the worker's thread and back)
-                # (signed: an echo answers its inputs, which may be larger than the model's outputs)
-                "invocation_over_echo_ms": float(np.median(overhead) - np.median(echo)),
+                # (signed: an echo answers its inputs, which may be larger than the model's outputs), the median
+                # of each invocation's overhead less the echo sent right after it: a drift of the host's load
+                # during the calibration moves both of a pair
+                "invocation_over_echo_ms": float(np.median(np.asarray(overhead) - np.asarray(echo))),
                 "overhead_p50_ms": float(np.percentile(overhead, 50)),
                 "overhead_p99_ms": float(np.percentile(overhead, 99)),
                 "service_p50_ms": float(np.percentile(service, 50)),

@@ -89,6 +89,31 @@ def tiny_image_model(tmp_path_factory) -> Path:
     )
 
 
+@pytest.fixture(scope="session")
+def finished_base_onnx_tvm(tmp_path_factory, tiny_image_model) -> tuple:
+    """One finished run on the embedded default: the tiny model on intel base, onnx and tvm
+    (untuned), batch 1, 1769 MB, real engines, short measurements. Shared by the tests that only
+    read it or work from its results (export, import checks), each of which once ran its own.
+    (app, data folder, summary, run id); a test may add runs of its own to the app."""
+    import json
+
+    from ayci.bootstrap import embedded
+    from ayci.settings import Settings
+    from schemas import keys
+    from schemas.combos import Matrix
+    from schemas.events import RequestSubmitted
+    from services.request.submission import new_run, store_model
+
+    data = tmp_path_factory.mktemp("base-onnx-tvm") / "data"
+    app = embedded(Settings(data_dir=data, measure_time_cap_s=1.0, measure_min_iterations=5))
+    model = store_model(app.store, tiny_image_model, "image_classification", TINY_IMAGE_SIZE)
+    matrix = Matrix(optimizers={"intel": ["base", "onnx", "tvm"]}, batch_sizes=[1], memory_sizes_mb=[1769])
+    envelope = new_run(RequestSubmitted(model=model, matrix=matrix, tuning_trials=0))
+    app.publisher.publish([envelope])
+    app.bus.run_until_idle()
+    return app, data, json.loads(app.store.get_bytes(keys.summary(envelope.run_id))), envelope.run_id
+
+
 SMALL_IMAGE_SIZE = [128, 128]
 
 

@@ -199,7 +199,7 @@ def test_inputs_the_model_does_not_accept_fail_that_combination_at_plan(
 def test_base_at_a_batch_size_it_has_not_run_yet_measures(app, tiny_image_model):
     """The stored base artifact serves every batch, but the base outputs of a new batch must
     still be computed: a second run at batch 2 measures instead of dead-lettering."""
-    first, _ = run(app, request_for(app, tiny_image_model, ["base"], batches=(1, 4)))
+    first, _ = run(app, request_for(app, tiny_image_model, ["base"], batches=(1,)))  # stores the artifact
     assert first["status"] == "complete"
     second, _ = run(app, request_for(app, tiny_image_model, ["base"], batches=(2,)))
     assert second["status"] == "complete", second["failures"]
@@ -208,13 +208,14 @@ def test_base_at_a_batch_size_it_has_not_run_yet_measures(app, tiny_image_model)
     ] == 1.0
 
 
-def test_cold_starts_import_only_the_engine_s_runtime_and_results_say_where_they_ran(app, tiny_image_model, tmp_path):
+def test_cold_starts_import_only_the_engine_s_runtime_and_results_say_where_they_ran(finished_base_onnx_tvm, tmp_path):
     """At the model-load mark the measuring process has imported only what the artifact needs:
     no pydantic anywhere, no torch for an ONNX or TVM artifact (base on an ONNX model is ONNX
     Runtime alone)."""
     from tests.fakes import tiny_onnx_model
 
-    summary, _ = run(app, request_for(app, tiny_image_model, ["base", "onnx", "tvm"], tuning_trials=0))
+    app, _, summary, _ = finished_base_onnx_tvm  # base, onnx and tvm (untuned) at b1, 1769 MB
+    assert summary["status"] == "complete", summary["failures"]
     onnx_file = tmp_path / "tiny.onnx"
     onnx_file.write_bytes(tiny_onnx_model())
     model = store_model(app.store, onnx_file, "image_classification", [8, 8])
@@ -316,13 +317,23 @@ def test_cli_predict_and_memory_ranges_are_checked_before_any_work(tmp_path, cap
     assert not (data / "models").exists()
 
 
-def test_cold_start_levers_of_a_finished_run(tmp_path, tiny_image_model, capsys):
+@pytest.fixture(scope="module")
+def profiled_run(tmp_path_factory, tiny_image_model) -> tuple:
+    """A finished run that asked for profiles: base and onnx at 128 MB (out of memory) and
+    1769 MB (measured, then profiled). Read by the profile test and, for its two measured
+    combinations, by the cold-start levers' (which once ran base and onnx at 1769 MB of its own).
+    (app, data folder, summary, run id)."""
+    data = tmp_path_factory.mktemp("profiled") / "data"
+    app = embedded(Settings(data_dir=data, measure_time_cap_s=1.0, measure_min_iterations=5))
+    summary, run_id = run(app, request_for(app, tiny_image_model, ["base", "onnx"], memory=(128, 1769), profile=True))
+    return app, data, summary, run_id
+
+
+def test_cold_start_levers_of_a_finished_run(profiled_run, capsys):
     """`ayci coldstart`: each lever a confined cold start of its own, beside the default, with
     the same answers (agreement 1.0): ONNX pre-optimized, the ORT format, the arena off, and
     base compiled with AOTInductor (offline, the system compiler)."""
-    data = tmp_path / "data"
-    app = embedded(Settings(data_dir=data, measure_time_cap_s=1.0, measure_min_iterations=5))
-    _, run_id = run(app, request_for(app, tiny_image_model, ["base", "onnx"]))
+    _, data, _, run_id = profiled_run
     assert cli_main(["coldstart", run_id, "--repeat", "1", "--json", "--data-dir", str(data)]) == 0
     report = json.loads(capsys.readouterr().out)
     onnx, base = report["intel/onnx/b1/1769MB"], report["intel/base/b1/1769MB"]
@@ -341,13 +352,11 @@ def test_cold_start_levers_of_a_finished_run(tmp_path, tiny_image_model, capsys)
     assert cli_main(["coldstart", "00000000-0000-0000-0000-000000000000", "--data-dir", str(data)]) == 2
 
 
-def test_profile_of_a_finished_run_side_by_side(tmp_path, tiny_image_model, capsys):
+def test_profile_of_a_finished_run_side_by_side(profiled_run, tmp_path, capsys):
     """`ayci profile`: base (torch.profiler) and onnx (ONNX Runtime's profiler), each a confined
     pass of its own: a Chrome trace stored next to the result, named by the profile, an operator
     table, the optimizers side by side; a failed or unknown combination is an error saying why."""
-    data = tmp_path / "data"
-    app = embedded(Settings(data_dir=data, measure_time_cap_s=1.0, measure_min_iterations=5))
-    summary, run_id = run(app, request_for(app, tiny_image_model, ["base", "onnx"], memory=(128, 1769), profile=True))
+    app, data, summary, run_id = profiled_run
     # the request asked: each measured combination was profiled after its measurement
     profiles = {
         r["combo"]["optimizer"]: stored_profile(app.store, SummaryResult.of(r)).to_dict() for r in summary["results"]

@@ -14,12 +14,10 @@ Goals (issue 38): quick in at most a quarter of exact's wall time with the same 
 within 2 minutes, the 96 combinations (base, onnx, tvm, onnx_int8 x batch 1, 2, 4, 8 x six sizes,
 --predict) within 15 minutes, tuning included.
 
-Measured here (2026-12-06, a loaded 2-core host, ResNet-18, base/onnx/onnx_int8 x b1 x 1024/1769 MB, time
-cap 4 s, each precision in a fresh store): quick 103 s (first answer at 93 s; 6 quick measurements, 2 refined,
-4 dominated) against exact 116 s (6 full): 0.89 of exact's wall time, the conversions (about 38 s) and each
-measurement's fixed cost (process start, load, warm-up) dominating so small a matrix; fastest and balanced the
-same, cheapest onnx_int8 1769 MB against 1024 MB, 2 % apart, within the stated margin (1 % ± 24 %). The issue's
-96-combination matrix was not run (hours in exact on this host).
+Measured here (2026-12-06, a 2-core host shared with other sessions; docs/benchmarks.md has the tables): the
+small matrix below, exact 85.6 s, quick 112.3 s (66.2 s without 46.1 s of waits for other processes' use of the
+measurement lock; exact 72.8 s), first answer at 105 s, the same picks; the issue's 96 combinations on ResNet-18,
+quick: 24.8 min, 11.3 min without the waits, every TVM tuning skipped with its evidence.
 
     .venv/bin/python bench/bench_time_to_answer.py                       # the issue's matrix (hours in exact)
     .venv/bin/python bench/bench_time_to_answer.py --models resnet18 --optimizers base,onnx,onnx_int8 \\

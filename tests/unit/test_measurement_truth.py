@@ -167,3 +167,15 @@ def test_a_resubmission_reads_the_result_packs_not_one_object_per_combination():
         },
     )
     assert latest_results(store, MODEL.sha256, combo_keys[:1])[combo_keys[0]][0] == f"results/{combo_keys[0]}/new.json"
+
+
+def test_an_engine_version_leaves_the_reference_key_as_it_was(monkeypatch):
+    """A run stored before an engine's change is still served: its reference is found by the same key."""
+    from schemas import combos
+
+    before = combo_key(MODEL, COMBO), artifact_key(MODEL, COMBO, "cpu"), reference_key(MODEL, 1)
+    monkeypatch.setattr(combos, "ENGINE_VERSION", "e-next")
+    after = combo_key(MODEL, COMBO), artifact_key(MODEL, COMBO, "cpu"), reference_key(MODEL, 1)
+    assert before[1] != after[1] and before[2] == after[2]
+    monkeypatch.setattr(combos, "REFERENCE_VERSION", "r-next")
+    assert reference_key(MODEL, 1) != before[2]

@@ -224,10 +224,9 @@ def drive(
     requests: Sequence[Outgoing],
     *,
     timeout_s: float = DEFAULT_TIMEOUT_S,
-    on_start: Callable[[float], None] | None = None,
 ) -> tuple[float, list[RequestTiming]]:
-    """`run_open_loop` in a child process: (its start on the wall clock, the timings); `on_start` is
-    called with that start (`time.time()`, arrivals count from it) before the first arrival.
+    """`run_open_loop` in a child process: (its start on the wall clock, `time.time()`, which the
+    arrivals count from; the timings).
     `RuntimeError` if the generator fails or overruns the last arrival by more than `timeout_s` + 60 s."""
     if len(requests) != len(arrivals_s):
         raise ValueError(f"{len(arrivals_s)} arrivals but {len(requests)} requests")
@@ -245,8 +244,6 @@ def drive(
             if not ours.poll(limit):
                 raise RuntimeError(f"the load generator did not finish within {limit:.0f} s")
             kind, t0_unix, payload = ours.recv()
-            if kind == "start" and on_start is not None:
-                on_start(t0_unix)
     except EOFError:
         raise RuntimeError(f"the load generator died (exit {child.exitcode})") from None
     finally:

@@ -12,6 +12,8 @@ inputs/{sha256}.owners/{owner}               empty: this owner uploaded these in
 artifacts/{artifact key}/{file}              a converted artifact
 artifacts/{artifact key}/manifest.json       written last, once: the artifact is complete
 references/{reference key}.npz               the base model's outputs on the example inputs
+exports/{sha256}-torch{version}.onnx        a .pt2 model exported to ONNX once (dynamic axes), where its `onnx`
+                                             and `onnx_int8` conversions start
 artifacts/{artifact key}/lease.json          who converts it now, until when (one conversion per artifact: a lease,
                                              `core/lease.py`)
 tuning/{target cpu}/{sha256}-b{batch}-{HxW}.tar.gz  TVM MetaSchedule records (one archive), reused by later conversions

@@ -18,7 +18,8 @@ TRAFFIC_ROWS = 5  # the email prices the Pareto front (at most this many) under 
 def traffic_lines(summary: RunSummary | dict[str, Any]) -> list[str]:
     """The run's Pareto front under the traffic the request named (`core/lambda_model/traffic.py`): each
     combination's cheapest way of serving it, and the cheapest that meets the SLO."""
-    from core.lambda_model.traffic import Traffic, TrafficError, traffic_report
+    from core.lambda_model.arrivals import Traffic, TrafficError
+    from core.lambda_model.traffic import traffic_report
 
     summary = as_summary(summary)
     profile = summary.request.get("traffic")

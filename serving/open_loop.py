@@ -15,7 +15,7 @@ The API (used by `serving/loadtest.py` and `serving/capacity.py`):
 - `schedule(pattern, rps, duration_s, seed)`: arrival times (s from the start, sorted) for
   `steady` (Poisson at `rps`), `spiky` (Poisson at `rps` with bursts of `BURST_MULTIPLIER` x `rps`:
   one in the middle of each half, a sixth of the half long) or a CSV file of arrival times
-  (`core.lambda_model.traffic`'s format), cut to `duration_s`.
+  (`core.lambda_model.arrivals`' format), cut to `duration_s`.
 - `Outgoing(path, body, content_type, label)`: one request to send (POST `url + path`).
 - `await run_open_loop(url, arrivals_s, make_request, timeout_s=..., max_in_flight=...)`:
   sends `make_request(i)` at `arrivals_s[i]` for each i, returns one `RequestTiming` each (in
@@ -56,7 +56,7 @@ MAX_IN_FLIGHT = 2000  # connections at most: past it, a request waits for one (i
 
 
 def burst_multiplier() -> float:
-    from core.lambda_model.traffic import BURST_MULTIPLIER
+    from core.lambda_model.arrivals import BURST_MULTIPLIER
 
     return BURST_MULTIPLIER
 
@@ -122,9 +122,9 @@ def schedule(pattern: str, rps: float, duration_s: float, seed: int = 0) -> list
     if not (math.isfinite(duration_s) and duration_s > 0):
         raise ValueError(f"duration: above 0 s, got {duration_s!r}")
     if pattern not in PATTERNS:
-        from core.lambda_model.traffic import _from_file
+        from core.lambda_model.arrivals import arrivals_from_file
 
-        times = _from_file(Path(pattern))
+        times = arrivals_from_file(Path(pattern))
         return [float(t) for t in times if t < duration_s]
     if not (math.isfinite(rps) and rps > 0):
         raise ValueError(f"rps: above 0, got {rps!r}")

@@ -50,7 +50,7 @@ def register(sub, serving: argparse.ArgumentParser) -> None:
 
 
 def cmd_capacity(args: argparse.Namespace) -> int:
-    from core.lambda_model.traffic import TrafficError, parse_duration
+    from core.lambda_model.arrivals import TrafficError, parse_duration
     from report.studies import capacity_level_line, capacity_view
     from serving.app import create_app
     from serving.capacity import CapacityPlan, Stepping, default_start_rps, run_capacity

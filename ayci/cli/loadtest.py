@@ -39,7 +39,7 @@ def register(sub, serving: argparse.ArgumentParser) -> None:
 
 
 def cmd_loadtest(args: argparse.Namespace) -> int:
-    from core.lambda_model.traffic import TrafficError, parse_duration
+    from core.lambda_model.arrivals import TrafficError, parse_duration
     from report.studies import loadtest_view
     from serving.app import create_app
     from serving.loadtest import LoadPlan, run_loadtest

@@ -38,7 +38,8 @@ def register(sub) -> None:
 
 def cmd_traffic(args: argparse.Namespace) -> int:
     from ayci.bootstrap import local_store
-    from core.lambda_model.traffic import Traffic, TrafficError, parse_duration, traffic_report
+    from core.lambda_model.arrivals import Traffic, TrafficError, parse_duration
+    from core.lambda_model.traffic import traffic_report
     from report.studies import traffic_view
 
     settings = settings_of(args)

@@ -216,7 +216,8 @@ def _timeout(result: SummaryResult) -> tuple[int, str]:
 
 def _serving(summary: RunSummary, result: SummaryResult) -> Serving:
     """The cheapest way of serving the request's traffic (within its SLO) for this combination."""
-    from core.lambda_model.traffic import Traffic, TrafficError, combination_under_traffic
+    from core.lambda_model.arrivals import Traffic, TrafficError
+    from core.lambda_model.traffic import combination_under_traffic
 
     profile = summary.request.get("traffic")
     if not profile:

@@ -6,7 +6,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from core.lambda_model.traffic import BURST_MULTIPLIER
+from core.lambda_model.arrivals import BURST_MULTIPLIER
 from serving.loadtest import LoadPlan, compare, predicted_figures
 from serving.open_loop import Outgoing, burst_windows, rate_at, run_open_loop, schedule
 

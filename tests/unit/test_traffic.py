@@ -9,17 +9,14 @@ import time
 import numpy as np
 import pytest
 
+from core.lambda_model.arrivals import Traffic, TrafficError, arrivals, parse_duration
 from core.lambda_model.traffic import (
     MIN_SIMULATION_EVENTS,
     SIMULATIONS_PER_ROW,
     Budget,
     Scaling,
-    Traffic,
-    TrafficError,
-    arrivals,
     combination_under_traffic,
     draw_latencies,
-    parse_duration,
     pickable,
     simulate,
     traffic_report,

@@ -13,7 +13,8 @@ from fastapi import APIRouter, Body, HTTPException, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from core.lambda_model.traffic import Traffic, TrafficError, traffic_report
+from core.lambda_model.arrivals import Traffic, TrafficError
+from core.lambda_model.traffic import traffic_report
 from core.planning import Plan
 from core.ports import NotFound
 from core.racing import answer_lines

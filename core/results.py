@@ -16,7 +16,7 @@ from schemas import keys
 from schemas.combos import MEASUREMENT_VERSION
 from schemas.cost import UnknownPriceRegion, cost_block
 from schemas.documents import CombinationProfile, MeasuredResult, ResultBundle, SummaryResult, json_object
-from schemas.events import InferenceDone, SchemaError
+from schemas.events import STORED, InferenceDone, RunPlanned, SchemaError
 
 log = structlog.get_logger()
 
@@ -198,3 +198,11 @@ def priced_for_region(result: SummaryResult, region: str) -> SummaryResult:
         log.warning("price_region_unknown", region=region, reason=str(exc))
         return result.model_copy(update={"cost": None, "cost_unavailable": f"no price for region {region!r}: {exc}"})
     return result.model_copy(update={"cost": repriced})
+
+
+def stored_plan(store: ObjectStore, run_id: str) -> RunPlanned | None:
+    """The run's plan as the archiver stored it (read as stored: `STORED`); None before it is."""
+    try:
+        return RunPlanned.model_validate_json(store.get_bytes(keys.plan(run_id)), context=STORED)
+    except NotFound:
+        return None

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import json
 import re
 import shutil
 import tarfile
@@ -25,7 +24,8 @@ import structlog
 
 from core import measurement_lock
 from core.lease import Lease
-from core.ports import NotFound, ObjectStore
+from core.ports import ObjectStore
+from core.results import stored_plan
 from core.runtime import Delayed
 from core.tuning_stakes import skip_reason, waits_for_others
 from engines import Conversion, ConversionError, ConversionJob
@@ -206,12 +206,13 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
 
 
 def _run_batch_sizes(store: ObjectStore, run_id: str) -> list[int]:
-    """The batch sizes the run's plan measures (none before the archiver stored it)."""
+    """The batch sizes the run's plan measures (none before the archiver stored it, or from a plan that does
+    not read: they are only computed ahead, each is computed when its own combination comes)."""
     try:
-        combos = json.loads(store.get_bytes(keys.plan(run_id))).get("combos") or {}
-    except (NotFound, ValueError):
+        plan = stored_plan(store, run_id)
+    except ValueError:
         return []
-    return sorted({int(c["batch_size"]) for c in combos.values() if "batch_size" in c})
+    return sorted({c.batch_size for c in plan.combos.values()}) if plan else []
 
 
 EXPORTED_FOR = (Optimizer.onnx, Optimizer.onnx_int8)  # the engines that start from the model's ONNX export

@@ -26,7 +26,7 @@ import structlog
 
 from core.ports import MeasurementRefused, MeasuringFunctions, NotFound, ObjectStore
 from core.racing import QUICK_TIME_CAP_SHARE
-from core.results import QUICK_SUFFIX, keep_result
+from core.results import QUICK_SUFFIX, keep_result, stored_plan
 from core.runtime import Delayed
 from engines.targets import native_hardware
 from measuring.launcher import ONE_THREAD_FOR_ITS_SIZE, MachineBusy, MeasurementFailed, MeasureSpec, measure
@@ -36,7 +36,6 @@ from schemas.cost import Cost, cost_block
 from schemas.cost import default_region as default_price_region
 from schemas.documents import ArtifactManifest, MeasuredResult, RunRecord
 from schemas.events import (
-    STORED,
     ComboFailed,
     Envelope,
     FailureStage,
@@ -96,12 +95,13 @@ def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload | D
         log.info("skipped_run_ended", run_id=event.run_id, combo_key=converted.combo_key)
         return []
     # a racing run's first pass is quick (a quarter of the timing); its refinement is exact
-    racing = _run_precision(deps.store, event.run_id, converted.combo_key) == "quick"
+    plan = stored_plan(deps.store, event.run_id)
+    racing = _run_precision(deps.store, plan, event.run_id, converted.combo_key) == "quick"
     quick = racing and not converted.refine
     if quick:
         deps = dataclasses.replace(deps, time_cap_s=deps.time_cap_s * QUICK_TIME_CAP_SHARE)
     # a racing run judges each artifact's agreement once per threads and settings (`launcher.known_agreement`)
-    agreements = judged_agreements(deps.store, event.run_id, converted) if racing else []
+    agreements = judged_agreements(deps.store, plan, event.run_id, converted) if racing and plan else []
     outcome = _measure(event, deps, bound, agreements)
     if not isinstance(outcome, list):
         outcome = _measured(event, outcome, deps, bound, quick)
@@ -169,15 +169,11 @@ def _measured(event: Envelope, measured: tuple[dict, bool], deps: InferenceDeps,
     return [done.model_copy(update={"refine": converted.refine, "precision": "quick" if quick else "exact"})]
 
 
-def judged_agreements(store: ObjectStore, run_id: str, converted: ModelConverted) -> list[dict]:
+def judged_agreements(store: ObjectStore, plan: RunPlanned, run_id: str, converted: ModelConverted) -> list[dict]:
     """The agreements this run has judged so far for `converted`'s artifact (its other memory sizes, and
     its own quick pass for a refinement): each with the engine threads and settings it was judged at,
     for `launcher.known_agreement`. Only the plan's combinations of the same optimizer, hardware and batch
     are read (an artifact serves the memory sizes of one of those)."""
-    try:
-        plan = RunPlanned.model_validate_json(store.get_bytes(keys.plan(run_id)), context=STORED)
-    except NotFound:
-        return []
     combo, found = converted.combo, []
     for key, other in plan.combos.items():
         if (other.optimizer, other.hardware, other.batch_size) != (combo.optimizer, combo.hardware, combo.batch_size):
@@ -205,15 +201,12 @@ def judged_agreements(store: ObjectStore, run_id: str, converted: ModelConverted
     return found
 
 
-def _run_precision(store: ObjectStore, run_id: str, combo_key: str) -> str:
+def _run_precision(store: ObjectStore, plan: RunPlanned | None, run_id: str, combo_key: str) -> str:
     """The precision (`quick` or `exact`) the run measures `combo_key` with at first, from its stored
-    plan or, before the archiver stored it, the run record; `exact` if neither is stored. Only the
+    `plan` or, before the archiver stored it, the run record; `exact` if neither is stored. Only the
     planned combinations race: a predicted pick the archiver checks is measured in full."""
-    try:
-        plan = RunPlanned.model_validate_json(store.get_bytes(keys.plan(run_id)), context=STORED)
+    if plan is not None:
         return plan.request.precision if combo_key in plan.combos else "exact"
-    except NotFound:
-        pass
     try:
         return (RunRecord.read(store.get_bytes(keys.run_record(run_id))).request or {}).get("precision") or "exact"
     except (NotFound, SchemaError):
@@ -224,10 +217,9 @@ def _asks_profile(store: ObjectStore, run_id: str) -> bool:
     """Whether the run's request asks for profiles: read from its stored plan, or, when the
     archiver has not stored it yet, from the run record the API wrote at submission (neither
     stored reads as no)."""
-    try:
-        return RunPlanned.model_validate_json(store.get_bytes(keys.plan(run_id)), context=STORED).request.profile
-    except NotFound:
-        pass
+    plan = stored_plan(store, run_id)
+    if plan is not None:
+        return plan.request.profile
     try:
         return bool((RunRecord.read(store.get_bytes(keys.run_record(run_id))).request or {}).get("profile"))
     except (NotFound, SchemaError):

@@ -3,7 +3,7 @@ every `onnx` and `onnx_int8` artifact, and takes `base`'s artifact as the refere
 
 from __future__ import annotations
 
-import json
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
@@ -19,9 +19,9 @@ def test_onnx_and_int8_convert_from_one_onnx_export_and_base_from_the_reference(
     import hashlib
 
     from schemas import keys
-    from schemas.combos import Combo, reference_key
+    from schemas.combos import Combo, Matrix, reference_key
     from schemas.documents import ArtifactManifest
-    from schemas.events import ComboPending, Envelope, ModelConverted
+    from schemas.events import ComboPending, Envelope, ModelConverted, RequestSubmitted, RunPlanned
     from services.converter.handlers import _exporter, on_combo_pending
 
     store = MemoryStore()
@@ -35,7 +35,16 @@ def test_onnx_and_int8_convert_from_one_onnx_export_and_base_from_the_reference(
     )
     store.put_bytes(keys.model(model.sha256), data)
     # the run's plan: its batch sizes' references come from the first combination's child
-    store.put_bytes(keys.plan("r"), json.dumps({"combos": {"k1": {"batch_size": 1}, "k2": {"batch_size": 2}}}).encode())
+    request = RequestSubmitted(
+        model=model, matrix=Matrix(optimizers={"intel": ["onnx"]}, batch_sizes=[1, 2], memory_sizes_mb=[1769])
+    )
+    plan = RunPlanned(
+        model=model,
+        combos={f"k{c.batch_size}": c for c in request.matrix.combos()},
+        deadline=datetime.now(UTC) + timedelta(hours=1),
+        request=request,
+    )
+    store.put_bytes(keys.plan("r"), plan.model_dump_json().encode())
     deps = ConverterDeps(store=store, work_dir=tmp_path)
     outcomes = {}
     for optimizer, batch in (("base", 1), ("onnx", 1), ("onnx", 2), ("onnx_int8", 1)):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,13 +24,11 @@ WARMUP_S = 0.5
 
 
 def _figures(samples: list[float]) -> dict[str, float]:
-    ordered = sorted(samples)
-    rank = 0.99 * (len(ordered) - 1)
-    low, high = math.floor(rank), math.ceil(rank)
-    p99 = ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+    from measuring.measure import percentile  # as a measurement computes its percentiles
+
     return {
-        "p50_ms": statistics.median(ordered),
-        "p99_ms": p99,
+        "p50_ms": percentile(samples, 50),
+        "p99_ms": percentile(samples, 99),
         "billed_ms_mean": sum(math.ceil(s) for s in samples) / len(samples),
         "samples": len(samples),
     }

@@ -27,11 +27,12 @@ from datetime import UTC, datetime
 import structlog
 
 from core.ports import NotFound, ObjectStore
+from core.results import stored_plan
 from core.routing import consumers
 from core.runtime import LoggedPublisher
 from core.topology import SERVICES
 from schemas import keys
-from schemas.events import STORED, Envelope, RunDeadlineReached, RunPlanned, SchemaError
+from schemas.events import Envelope, RunDeadlineReached, SchemaError
 from services.archiver.handlers import announce_if_due
 
 log = structlog.get_logger()
@@ -114,10 +115,7 @@ def _redrive(store: ObjectStore, publisher: LoggedPublisher, run_id: str, now: d
             else envelope.caused(envelope.payload, producer="restart", index=0)
         )
     publisher.publish(again)
-    try:
-        plan = RunPlanned.model_validate_json(store.get_bytes(keys.plan(run_id)), context=STORED)
-    except NotFound:
-        plan = None  # its RunPlanned is handled again above, and arms the deadline
+    plan = stored_plan(store, run_id)  # None: its RunPlanned is handled again above, and arms the deadline
     if plan is not None:
         deadline = Envelope.wrap(RunDeadlineReached(deadline=plan.deadline), run_id=run_id, producer="restart")
         publisher.publish_at(deadline, max(plan.deadline, now))

@@ -9,11 +9,12 @@ from datetime import UTC, datetime, timedelta
 
 from core.outcomes import arrived_outcomes
 from core.ports import NotFound, ObjectStore
+from core.results import stored_plan
 from core.run_plan import measured_combos
 from schemas import keys
 from schemas.combos import Combo, combo_key
 from schemas.documents import RunRecord, RunSummary
-from schemas.events import STORED, Envelope, FailureStage, RequestSubmitted, RunDeadlineReached, RunPlanned
+from schemas.events import STORED, Envelope, FailureStage, RequestSubmitted, RunDeadlineReached
 
 
 def record_run(store: ObjectStore, run_id: str, request: RequestSubmitted) -> bool:
@@ -88,15 +89,8 @@ def run_progress(store: ObjectStore, record: dict) -> dict:
     reason), with p50/p99 as soon as a combination is measured."""
     run_id = record["run_id"]
     summary = load_summary(store, run_id)
-    try:
-        combos = {
-            k: c.model_dump(mode="json")
-            for k, c in RunPlanned.model_validate_json(
-                store.get_bytes(keys.plan(run_id)), context=STORED
-            ).combos.items()
-        }
-    except NotFound:
-        combos = record["combos"]
+    plan = stored_plan(store, run_id)
+    combos = {k: c.model_dump(mode="json") for k, c in plan.combos.items()} if plan else record["combos"]
     entries = []
     arrived = arrived_outcomes(store, run_id)
     for key, combo in combos.items():

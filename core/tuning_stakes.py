@@ -23,9 +23,11 @@ from pydantic import ValidationError
 from core.plan_costs import stored_results
 from core.ports import NotFound, ObjectStore
 from core.racing import Figures, dominates, figures_of
-from core.results import QUICK_SUFFIX, latest_result
+from core.results import QUICK_SUFFIX, latest_result, stored_plan
 from schemas import keys
+from schemas.combos import Combo
 from schemas.documents import SummaryResult
+from schemas.events import RunPlanned
 
 # The lowest TVM / ONNX Runtime p99 measured per workload kind (docs/tvm.md, 600 trials, 2 cores):
 # ResNet-18 0.62, the encoder 0.82, the detector 0.70; a custom model the lowest of all.
@@ -51,22 +53,23 @@ def best_ratio(results: list[dict], workload: str) -> float:
     return min([PRIOR_RATIO.get(workload, PRIOR_RATIO_ANY), *ratios])
 
 
-def _plan(store: ObjectStore, run_id: str) -> dict:
-    """The run's plan as stored (`RunPlanned`: the combinations it measures, its request); {} before it is."""
+def _plan(store: ObjectStore, run_id: str) -> RunPlanned | None:
+    """The run's plan as stored (`core.results.stored_plan`: the combinations it measures, its request);
+    None before it is stored, or where it does not read (then nothing is skipped and nothing waits)."""
     try:
-        return json.loads(store.get_bytes(keys.plan(run_id)))
-    except (NotFound, ValueError):
-        return {}
+        return stored_plan(store, run_id)
+    except ValueError:
+        return None
 
 
-def run_figures(store: ObjectStore, run_id: str) -> tuple[dict[str, dict], list[Figures]]:
+def run_figures(store: ObjectStore, run_id: str) -> tuple[dict[str, Combo], list[Figures]]:
     """The run's measured combinations (key -> combo) and the figures of them so far: this run's
     quick pass where it has one, else the latest stored result. None of either for a run of
     precision `exact`: it measures everything, TVM tuned."""
     planned = _plan(store, run_id)
-    if (planned.get("request") or {}).get("precision", "exact") == "exact":  # everything measured, as asked
+    if planned is None or planned.request.precision == "exact":  # everything measured, as asked
         return {}, []
-    combos = planned.get("combos") or {}
+    combos = planned.combos
     figures = []
     for key in combos:
         try:
@@ -85,9 +88,9 @@ def skip_reason(store: ObjectStore, run_id: str, workload: str, hardware: str, b
     combos, figures = run_figures(store, run_id)
     memories = sorted(
         {
-            c["memory_mb"]
+            c.memory_mb
             for c in combos.values()
-            if c["optimizer"] == "tvm" and c["hardware"] == hardware and c["batch_size"] == batch_size
+            if c.optimizer.value == "tvm" and c.hardware.value == hardware and c.batch_size == batch_size
         }
     )
     if not memories or not figures:
@@ -132,13 +135,12 @@ def waits_for_others(store: ObjectStore, run_id: str, hardware: str, batch_size:
     except (NotFound, ValueError, KeyError, TypeError):
         return False
     planned = _plan(store, run_id)
-    precision = (planned.get("request") or {}).get("precision", "exact")
-    if precision == "exact" or (now - submitted).total_seconds() > WAIT_FOR_OTHERS_S:
+    if planned is None or planned.request.precision == "exact" or (now - submitted).total_seconds() > WAIT_FOR_OTHERS_S:
         return False
     others = [
         key
-        for key, c in (planned.get("combos") or {}).items()
-        if c["optimizer"] != "tvm" and c["hardware"] == hardware and c["batch_size"] == batch_size
+        for key, c in planned.combos.items()
+        if c.optimizer.value != "tvm" and c.hardware.value == hardware and c.batch_size == batch_size
     ]
     return any(not store.exists(keys.outcome(run_id, key)) for key in others)
 

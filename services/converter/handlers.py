@@ -7,7 +7,6 @@ An artifact is converted once: a stored manifest means it is reused.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import re
@@ -98,33 +97,34 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
         model_path = work / f"model.{model.format.value}"
         deps.store.get_file(keys.model(model.sha256), model_path)
         inputs_path = fetch_inputs(deps.store, model, work)
-        try:
-            # computing it runs the base model: not beside a measurement either (a stored one needs no lock)
-            with measurement_lock.shared() if not referenced else contextlib.nullcontext():
-                ensure_reference(
-                    deps.store,
-                    model,
-                    model_path,
-                    combo.batch_size,
-                    work,
-                    timeout_s=deps.reference_timeout_s,
-                    memory_mb=deps.reference_memory_mb,
-                    compute=deps.compute_reference,
-                    inputs_path=inputs_path,
-                    also=_run_batch_sizes(deps.store, event.run_id) if not referenced else (),
-                )
-        except ReferenceFailed as exc:
-            return [
-                _failed(
-                    pending,
-                    f"the base model does not run on the {'example' if inputs_path else 'workload' + chr(39) + 's'}"
-                    f" inputs: {exc}",
-                )
-            ]
-        if deps.store.exists(keys.manifest(pending.artifact_key)):
-            manifest = ArtifactManifest.read(deps.store.get_bytes(keys.manifest(pending.artifact_key)))
-            bound.info("artifact_reused", artifact_key=pending.artifact_key)
-            return [_converted(pending, manifest, reused=True)]
+        if not referenced:  # checked above: a stored reference is neither looked up again nor computed
+            try:
+                # computing it runs the base model: not beside a measurement either
+                with measurement_lock.shared():
+                    ensure_reference(
+                        deps.store,
+                        model,
+                        model_path,
+                        combo.batch_size,
+                        work,
+                        timeout_s=deps.reference_timeout_s,
+                        memory_mb=deps.reference_memory_mb,
+                        compute=deps.compute_reference,
+                        inputs_path=inputs_path,
+                        also=_run_batch_sizes(deps.store, event.run_id),
+                    )
+            except ReferenceFailed as exc:
+                return [
+                    _failed(
+                        pending,
+                        f"the base model does not run on the {'example' if inputs_path else 'workload' + chr(39) + 's'}"
+                        f" inputs: {exc}",
+                    )
+                ]
+            if deps.store.exists(keys.manifest(pending.artifact_key)):  # converted meanwhile by another worker
+                manifest = ArtifactManifest.read(deps.store.get_bytes(keys.manifest(pending.artifact_key)))
+                bound.info("artifact_reused", artifact_key=pending.artifact_key)
+                return [_converted(pending, manifest, reused=True)]
         if combo.optimizer == Optimizer.tvm and pending.tuning_trials > 0:
             skipped = skip_reason(
                 deps.store, event.run_id, model.workload.value, combo.hardware.value, combo.batch_size

@@ -9,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 from adapters.memory_store import MemoryStore
 from core.tuning_stakes import PRIOR_RATIO, WAIT_FOR_OTHERS_S, best_ratio, skip_reason, waits_for_others
 from schemas import keys
+from schemas.combos import Combo, Matrix, ModelRef
+from schemas.events import RequestSubmitted, RunPlanned
 
 RUN = "run-1"
 SUBMITTED = datetime(2026, 12, 6, 1, 0, tzinfo=UTC)
@@ -44,7 +46,19 @@ def _run(store: MemoryStore, rows: list[dict], precision: str = "quick", tvm_bat
                     "batch_size": batch,
                     "memory_mb": memory,
                 }
-    store.put_bytes(keys.plan(RUN), json.dumps({"combos": combos, "request": {"precision": precision}}).encode())
+    model = ModelRef(sha256="a" * 64, size_bytes=1000, format="onnx", workload="nlp", input_size=[128])
+    request = RequestSubmitted(
+        model=model,
+        matrix=Matrix(optimizers={"intel": ["onnx", "onnx_int8", "tvm"]}, batch_sizes=[1], memory_sizes_mb=[1769]),
+        precision=precision,
+    )
+    plan = RunPlanned(
+        model=model,
+        combos={key: Combo(**combo) for key, combo in combos.items()},
+        deadline=SUBMITTED + timedelta(hours=1),
+        request=request,
+    )
+    store.put_bytes(keys.plan(RUN), plan.model_dump_json().encode())  # as the archiver stores it (typed)
     store.put_bytes(keys.run_record(RUN), json.dumps({"submitted_at": SUBMITTED.isoformat()}).encode())
     for row in rows:
         c = row["combo"]
@@ -100,7 +114,6 @@ def test_the_largest_gain_stored_on_the_same_workload_kind_counts_when_larger_th
 
 
 def test_the_converter_fails_the_combination_with_the_reason_instead_of_tuning(tmp_path):
-    from schemas.combos import Combo, ModelRef
     from schemas.events import ComboFailed, ComboPending, Envelope
     from services.converter.handlers import ConverterDeps, on_combo_pending
 
@@ -154,3 +167,13 @@ def test_a_racing_run_s_tvm_conversion_waits_for_its_other_engines_at_that_batch
     exact = MemoryStore()
     _run(exact, [], precision="exact")
     assert not waits_for_others(exact, RUN, "intel", 1, soon)
+
+
+def test_a_plan_that_does_not_read_skips_nothing_and_waits_for_nothing():
+    """The plan is read typed (`core.results.stored_plan`): a partial or stale one is no plan."""
+    store = MemoryStore()
+    _run(store, _onnx_and_int8(2.4))
+    assert skip_reason(store, RUN, "nlp", "intel", 1) is not None
+    store.put_bytes(keys.plan(RUN), json.dumps({"combos": {}, "request": {"precision": "quick"}}).encode())
+    assert skip_reason(store, RUN, "nlp", "intel", 1) is None
+    assert not waits_for_others(store, RUN, "intel", 1, SUBMITTED + timedelta(seconds=60))

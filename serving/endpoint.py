@@ -148,7 +148,9 @@ class Endpoint:
         model = self.models[name]
         if not self._make_room(name, model.memory_mb):
             raise Overloaded(f"model {name} needs {model.memory_mb} MB and the budget's other models are all busy", 1)
-        pool = ModelPool(name, lambda: self._start_worker(model), self.policy, self.max_queue)
+        pool = ModelPool(
+            name, lambda: self._start_worker(model), self.policy, self.max_queue, may_retire=lambda: not self._holding
+        )
         self.pools[name] = pool
         if self.policy.lambda_like:  # its workers start with the requests (`_reserve_worker`)
             log.info("model_pool_created", model=name, run_id=model.run_id, combination=model.label)
@@ -160,6 +162,11 @@ class Endpoint:
 
     def _reserve_worker(self, name: str) -> bool:
         """Memory for one more worker of `name` (evicting idle models for it): False if none can be made."""
+        pool = self.pools.get(name)
+        if pool is not None:  # workers the pool reclaimed at this arrival give their memory back first
+            excess_mb = self.budget.reserved_mb(name) - pool.reserved_workers * self.models[name].memory_mb
+            if excess_mb > 0:
+                self.budget.release(name, excess_mb)
         if not self._make_room(name, self.models[name].memory_mb):
             return False
         self.budget.reserve(name, self.models[name].memory_mb)

@@ -10,7 +10,8 @@ cold load: `first`, `scale-out`, `replacement`), stopped by `retire_idle` when t
 policy says so, all of them by `close` (eviction). The pool does not know about memory: the
 endpoint decides whether a new worker fits (`reserved_workers`).
 
-Lambda-like (`policy.lambda_like`): `submit` hands the request to the idle worker freed last, or,
+Lambda-like (`policy.lambda_like`): `submit` first reclaims the workers idle past the idle time (at
+the arrival, not at the scaler's next tick), then hands the request to the idle worker freed last, or,
 when none is idle and the concurrency limit (`max_workers`, counting the starting ones) allows,
 starts a worker for it (`spawn("cold", job)`: the request waits for that worker's cold start, as on
 Lambda, even if another worker frees up meanwhile); at the limit it queues for the first worker to
@@ -92,12 +93,18 @@ class _Slot:
 
 class ModelPool:
     def __init__(
-        self, name: str, start_worker: Callable[[], Worker], policy: ScalingPolicy, max_queue: int = 32
+        self,
+        name: str,
+        start_worker: Callable[[], Worker],
+        policy: ScalingPolicy,
+        max_queue: int = 32,
+        may_retire: Callable[[], bool] | None = None,
     ) -> None:
         self.name = name
         self.policy = policy
         self.max_queue = max_queue
         self._start_worker = start_worker
+        self._may_retire = may_retire or (lambda: True)  # the endpoint's: False while it holds its workers
         self._cv = threading.Condition()
         self._queue: deque[_Job] = deque()
         self._slots: list[_Slot] = []
@@ -155,6 +162,11 @@ class ModelPool:
             if self._closed:
                 raise Overloaded(f"model {self.name} is being evicted", 1)
             if self.policy.lambda_like and not self._queue:
+                if self._may_retire():
+                    # reclaimed at the arrival itself, as Lambda (and the simulation) reclaim an instance idle
+                    # past the timeout: the scaler's ticks (every 0.1 s) would leave it to be reused up to a tick
+                    # late, which moves the cold-start share when the idle time is short
+                    self.retire_idle()
                 job = _Job(payload, Future())
                 slot = self._first_idle()
                 if slot is not None:

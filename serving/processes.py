@@ -2,9 +2,10 @@
 (`measuring/sandbox.py`: its own workspace holding its artifact, an environment without
 secrets, no network, an unprivileged user, an address-space limit) inside a cgroup with its
 combination's memory size's CPU share and memory cap (`measuring/confinement.py`, as a
-measurement is; where cgroups are unavailable it runs unconfined and says so: `confined: false`
-with the reason), fed one request at a time over a Unix socket, stopped by killing its process
-group and removing its cgroup and workspace."""
+measurement is; the lowest CPU weight while it starts, an ordinary one once it is ready; where
+cgroups are unavailable it runs unconfined and says so: `confined: false` with the reason), fed
+one request at a time over a Unix socket, stopped by killing its process group and removing its
+cgroup and workspace."""
 
 from __future__ import annotations
 
@@ -51,11 +52,36 @@ class WorkerSpec:
 # vCPUs and the front end keeps a fair share when the cores are short.
 WORKER_CPU_SHARES = 1024
 WORKER_CPU_WEIGHT = 100
+# A starting worker's CPU weight, until it is ready: the lowest there is (v1 cpu.shares 2, v2 cpu.weight 1,
+# and the group's `cpu.idle` where the kernel has it: SCHED_IDLE against its siblings). A start (the Python
+# imports, ONNX Runtime's import and session, the first answer: 0.3-0.6 s of CPU) otherwise took its share of
+# the cores from the warm workers, the endpoint's front end and the load generator at that moment: in a spiky
+# burst on this 2-core host, the warm requests beside a start waited 50-120 ms in the front end and 20-60 ms
+# in the queue (p50 5 ms) (`bench/bench_traffic_truth.py`, docs/benchmarks.md). On Lambda a cold start does
+# not slow the instances already warm. The start is still timed from its beginning to ready (a busy host
+# makes it longer, and the load test feeds the simulation the starts the pool really took).
+STARTING_CPU_SHARES = 2
+STARTING_CPU_WEIGHT = 1
+
+
+def _set_weight(group: MeasurementGroup, starting: bool) -> None:
+    """The group's CPU weight: a starting worker's (the lowest, idle where the kernel says so) or a
+    ready one's (an ordinary process's). `OSError` if the weight cannot be written."""
+    idle = group.cpu_dir / "cpu.idle"
+    if not starting and idle.exists():  # out of idle first: an idle group's weight cannot be written
+        idle.write_text("0")
+    if group.hierarchy.version == 2:
+        (group.cpu_dir / "cpu.weight").write_text(str(STARTING_CPU_WEIGHT if starting else WORKER_CPU_WEIGHT))
+    else:
+        (group.cpu_dir / "cpu.shares").write_text(str(STARTING_CPU_SHARES if starting else WORKER_CPU_SHARES))
+    if starting and idle.exists():
+        with contextlib.suppress(OSError):  # a kernel that refuses it: the lowest weight alone then
+            idle.write_text("1")
 
 
 def confinement(memory_mb: int, confine: bool = True) -> tuple[MeasurementGroup | None, str | None]:
-    """A cgroup for one worker (its size's CPU quota and memory cap, an ordinary CPU weight), or
-    None and why there is none."""
+    """A cgroup for one worker (its size's CPU quota and memory cap, a starting worker's CPU weight:
+    `ready_weight` gives it an ordinary one once it is ready), or None and why there is none."""
     if not confine:
         return None, "confinement turned off"
     reason = unavailable_reason()
@@ -66,15 +92,18 @@ def confinement(memory_mb: int, confine: bool = True) -> tuple[MeasurementGroup 
             reason = str(exc)
         else:
             try:
-                if group.hierarchy.version == 2:
-                    (group.cpu_dir / "cpu.weight").write_text(str(WORKER_CPU_WEIGHT))
-                else:
-                    (group.cpu_dir / "cpu.shares").write_text(str(WORKER_CPU_SHARES))
+                _set_weight(group, starting=True)
             except OSError as exc:
                 group.remove()
                 return None, f"cannot set the worker's CPU weight: {exc}"
             return group, None
     return None, reason
+
+
+def ready_weight(group: MeasurementGroup | None) -> None:
+    """A ready worker's CPU weight (an ordinary process's) on its group."""
+    if group is not None:
+        _set_weight(group, starting=False)
 
 
 class ProcessWorker:
@@ -162,6 +191,11 @@ class ProcessWorker:
             listener.close()
             stderr.close()
         ready = json.loads(body)
+        try:
+            ready_weight(group)
+        except OSError as exc:
+            worker.stop()
+            raise RuntimeError(f"worker {worker.pid}: cannot set its CPU weight once ready: {exc}") from None
         worker.load_ms = ready["load_ms"]
         # where a start's time went (ms): the endpoint's steps, then the worker's own (`worker.py`)
         worker.steps = {

@@ -223,3 +223,47 @@ def test_lambda_like_request_waits_for_its_own_cold_start_and_fails_with_its_loa
     with pytest.raises(Exception, match="could not be loaded: out of memory"):
         failing.result(5)
     assert pool.loads == {"cold": 1} and pool.failed_loads == ["out of memory at 128 MB"] and pool.workers == 1
+
+
+def test_lambda_like_pool_reclaims_a_worker_idle_past_the_timeout_at_the_arrival_unless_held():
+    """As Lambda and the simulation do: a worker idle longer than the idle time is not reused by the
+    next request, even before the scaler's tick retires it; while the endpoint holds its workers
+    (a load test's calibration) it is reused."""
+    workers, start = recorded_workers()
+    held = [False]
+    pool = ModelPool(
+        "m", start, ScalingPolicy(max_workers=2, idle_s=0.05, lambda_like=True), may_retire=lambda: not held[0]
+    )
+    assert pool.submit(b"a").result(5).cold
+    assert not pool.submit(b"b").result(5).cold  # within the idle time: reused
+    time.sleep(0.1)
+    held[0] = True
+    assert not pool.submit(b"c").result(5).cold  # held: the idle worker is reused
+    time.sleep(0.1)
+    held[0] = False
+    again = pool.submit(b"d").result(5)  # no tick ran: reclaimed at the arrival, a new start
+    assert again.cold and again.worker_pid == workers[1].pid and len(workers) == 2
+    wait_for(lambda: workers[0].stopped)
+    assert pool.workers == 1 and pool.retired_workers == 1 and pool.loads == {"cold": 2}
+
+
+@pytest.mark.parametrize(
+    "version, weight_file, starting, ready", [(1, "cpu.shares", "2", "1024"), (2, "cpu.weight", "1", "100")]
+)
+def test_a_worker_starts_at_the_lowest_cpu_weight_and_gets_an_ordinary_one_once_ready(
+    tmp_path, version, weight_file, starting, ready
+):
+    """A start's CPU (imports, the session) must not slow the warm workers and the front end, as on
+    Lambda; once ready the worker has an ordinary process's weight (`serving/processes.py`)."""
+    from types import SimpleNamespace
+
+    from serving.processes import _set_weight, ready_weight
+
+    (tmp_path / weight_file).write_text("1024")
+    (tmp_path / "cpu.idle").write_text("0")
+    group = SimpleNamespace(hierarchy=SimpleNamespace(version=version), cpu_dir=tmp_path)
+    _set_weight(group, starting=True)
+    assert (tmp_path / weight_file).read_text() == starting and (tmp_path / "cpu.idle").read_text() == "1"
+    ready_weight(group)
+    assert (tmp_path / weight_file).read_text() == ready and (tmp_path / "cpu.idle").read_text() == "0"
+    ready_weight(None)  # unconfined: nothing to set

@@ -370,6 +370,7 @@ def run_capacity(
     `out_dir/report.json`), with `capacity.csv` (one row per level, measured and simulated),
     `requests.csv` and `capacity.png`. `on_level` is called with each level's row as it is measured
     (its `measured` figures; `simulated` is added once every level is run)."""
+    from core import measurement_lock
     from core.lambda_model.prediction import latency_quantiles
     from serving.app import ServerThread
     from serving.loadtest import calibrate
@@ -383,7 +384,8 @@ def run_capacity(
     rows: list[dict] = []
     request_rows: list[dict] = []
     sent: list[list[float]] = []  # each level's arrivals, for the simulation after
-    with ServerThread(app) as url:
+    # a measurement of this machine: AYCI's own measurements wait for the machine's lock instead of running beside it
+    with ServerThread(app) as url, measurement_lock.exclusive() as lock_wait_s:
         calibration = calibrate(endpoint, url, {name: payload})[name]
         _, warm = drive(url, [0.0], [body], timeout_s=max(plan.request_timeout_s, 300.0))  # a worker, loaded
         warm_up = {"status": warm[0].status, "latency_ms": warm[0].latency_ms} if warm else {}
@@ -433,6 +435,7 @@ def run_capacity(
             "lambda_like": getattr(endpoint.policy, "lambda_like", False),
         },
         "calibration": calibration.get("summary", {}),
+        "lock_wait_s": lock_wait_s,  # waiting for the machine's measurement lock (others' measurements)
         "fed": fed.summary(),
         "warm_up": warm_up,
         "overhead_ms": fed.summary()["overhead_p50_ms"],

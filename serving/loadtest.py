@@ -14,25 +14,30 @@ queued and in the worker: HTTP, the body's decoding, the answer's encoding, the 
 echo path `POST /echo/{model}`, which does all but the inference, is timed beside it as a check)
 and the cold start (real worker processes started one after the other, each timed from its start
 to ready: sandbox, imports, load, first inference). The pools are then emptied, and the load
-starts on an endpoint with no worker, as the simulation's pool does. During the load, echo
-probes (`PROBE_SHARE` of the requests, following the load's rate: `probe_times`; the echo path:
-the whole front end, no worker) measure the per-request
-overhead under the load's own conditions (a shared host's contention moves it by several ms
-between a calibration and the load); the simulation is fed theirs, plus what an invocation's
-overhead adds to an echo's in the calibration (`invocation_over_echo_ms`: the hop to the worker's
-thread and back), or the calibration's overhead if the probes are too few. The service time fed is the one the
-workers gave during the load: each warm request's time in its worker (`X-Inference-Ms`, read from
-its answer) plus the calibration's hand-over to the worker's thread (a shared host moved the
-calibration's service p50 from 3.3 to 6.5 ms between runs, and a probe worker outside the pool,
-used once a second, measured 1.3 to 1.8 times what the pool's busy workers took); the calibration's
-is the fallback when too few warm requests were answered. What the simulation predicts from these
-inputs, and what is judged, is the pool: queueing, cold starts and their share, reuse and reclaim.
+starts on an endpoint with no worker, as the simulation's pool does. The calibration and the load
+hold the machine's measurement lock (`core.measurement_lock.exclusive`; the wait is reported): AYCI's
+own measurements wait instead of running beside them.
+
+What the simulation is fed comes from the load itself where it measured enough (`load_fed`): the
+service time each warm request got in its worker (`X-Inference-Ms`, read from its answer) plus the
+calibration's hand-over to the worker's thread (a shared host moved the calibration's service p50
+from 3.3 to 6.5 ms between runs); the overhead of each answered invocation (its latency beyond its
+time queued and in the worker); and, for a Lambda-like pool, the cold starts its requests waited for
+(the calibration's, one at a time on an idle pool, were 5-25 % shorter than the pool's under the
+load, and 40 % shorter than two started together). Echo probes (`PROBE_SHARE` of the requests,
+following the load's rate: `probe_times`; the echo path: the whole front end, no worker) are a check
+reported beside (`observed.echo`): their tail was 1.5-2 times the invocations' own overhead's, which
+they were fed before. The calibration's figures are the fallback when the load answered too few.
+This feeding is the load test's check only (the product's traffic answer is fed the run's
+measurement); what the simulation predicts from these inputs, and what is judged, is the pool:
+queueing, cold starts and their share, reuse and reclaim. Each row says which `regime` its p99 is
+in (warm tail, cold starts, or the edge between them, where a few cold starts more or less move it).
 
 The prediction: `core.lambda_model.traffic.simulate` on the very arrival times sent to each model,
-the calibrated service time and cold start, the endpoint's idle time as the idle timeout and its
-workers as the concurrency limit, cold starts drawn from the measured ones (`cold_samples_ms`),
-and the measured overhead added to each simulated latency (`overhead_ms`, drawn from the
-probes': an explicit parameter of `simulate`, holding no instance). The simulation models a Lambda pool,
+the service time and cold starts fed, the endpoint's idle time as the idle timeout and its workers
+as the concurrency limit, cold starts drawn from the measured ones (`cold_samples_ms`), and the
+measured overhead added to each simulated latency (`overhead_ms`, drawn from the samples: an
+explicit parameter of `simulate`, holding no instance). The simulation models a Lambda pool,
 which `--lambda-like` makes the endpoint (`scaling.ScalingPolicy.lambda_like`); the default
 endpoint (one worker kept, scale-out on the scaler's ticks) is compared too, but is not that model.
 
@@ -57,6 +62,7 @@ from pathlib import Path
 import numpy as np
 import structlog
 
+from core import measurement_lock
 from core.lambda_model.prediction import latency_quantiles
 from core.lambda_model.traffic import simulate
 from serving.open_loop import PATTERNS, Outgoing, RequestTiming, drive, rate_at, schedule
@@ -77,6 +83,13 @@ PROBE_SHARE = 0.1  # echo probes during the load, per request sent: the overhead
 MIN_PROBES = 20  # fewer (a short test): the calibration's overhead is fed instead
 PERCENTILES = (50, 90, 95, 99)
 MAX_QUANTILE_POINTS = 5000
+MIN_COLD_FED = 2  # cold starts of the load itself fed to the simulation from this many (fewer: the calibration's)
+# the regime a row's p99 is in, by the simulation's share of requests that waited for a cold start (their
+# latency at least half the cold start fed): "warm tail" at most 0.5 % (the p99 among warm requests, queueing
+# included), "cold starts" at least 2 % (the p99 among the requests that waited for a start), between them
+# "edge": there a few cold starts more or less move the p99 from one to the other
+WARM_REGIME_MAX = 0.005
+COLD_REGIME_MIN = 0.02
 
 
 @dataclass(frozen=True)
@@ -204,7 +217,12 @@ def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app) -> dict:
     arrivals, outgoing = [t for t, _ in sent], [o for _, o in sent]
     samples: list[dict] = []
     stop = threading.Event()
-    with ServerThread(app) as url:
+    # the calibration and the load are a measurement of this machine: they hold its measurement lock, so that
+    # AYCI's own measurements (at a measurement's CPU weight, 256 times an ordinary process's) wait instead of
+    # running beside them (they stalled the endpoint and the generator for seconds)
+    waiting = time.monotonic()
+    with ServerThread(app) as url, measurement_lock.exclusive() as lock_wait_s:
+        log.info("loadtest_lock_held", waited_s=round(lock_wait_s, 2))
         with endpoint.holding_workers():  # the calibration's worker stays warm between its requests
             calibration = calibrate(endpoint, url, bodies)
         endpoint.reset()  # the load starts on an endpoint with no worker, as the simulation's pool does
@@ -216,6 +234,7 @@ def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app) -> dict:
         finally:
             stop.set()
             sampler.join()
+    held_s = time.monotonic() - waiting - lock_wait_s
     for s in samples:
         s["t"] = s.pop("at") - t0_unix
     (out_dir / "samples.json").write_text(json.dumps(samples))
@@ -228,6 +247,8 @@ def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app) -> dict:
             "load_after": os.getloadavg(),
             "cpu_pressure_before": pressure_before,
             "cpu_pressure_after": cpu_pressure(),
+            "lock_wait_s": lock_wait_s,  # waiting for the machine's measurement lock (others' measurements)
+            "lock_held_s": held_s,
         },
         "generator": generator_figures([t for t in timings if not t.label.startswith("echo:")]),
         "calibration": {n: c["summary"] for n, c in calibration.items()},
@@ -240,16 +261,7 @@ def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app) -> dict:
         observed = observed_figures(mine, samples, name, state[name])
         probed = [t.latency_ms for t in timings if t.label == f"echo:{name}" and t.ok]
         observed["echo"] = percentiles(probed)
-        fed = calibration[name]
-        if len(probed) >= MIN_PROBES:  # the probes' front end, and what an invocation adds to an echo (calibrated)
-            extra = calibration[name]["summary"]["invocation_over_echo_ms"]
-            fed = {**fed, "overhead_ms": [max(0.0, p + extra) for p in probed]}
-        # the service the workers gave during the load: each warm request's time in its worker (`X-Inference-Ms`),
-        # plus the calibration's hand-over to the worker's thread
-        worked = [t.compute_ms for t in mine if t.ok and not t.cold and t.compute_ms is not None]
-        if len(worked) >= MIN_PROBES:
-            handoff = calibration[name]["summary"]["handoff_p50_ms"]
-            fed = {**fed, "service_ms": [w + handoff for w in worked]}
+        fed = load_fed(calibration[name], mine, endpoint.policy.lambda_like)
         predicted = predicted_figures(
             [t.scheduled_s for t in mine],
             fed,
@@ -258,6 +270,11 @@ def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app) -> dict:
             endpoint.policy.max_workers,
             seed=plan.seed,
         )
+        if predicted is not None:
+            answered_ms = np.asarray([t.latency_ms for t in mine if t.ok], dtype=float)
+            observed["waited_for_cold_share"] = (
+                float(np.mean(answered_ms >= predicted["cold_wait_threshold_ms"])) if len(answered_ms) else 0.0
+            )
         from_run = predicted_figures(
             [t.scheduled_s for t in mine],
             {
@@ -278,11 +295,55 @@ def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app) -> dict:
             "predicted": predicted,
             "from_run": from_run,
             "comparison": compare(observed, predicted),
+            "regime": regime(observed, predicted),
         }
     plot(timings, samples, plan, out_dir / "loadtest.png")
     report["plot"] = str(out_dir / "loadtest.png")
     (out_dir / "report.json").write_text(json.dumps(report, indent=1))
     return report
+
+
+def load_fed(calibration: dict, timings: list[RequestTiming], lambda_like: bool) -> dict:
+    """What the simulation of a load is fed, from the load itself where it measured enough (else the
+    calibration's `calibration`, one model's): the service each warm request got in its worker
+    (`X-Inference-Ms`) plus the calibrated hand-over to the worker's thread; the overhead of each
+    answered invocation (its latency beyond its time queued and in the worker: HTTP, the body's
+    decoding and encoding, the hops between threads, the front end's own waiting under the load);
+    and, for a Lambda-like pool, the cold starts its requests waited for (a cold request's
+    `X-Queued-Ms`: from its arrival in the pool to its worker ready). The calibration's cold starts
+    are timed one at a time on an idle pool; during the load the pool's took 5-25 % longer (p50),
+    and two started together at the load's first requests 40 % longer (`bench_traffic_truth.py`).
+    This feeding is the load test's check only: the product's traffic answer is fed the run's
+    measurement (Lambda's figures) and no front end. What is judged is the pool: queueing, cold
+    starts and their share, reuse and reclaim."""
+    fed = dict(calibration)
+    answered = [t for t in timings if t.ok and t.queued_ms is not None and t.compute_ms is not None]
+    overhead = [max(0.0, t.latency_ms - t.queued_ms - t.compute_ms) for t in answered]
+    if len(overhead) >= MIN_PROBES:
+        fed["overhead_ms"] = overhead
+    worked = [t.compute_ms for t in answered if not t.cold]
+    if len(worked) >= MIN_PROBES:
+        handoff = calibration["summary"]["handoff_p50_ms"]
+        fed["service_ms"] = [w + handoff for w in worked]
+    colds = [t.queued_ms for t in answered if t.cold]
+    if lambda_like and len(colds) >= MIN_COLD_FED:
+        fed["cold_start_ms"] = colds
+    fed["sources"] = {
+        "overhead": "load" if len(overhead) >= MIN_PROBES else "calibration",
+        "service": "load" if len(worked) >= MIN_PROBES else "calibration",
+        "cold_start": "load" if lambda_like and len(colds) >= MIN_COLD_FED else "calibration",
+    }
+    return fed
+
+
+def regime(observed: dict, predicted: dict | None) -> dict:
+    """Where the p99 lies (`WARM_REGIME_MAX`, `COLD_REGIME_MIN`): by the simulation's share of
+    requests that waited for a cold start, the observed share beside it."""
+    if predicted is None:
+        return {"regime": None}
+    share = predicted["waited_for_cold_share"]
+    name = "warm tail" if share <= WARM_REGIME_MAX else "cold starts" if share >= COLD_REGIME_MIN else "edge"
+    return {"regime": name, "predicted_share": share, "observed_share": observed.get("waited_for_cold_share")}
 
 
 def cpu_pressure() -> float | None:
@@ -364,6 +425,9 @@ def observed_figures(timings: list[RequestTiming], samples: list[dict], name: st
         "errors": errors,
         **percentiles([t.latency_ms for t in answered]),
         "compute": percentiles([t.compute_ms for t in answered if t.compute_ms is not None]),
+        "overhead": percentiles(
+            [t.latency_ms - t.queued_ms - t.compute_ms for t in answered if t.compute_ms is not None and t.queued_ms]
+        ),
         "queued": percentiles([t.queued_ms for t in answered if t.queued_ms is not None]),
         "cold_starts": cold_starts,
         "cold_share": cold_starts / len(answered) if answered else 0.0,
@@ -422,12 +486,15 @@ def predicted_figures(
         overhead_ms=np.asarray(fed["overhead_ms"], dtype=float),
     )
     latencies = pool.latencies_ms
+    threshold = cold_ms / 2  # a latency this long waited for a cold start (a warm one is ~100 times shorter)
     return {
         "simulated_requests": pool.requests,
         "cold_starts": pool.cold_starts,
         "cold_share": pool.cold_share,
         **percentiles(latencies),
         "peak_instances": pool.peak_instances,
+        "cold_wait_threshold_ms": threshold,
+        "waited_for_cold_share": float(np.mean(latencies >= threshold)) if len(latencies) else 0.0,
         "fed": {
             "service_p50_ms": quantile_at(warm, 0.5),
             "service_p99_ms": quantile_at(warm, 0.99),
@@ -436,6 +503,8 @@ def predicted_figures(
             "overhead_p99_ms": float(np.percentile(fed["overhead_ms"], 99)),
             "idle_timeout_s": idle_s,
             "max_instances": max_workers,
+            "cold_starts_fed": len(fed["cold_start_ms"]),
+            "sources": fed.get("sources"),
         },
     }
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from core.lambda_model.arrivals import BURST_MULTIPLIER
-from serving.loadtest import LoadPlan, compare, predicted_figures
-from serving.open_loop import Outgoing, burst_windows, rate_at, run_open_loop, schedule
+from serving.loadtest import LoadPlan, compare, load_fed, predicted_figures, regime
+from serving.open_loop import Outgoing, RequestTiming, burst_windows, rate_at, run_open_loop, schedule
 
 
 def test_spiky_schedule_bursts_in_the_middle_of_each_half_and_stays_within_the_duration():
@@ -96,6 +96,63 @@ def test_the_simulation_is_fed_the_calibration_and_adds_the_overhead_explicitly(
     reclaimed = predicted_figures(times, FED, 60, idle_s=0.2, max_workers=4)  # idle 0.49 s between requests
     assert reclaimed["cold_starts"] == 60 and reclaimed["p50_ms"] > 500
     assert predicted_figures([1.0], FED, 60, 30, 4) is None
+
+
+CALIBRATION = {**FED, "summary": {"handoff_p50_ms": 0.5}}
+
+
+def timing(i, latency_ms, queued_ms, compute_ms, cold=False, status=200):
+    return RequestTiming(
+        index=i,
+        label="m",
+        scheduled_s=i * 0.1,
+        started_s=i * 0.1,
+        finished_s=i * 0.1 + latency_ms / 1000,
+        status=status,
+        cold=cold,
+        queued_ms=queued_ms,
+        compute_ms=compute_ms,
+    )
+
+
+def test_the_simulation_is_fed_what_the_load_measured_its_cold_starts_too_for_a_lambda_like_pool():
+    """The service (each warm request's time in its worker plus the calibrated hand-over), the
+    overhead (each answered request's latency beyond queued and worker) and, Lambda-like, the cold
+    starts (a cold request's time queued: its wait for its worker) come from the load itself; the
+    calibration's are the fallback when the load answered too few."""
+    load = [timing(i, 10.0 + i % 3, 0.2, 4.0) for i in range(40)]
+    load += [timing(40, 905.0, 890.0, 5.0, cold=True), timing(41, 1210.0, 1200.0, 4.0, cold=True)]
+    load += [timing(42, 1.0, None, None, status=503)]  # refused: no figures from it
+    fed = load_fed(CALIBRATION, load, lambda_like=True)
+    assert fed["service_ms"] == [4.5] * 40
+    assert sorted(fed["overhead_ms"])[:3] == pytest.approx([5.8] * 3) and max(fed["overhead_ms"]) == pytest.approx(10)
+    assert len(fed["overhead_ms"]) == 42 and fed["cold_start_ms"] == [890.0, 1200.0]
+    assert fed["sources"] == {"overhead": "load", "service": "load", "cold_start": "load"}
+    predicted = predicted_figures([t.scheduled_s for t in load], fed, 5, idle_s=30, max_workers=2)
+    assert predicted["fed"]["cold_start_ms"] == pytest.approx(1045 + 4.5) and predicted["fed"]["cold_starts_fed"] == 2
+    # the default endpoint's "cold" requests waited for a load already under way: not a cold start each
+    assert load_fed(CALIBRATION, load, lambda_like=False)["cold_start_ms"] == [500.0]
+    few = load_fed(CALIBRATION, load[:5] + load[40:42], lambda_like=True)
+    assert few["service_ms"] == FED["service_ms"] and few["overhead_ms"] == [2.0]
+    assert few["cold_start_ms"] == [890.0, 1200.0] and few["sources"]["service"] == "calibration"
+
+
+def test_the_regime_says_where_the_p99_lies_by_the_share_that_waited_for_a_cold_start():
+    fed = {"service_ms": [4.0] * 100, "cold_start_ms": [600.0], "overhead_ms": [5.0]}
+    warm = predicted_figures(list(np.arange(0, 200, 0.1)), fed, 200, idle_s=30, max_workers=2)
+    # two starts at the first two requests, the next two queued more than half a start behind them (of 2,000)
+    assert warm["cold_starts"] == 2 and warm["waited_for_cold_share"] == pytest.approx(4 / 2000)
+    assert regime({}, warm)["regime"] == "warm tail"
+    # 1 req/s, idle 0.2 s (a worker frees 0.6 s after its request): every request starts a worker
+    cold = predicted_figures(list(np.arange(0, 60, 1.0)), fed, 60, idle_s=0.2, max_workers=2)
+    assert cold["waited_for_cold_share"] == 1.0
+    assert regime({"waited_for_cold_share": 0.9}, cold) == {
+        "regime": "cold starts",
+        "predicted_share": 1.0,
+        "observed_share": 0.9,
+    }
+    assert regime({}, {**warm, "waited_for_cold_share": 0.01})["regime"] == "edge"
+    assert regime({}, None) == {"regime": None}
 
 
 def figures(p50, p99, cold_share):

@@ -20,18 +20,41 @@ Intervals: the p99's is the distribution-free interval of its order statistics
 mean); both widened by `RUN_TO_RUN_SLACK`, as a combination measured again in another process
 moves more than one process's samples say. Predicted rows carry their own interval.
 
+The running answer (`runs/{id}/answer.json`, a view for the CLI, the API and the page; the summary
+is the run's word) goes through these stages:
+- `gathering` (not shown): from the plan on, each quick outcome adds its figures;
+- `provisional`, **the first answer**: as soon as every engine (hardware, optimizer) of the run has
+  the quick outcome of its lead combination (`leads`: its smallest batch at the measured size
+  nearest one vCPU, 1,769 MB, where every engine runs one unthrottled thread: what compares
+  engines best and measures fastest). An outcome is a figure, a failure or a reason it cannot be
+  an answer. An engine whose artifact is tuned (TVM with trials in a racing run) is not waited
+  for: its tuning waits for the other engines' figures by design (`core/tuning_stakes.py`), so it
+  is listed as still to come and joins when its outcome arrives. The first answer compares the
+  engines on their quick figures: picks with intervals and margins among the combinations not
+  dominated so far, what is dominated so far (by whom) and how many of the run's measured
+  combinations have ended ("12 of 48 ended; picks may change"); every later quick outcome
+  refines it. Predicted sizes are not in it (they rest on every anchor of their family);
+- `quick`: every combination has its quick outcome: the race is decided (`race`) and the answer
+  is rebuilt from every figure, predictions included; `refining` as refinements arrive; `final`:
+  the summary's picks (the email carries that one).
+Dedup emits the combinations in `telling_order` (every engine's lead first, then by batch and the
+size that tells most) and the embedded bus runs a combination's measurement before the next
+conversion (`adapters/inprocess_bus.py`), so the leads are measured first.
+
 Pure functions of figures (`Figures`): the archiver builds them from results, the running answer
 (`runs/{id}/answer.json`) keeps them, `picks` and `margins` read them.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from schemas.combos import Combo
 from schemas.documents import SummaryResult
+from schemas.lambda_limits import MB_PER_VCPU
 
 QUICK_TIME_CAP_SHARE = 0.25  # the quick pass times each combination for this share of the full time cap
 RUN_TO_RUN_SLACK = 0.05  # every interval widened by this relative amount on each side
@@ -209,20 +232,25 @@ def race(candidates: list[Figures], *, slo_p99_ms: float | None = None, out: dic
             continue
         # name a dominator that is not dominated itself where there is one, the cheapest of those
         by = min(beaten[f.label], key=lambda g: (bool(beaten[g.label]), g.cost, g.p99))
-        result.dominated[f.label] = Domination(
-            label=f.label,
-            by=by.label,
-            evidence={
-                "p99": [f.p99_low, f.p99_high],
-                "cost": [f.cost_low, f.cost_high],
-                "by_p99": [by.p99_low, by.p99_high],
-                "by_cost": [by.cost_low, by.cost_high],
-                "p99_ms": f.p99,
-                "per_million_inferences_usd": f.cost,
-                "precision": f.precision,
-            },
-        )
+        result.dominated[f.label] = domination(f, by)
     return result
+
+
+def domination(f: Figures, by: Figures) -> Domination:
+    """`f` dominated by `by`, with both intervals as the evidence."""
+    return Domination(
+        label=f.label,
+        by=by.label,
+        evidence={
+            "p99": [f.p99_low, f.p99_high],
+            "cost": [f.cost_low, f.cost_high],
+            "by_p99": [by.p99_low, by.p99_high],
+            "by_cost": [by.cost_low, by.cost_high],
+            "p99_ms": f.p99,
+            "per_million_inferences_usd": f.cost,
+            "precision": f.precision,
+        },
+    )
 
 
 def picks(candidates: list[Figures], balance_weight: float = 0.5) -> dict[str, str | None]:
@@ -305,14 +333,172 @@ def answer(
     }
 
 
+# The order of the first pass ----------------------------------------------------------------
+
+HARDWARE_ORDER = ("intel", "arm")  # arm is emulated on an x86 host: slow to measure, never a pick there
+ENGINE_ORDER = ("base", "onnx", "onnx_int8", "tvm")  # cheapest conversion first (base: the model file itself)
+
+
+def engine_of(combo: Combo) -> str:
+    return f"{combo.hardware.value}/{combo.optimizer.value}"
+
+
+def _place(values: tuple[str, ...], value: str) -> int:
+    return values.index(value) if value in values else len(values)
+
+
+def telling(combo: Combo) -> tuple:
+    """How much a combination tells about its engine, most first: the smallest batch (the fastest
+    conversion and measurement, the latency-bound case), then the size nearest one vCPU (every
+    engine runs one unthrottled thread there; with predict every family's middle anchor), the
+    larger on a tie."""
+    return (combo.batch_size, abs(math.log(combo.memory_mb / MB_PER_VCPU)), -combo.memory_mb)
+
+
+def leads(combos: dict[str, Combo]) -> dict[str, str]:
+    """Each engine's lead combination (engine -> combination key): its most telling one."""
+    out: dict[str, str] = {}
+    for key, combo in sorted(combos.items(), key=lambda kv: telling(kv[1])):
+        out.setdefault(engine_of(combo), key)
+    return out
+
+
+def telling_order(combos: dict[str, Combo]) -> list[str]:
+    """The order a run's combinations are converted and measured in: every engine's lead first
+    (cheapest conversion first), then by batch, the size that tells most, hardware, engine."""
+
+    def engine_rank(combo: Combo) -> tuple[int, int]:
+        return _place(HARDWARE_ORDER, combo.hardware.value), _place(ENGINE_ORDER, combo.optimizer.value)
+
+    first = sorted(leads(combos).values(), key=lambda k: engine_rank(combos[k]))
+    chosen = set(first)
+    rest = sorted(
+        (k for k in combos if k not in chosen),
+        key=lambda k: (*telling(combos[k]), *engine_rank(combos[k])),
+    )
+    return first + rest
+
+
+# The running answer before the race: gathering, then the first (provisional) answer ----------
+
+PROVISIONAL_STAGES = ("gathering", "provisional")
+
+
+def first_pass(combos: dict[str, Combo], *, tuned: set[str], criteria: dict[str, Any]) -> dict[str, Any]:
+    """A racing run's running answer before its first answer (stage `gathering`): each engine's
+    lead (`tuned`: the engines not waited for) and the request's `criteria` (balance_weight,
+    slo_p99_ms, min_agreement, price_region)."""
+    return {
+        "stage": "gathering",
+        **criteria,
+        "total": len(combos),
+        "ended": 0,
+        "leads": {
+            engine: {"label": combos[key].label, "combo_key": key, "required": engine not in tuned, "state": "pending"}
+            for engine, key in leads(combos).items()
+        },
+        "rows": {},
+        "dominated": {},
+        "out": {},
+        "picks": dict.fromkeys(KINDS),
+        "margins": {},
+        "refining": [],
+        "measured_fully": 0,
+    }
+
+
+def with_outcome(
+    doc: dict[str, Any],
+    *,
+    combo_key: str,
+    label: str,
+    figures: Figures | None = None,
+    out: str | None = None,
+    failed: str | None = None,
+    ended: int = 0,
+) -> dict[str, Any]:
+    """`doc` (stage gathering or provisional) with one quick outcome: its `figures` (kept while no
+    other combination dominates it; the ones it dominates leave the rows), or why it is `out` of
+    the answer, or why it `failed`. `ended`: how many of the run's combinations have an outcome
+    (the archiver's listing). Idempotent: the same outcome twice gives the same document."""
+    doc = {**doc, "rows": dict(doc["rows"]), "dominated": dict(doc["dominated"]), "out": dict(doc["out"])}
+    doc["leads"] = {k: dict(v) for k, v in doc["leads"].items()}
+    doc["ended"] = max(doc.get("ended", 0), ended)
+    for lead in doc["leads"].values():
+        if lead["combo_key"] == combo_key:
+            lead["state"] = "measured" if figures is not None else "out" if out else "failed"
+            if failed or out:
+                lead["reason"] = failed or out
+    doc["rows"].pop(label, None)
+    doc["dominated"].pop(label, None)
+    slo = doc.get("slo_p99_ms")
+    if figures is not None and slo is not None and figures.p99_low > slo:
+        out = f"p99 {figures.p99_low:.3g}-{figures.p99_high:.3g} ms: above the SLO of {slo:g} ms with 95 % confidence"
+        figures = None
+    if figures is not None:
+        rows = {k: Figures.of(v) for k, v in doc["rows"].items()}
+        beaten_by = [g for g in rows.values() if dominates(g, figures)]
+        if beaten_by:
+            by = min(beaten_by, key=lambda g: (g.cost, g.p99))
+            doc["dominated"][label] = _stopped(domination(figures, by))
+        else:
+            for g in rows.values():
+                if dominates(figures, g):
+                    del doc["rows"][g.label]
+                    doc["dominated"][g.label] = _stopped(domination(g, figures))
+            doc["rows"][label] = figures.as_dict()
+    elif out:
+        doc["out"][label] = out
+    return refreshed(doc)
+
+
+def _stopped(d: Domination) -> dict[str, str]:
+    return {"by": d.by, "reason": d.reason}
+
+
+def refreshed(doc: dict[str, Any]) -> dict[str, Any]:
+    """Picks and margins of a gathering or provisional answer, and its stage: `provisional` once
+    every engine waited for has its lead's outcome."""
+    if doc["stage"] == "gathering" and all(
+        lead["state"] != "pending" for lead in doc["leads"].values() if lead["required"]
+    ):
+        doc["stage"] = "provisional"
+    candidates = [Figures.of(v) for v in doc["rows"].values()]
+    doc["picks"] = picks(candidates, doc.get("balance_weight", 0.5))
+    doc["margins"] = margins(candidates, doc["picks"])
+    return doc
+
+
+def is_shown(doc: dict[str, Any] | None) -> bool:
+    """Whether a running answer is one to show (not still gathering its first pass)."""
+    return bool(doc) and doc.get("stage") != "gathering"
+
+
+def fingerprint(doc: dict[str, Any]) -> str:
+    """What changes in a running answer worth printing again (the CLI prints lines, it cannot
+    redraw): its stage and picks, and its margins once the race is decided."""
+    kept = {"stage": doc.get("stage"), "picks": doc.get("picks")}
+    if doc.get("stage") not in PROVISIONAL_STAGES:
+        kept["margins"] = doc.get("margins")
+    return json.dumps(kept, sort_keys=True)
+
+
+PROVISIONAL_DOMINATED_SHOWN = 4  # a provisional answer names this many of what it finds dominated
+
+
 def answer_lines(doc: dict[str, Any]) -> list[str]:
     """The running answer as a few lines of text (the CLI, the page)."""
+    if not is_shown(doc):
+        return []
     rows = {k: Figures.of(v) for k, v in (doc.get("rows") or {}).items()}
+    stage = doc.get("stage", "")
     head = {
+        "provisional": f"first answer, provisional: {doc.get('ended', 0)} of {doc.get('total', 0)} combinations "
+        "measured (quick pass); picks may change",
         "quick": "first answer (quick pass)",
         "refining": f"refining ({len(doc.get('refining') or [])} left)",
         "final": "answer",
-    }.get(doc.get("stage", ""), doc.get("stage", ""))
+    }.get(stage, stage)
     lines = [f"{head}:"]
     for kind in KINDS:
         label = (doc.get("picks") or {}).get(kind)
@@ -326,6 +512,19 @@ def answer_lines(doc: dict[str, Any]) -> list[str]:
             else ""
         )
         lines.append(f"  {(doc.get('margins') or {}).get(kind) or f'{kind}: {label}'}{figures}")
-    for label, d in (doc.get("dominated") or {}).items():
-        lines.append(f"  {label}: {d['reason']}")
+    if not any((doc.get("picks") or {}).values()):
+        lines.append("  no combination can be an answer so far")
+    dominated = list((doc.get("dominated") or {}).items())
+    shown = dominated[:PROVISIONAL_DOMINATED_SHOWN] if stage in PROVISIONAL_STAGES else dominated
+    for label, d in shown:
+        lines.append(f"  {label}: {d['reason']}{' (so far)' if stage in PROVISIONAL_STAGES else ''}")
+    if len(shown) < len(dominated):
+        lines.append(f"  and {len(dominated) - len(shown)} more dominated so far")
+    if stage in PROVISIONAL_STAGES:
+        for engine, lead in (doc.get("leads") or {}).items():
+            if lead["state"] == "pending":
+                why = "" if lead["required"] else " (its tuning waits for the other engines' figures)"
+                lines.append(f"  {engine}: not measured yet{why}")
+            elif lead["state"] in ("failed", "out"):
+                lines.append(f"  {lead['label']}: {lead['state']}: {(lead.get('reason') or '')[:200]}")
     return lines

@@ -15,7 +15,7 @@ from ayci.cli.console import UsageError, err
 from ayci.cli.runlog import listening
 from ayci.settings import Settings
 from core.ports import NotFound
-from core.racing import answer_lines
+from core.racing import answer_lines, fingerprint, is_shown
 from schemas import keys
 from schemas.documents import RunSummary
 
@@ -57,8 +57,8 @@ class TuningBar:
 
 
 class RunningAnswer:
-    """Prints a racing run's running answer (`runs/{id}/answer.json`) above the bars: after the
-    quick pass, and again whenever a refined measurement changes a pick or its margin."""
+    """Prints a racing run's running answer (`runs/{id}/answer.json`) above the bars: from the first
+    (provisional) answer on, and again whenever its stage or a pick changes (`core/racing.fingerprint`)."""
 
     def __init__(self, store, run_id: str, progress: Progress) -> None:
         self.store, self.run_id, self.progress = store, run_id, progress
@@ -69,9 +69,9 @@ class RunningAnswer:
             answer = json.loads(self.store.get_bytes(keys.answer(self.run_id)))
         except NotFound:
             return None
-        if answer.get("stage") == "final":  # the report that follows shows it
+        if answer.get("stage") == "final" or not is_shown(answer):  # the report shows the final one
             return answer
-        seen = (json.dumps(answer.get("picks"), sort_keys=True), json.dumps(answer.get("margins"), sort_keys=True))
+        seen = fingerprint(answer)
         if seen != self.shown:
             self.shown = seen
             for line in answer_lines(answer):
@@ -88,18 +88,15 @@ def follow_embedded(app, run_id: str, total: int, what: str) -> RunSummary:
         answer = RunningAnswer(app.store, run_id, progress)
 
         def observe(queue: str, event) -> None:
+            answer.check()  # the event delivered before may have changed it (the first answer, a refinement)
             combo = getattr(event.payload, "combo", None)
             if event.type == "ComboPending":
                 progress.update(task, description=f"converting {combo.label}")
             elif event.type == "ModelConverted":
                 refine = getattr(event.payload, "refine", False)
-                if refine:  # the quick pass is over: its answer is stored
-                    answer.check()
                 progress.update(task, description=f"{'refining' if refine else 'measuring'} {combo.label}")
             elif event.type in ("InferenceDone", "ComboFailed", "CombosReused") and queue == "archiver":
                 count = len(event.payload.results) if event.type == "CombosReused" else 1
-                if getattr(event.payload, "refine", False):
-                    answer.check()
                 done = progress.tasks[0].completed + count
                 # a predicted pick being checked adds one
                 progress.update(task, advance=count, total=max(progress.tasks[0].total, done))

@@ -86,6 +86,7 @@ class ArchiverDeps:
 def on_run_planned(event: Envelope, deps: ArchiverDeps) -> list[Payload | Delayed]:
     planned: RunPlanned = event.payload
     _keep_plan(event.run_id, planned, deps)
+    racing.start_first_pass(event.run_id, planned, deps)  # a racing run's running answer starts gathering
     return [
         Delayed(RunDeadlineReached(deadline=planned.deadline), planned.deadline),
         *_archive_if_complete(event, deps),
@@ -155,6 +156,7 @@ def _archive_if_complete(event: Envelope, deps: ArchiverDeps) -> list[Payload]:
     """Archive the run if every planned combination has an outcome. Costs one listing (a page
     per 1,000 combinations) per arrival, whatever the run's size."""
     listed = deps.store.list_keys(keys.outcomes_prefix(event.run_id))
+    racing.first_pass_outcome(event, deps, keys.outcomes_in(listed))  # a quick outcome joins the running answer
     expected = keys.expected_outcomes_in(listed)
     if expected is None or keys.outcomes_in(listed) < expected:
         return []
@@ -229,7 +231,7 @@ def _archive(
     recommendation, answer = racing.final_answer(
         results + predicted_rows, recommendation, decided, stopped, predict=bool(plan.predicted)
     )
-    if decided is not None:
+    if decided is not None or deps.store.exists(keys.answer(run_id)):  # a race, or a first answer without one
         deps.store.put_bytes(keys.answer(run_id), json.dumps(answer).encode())
     results = results + predicted_rows
     summary = RunSummary(

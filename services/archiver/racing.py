@@ -1,6 +1,15 @@
-"""The archiver's part of racing (`core/racing.py`): when every combination of a racing run has
+"""The archiver's part of racing (`core/racing.py`): the running answer (`runs/{id}/answer.json`)
+from the plan on: gathering each quick outcome, shown as the first (provisional) answer once every
+engine's lead has its outcome (`first_pass_outcome`); when every combination of a racing run has
 its quick outcome, decide once which can still be an answer and measure those again to full
-precision; keep the running answer (`runs/{id}/answer.json`) as refined results arrive.
+precision; keep the running answer as refined results arrive.
+
+The gathering and provisional answer is kept by compare-and-put, one arrival at a time: each adds
+its own figures (one read of its result), so an arrival costs three more store calls whatever the
+run's size, and only the combinations not dominated so far are kept with their figures (the
+others by name). Whoever finds no document builds it from the plan and every outcome arrived so
+far (the plan's arrival, or an arrival that came before it), written only if absent. Once the race
+is decided (stage `quick`) these updates stop: the race's answer holds every figure.
 
 At-least-once: the decision is written once (`runs/{id}/racing.json`, conditional write); the
 event that wrote it emits the refinements (again, with the same ids, when it is redelivered) and
@@ -18,15 +27,33 @@ from typing import Any
 import structlog
 
 from core.lambda_model.prediction import predict_run
-from core.outcomes import Arrived
+from core.outcomes import Arrived, arrived_outcomes
 from core.ports import NotFound, ObjectStore
-from core.racing import Figures, Race, answer, family_of, figures_of, margins, race
+from core.racing import (
+    PROVISIONAL_STAGES,
+    Figures,
+    Race,
+    answer,
+    family_of,
+    figures_of,
+    first_pass,
+    margins,
+    race,
+    with_outcome,
+)
 from core.results import is_quick, priced_for_region
 from report.recommendation import exclusion
 from schemas import keys
-from schemas.combos import Combo
-from schemas.documents import ArtifactManifest, FailedCombination, MeasuredResult, Recommendation, SummaryResult
-from schemas.events import Envelope, InferenceDone, Payload, RunPlanned
+from schemas.combos import Combo, Optimizer
+from schemas.documents import (
+    ArtifactManifest,
+    FailedCombination,
+    MeasuredResult,
+    Recommendation,
+    ResultBundle,
+    SummaryResult,
+)
+from schemas.events import STORED, ComboFailed, CombosReused, Envelope, InferenceDone, Payload, RunPlanned, SchemaError
 
 log = structlog.get_logger()
 ANSWER_WRITES = 4  # compare-and-put attempts of a running answer's update (it is a view: the summary is the word)
@@ -229,3 +256,138 @@ def on_refined(event: Envelope, deps) -> None:
         )
         if deps.store.compare_and_put(keys.answer(event.run_id), json.dumps(updated).encode(), version=version):
             return
+
+
+# The first answer: gathering the quick outcomes, then the provisional answer ---------------------
+
+
+def _criteria(plan: RunPlanned) -> dict[str, Any]:
+    request = plan.request
+    return {
+        "balance_weight": request.balance_weight,
+        "slo_p99_ms": request.slo_p99_ms,
+        "min_agreement": request.min_agreement,
+        "price_region": request.price_region,
+    }
+
+
+def _tuned(plan: RunPlanned) -> set[str]:
+    """The engines the first answer does not wait for: TVM tuned in a racing run (its tuning waits
+    for the other engines' figures, `core/tuning_stakes.waits_for_others`)."""
+    if plan.request.tuning_trials <= 0:
+        return set()
+    return {f"{c.hardware.value}/{c.optimizer.value}" for c in plan.combos.values() if c.optimizer == Optimizer.tvm}
+
+
+def _entry(doc: dict[str, Any], result: SummaryResult) -> dict[str, Any]:
+    """The keywords of `with_outcome` for a measured result: its figures, or why it is out."""
+    row = priced_for_region(result, doc["price_region"])
+    if row.disturbed:
+        return {"out": "disturbed (measured again after the quick pass)"}
+    why = exclusion(row, slo_p99_ms=None, min_agreement=doc["min_agreement"])  # the SLO on intervals
+    if why:
+        return {"out": why}
+    figures = figures_of(row)
+    return {"figures": figures} if figures is not None else {"out": "no interval (measured again after the quick pass)"}
+
+
+def _read_result(store: ObjectStore, result_key: str, document: dict | None = None) -> SummaryResult | None:
+    try:
+        stored = MeasuredResult.read(document if document is not None else store.get_bytes(result_key))
+        return SummaryResult.of(stored)
+    except (NotFound, SchemaError):
+        return None
+
+
+def _built(plan: RunPlanned, deps, run_id: str) -> dict[str, Any]:
+    """The gathering answer of a racing run from its plan and every outcome arrived so far."""
+    doc = first_pass(plan.combos, tuned=_tuned(plan), criteria=_criteria(plan))
+    arrived = arrived_outcomes(deps.store, run_id)
+    for key, combo in plan.combos.items():
+        outcome = arrived.outcome(key)
+        if outcome is None:
+            continue
+        entry: dict[str, Any]
+        if outcome.status != "done":
+            entry = {"failed": f"{outcome.stage.value}: {outcome.reason}"}
+        else:
+            result = _read_result(deps.store, outcome.result_key, arrived.documents.get(outcome.result_key))
+            entry = _entry(doc, result) if result is not None else {"failed": "its stored result cannot be read"}
+        doc = with_outcome(doc, combo_key=key, label=combo.label, ended=len(arrived), **entry)
+    return doc
+
+
+def start_first_pass(run_id: str, plan: RunPlanned, deps) -> None:
+    """The plan arrived: a racing run's running answer starts gathering (if no arrival built it)."""
+    if plan.request.precision != "quick" or deps.store.exists(keys.answer(run_id)):
+        return
+    deps.store.put_bytes(keys.answer(run_id), json.dumps(_built(plan, deps, run_id)).encode(), if_absent=True)
+
+
+def first_pass_outcome(event: Envelope, deps, ended: int) -> None:
+    """A quick outcome arrived (`ended`: the run's outcomes at this arrival's listing): it joins
+    the gathering or provisional answer. Nothing for a refinement, an exact measurement (a run of
+    precision exact has no running answer) or once the race is decided."""
+    payload = event.payload
+    if getattr(payload, "refine", False):
+        return
+    if isinstance(payload, InferenceDone) and payload.precision != "quick":
+        return
+    if not isinstance(payload, InferenceDone | ComboFailed | CombosReused):
+        return
+    store, run_id = deps.store, event.run_id
+    entries: list[tuple[str, str, dict[str, Any]]] | None = None  # (combo key, label, with_outcome's keywords)
+    for _ in range(ANSWER_WRITES):
+        try:
+            data, version = store.get_versioned(keys.answer(run_id))
+        except NotFound:
+            if _build_late(event, deps):
+                continue  # built with this outcome in it (or by another arrival): add it again, idempotent
+            return
+        doc = json.loads(data)
+        if doc.get("stage") not in PROVISIONAL_STAGES:
+            return
+        if entries is None:
+            entries = _entries(payload, doc, deps)
+        for key, label, entry in entries:
+            doc = with_outcome(doc, combo_key=key, label=label, ended=ended, **entry)
+        if store.compare_and_put(keys.answer(run_id), json.dumps(doc).encode(), version=version):
+            if doc["stage"] == "provisional":
+                log.info("running_answer", run_id=run_id, stage=doc["stage"], ended=doc["ended"], picks=doc["picks"])
+            return
+
+
+def _entries(payload, doc: dict[str, Any], deps) -> list[tuple[str, str, dict[str, Any]]]:
+    if isinstance(payload, ComboFailed):
+        return [(payload.combo_key, payload.combo.label, {"failed": f"{payload.stage.value}: {payload.reason}"})]
+    if isinstance(payload, InferenceDone):
+        result = _read_result(deps.store, payload.result_key)
+        entry = _entry(doc, result) if result is not None else {"failed": "its stored result cannot be read"}
+        return [(payload.combo_key, payload.combo.label, entry)]
+    documents: dict[str, dict] = {}
+    if payload.bundle is not None:
+        try:
+            documents = ResultBundle.read(deps.store.get_bytes(payload.bundle)).results
+        except (NotFound, SchemaError):
+            documents = {}
+    out = []
+    for key, version in payload.results.items():
+        result = _read_result(deps.store, version, documents.get(version))
+        if result is not None:
+            out.append((key, result.label, _entry(doc, result)))
+    return out
+
+
+def _build_late(event: Envelope, deps) -> bool:
+    """No running answer: build it if the run's plan is stored and it races (True: built, by this
+    arrival or another), else leave it to the plan's arrival (False)."""
+    try:
+        plan = RunPlanned.model_validate_json(deps.store.get_bytes(keys.plan(event.run_id)), context=STORED)
+    except NotFound:
+        return False
+    if plan.request.precision != "quick":
+        return False
+    deps.store.put_bytes(
+        keys.answer(event.run_id), json.dumps(_built(plan, deps, event.run_id)).encode(), if_absent=True
+    )
+    return True

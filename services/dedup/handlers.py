@@ -7,7 +7,9 @@ in one bundle, `runs/{run id}/reused/{part}.json`, so the archiver reads them at
 stored artifact (`artifacts/{artifact key}/manifest.json`) skips conversion; everything else
 goes to the converter. It also tells the archiver what to wait for (`RunPlanned`). With
 `predict`, each (hardware, optimizer, batch) measures up to three anchor sizes and the archiver
-predicts the others (`core/lambda_model/prediction.py`).
+predicts the others (`core/lambda_model/prediction.py`). The combinations go out in
+`core/racing.telling_order`: each engine's most telling combination first (its smallest batch at
+the size nearest one vCPU), then by batch, so the first answer compares the engines early.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from datetime import timedelta
 from core.deadlines import run_deadline_s
 from core.planning import impossible_reason, model_signature, request_shapes
 from core.ports import ObjectStore
+from core.racing import telling_order
 from core.results import StoredResult, latest_quick_results, latest_results
 from core.run_plan import measured_and_predicted
 from schemas import keys
@@ -79,7 +82,10 @@ def on_request_submitted(event: Envelope, deps: DedupDeps) -> list[Payload]:
         predicted={k: c for k, c in predicted_keys.items() if k not in known},
     )
     out: list[Payload] = [planned]
-    for key, combo in combos.items():
+    # the most telling combinations first (every engine's lead, then by batch): the run's first answer
+    # compares its engines as early as the order of the work allows (core/racing.py)
+    for key in telling_order(combos):
+        combo = combos[key]
         if not model_stored:
             out.append(
                 ComboFailed(

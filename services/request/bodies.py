@@ -181,9 +181,10 @@ class RunProgress(BaseModel):
     combinations: list[CombinationProgress]
     answer: dict[str, Any] | None = Field(
         default=None,
-        description="a racing run's running answer (after its quick pass): picks with their p99 and cost intervals, "
-        "each pick's margin over the next, what is dominated and by what (with both intervals), what is being "
-        "refined; `stage` quick, refining or final",
+        description="a racing run's running answer, from its first answer on (every engine's most telling "
+        "combination measured): picks with their p99 and cost intervals, each pick's margin over the next, what is "
+        "dominated and by what, what is being refined; `stage` provisional (with `ended` of `total` combinations "
+        "measured: picks may change), quick, refining or final",
     )
     answer_text: list[str] = Field(default=[], description="the running answer as lines of text")
 

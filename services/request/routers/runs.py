@@ -17,7 +17,7 @@ from core.lambda_model.arrivals import Traffic, TrafficError
 from core.lambda_model.traffic import traffic_report
 from core.planning import Plan
 from core.ports import NotFound
-from core.racing import answer_lines
+from core.racing import answer_lines, is_shown
 from core.results import stored_profile
 from core.run_plan import measured_combos
 from report import results_csv, results_document
@@ -132,10 +132,12 @@ def get_run(run_id: RunId, owner: Owner, deps: Deps) -> dict:
 
 
 def running_answer(store, run_id: str) -> dict:
-    """`answer` and `answer_text` of the run (`core/racing.py`), or nothing before its first pass ends."""
+    """`answer` and `answer_text` of the run (`core/racing.py`), or nothing before its first answer."""
     try:
         answer = json.loads(store.get_bytes(keys.answer(run_id)))
     except NotFound:
+        return {}
+    if not is_shown(answer):  # still gathering its first pass (core/racing.py)
         return {}
     return {"answer": answer, "answer_text": answer_lines(answer)}
 

@@ -3,8 +3,13 @@
 For each model (the example transformer encoder, NLP, sequence 128; ResNet-18 224x224) and each
 precision, a fresh store (nothing reused), the matrix submitted and driven to its summary:
 - wall time, from submission to the archived summary;
-- time to the first answer: quick, when the quick pass's answer is stored (`runs/{id}/answer.json`,
-  the moment the first refinement starts, or the summary if nothing is refined); exact, the summary;
+- time to the first answer: quick, when the running answer (`runs/{id}/answer.json`) is first shown,
+  i.e. leaves its `gathering` stage: the provisional answer once every engine's lead combination
+  (its smallest batch at the size nearest 1 vCPU) has its quick outcome, tuned TVM not waited for
+  (`core/racing.py`); with its content (how many combinations had ended, the engines it compares,
+  its picks and whether the summary's picks are the same). Also the quick pass's answer (every
+  combination measured quickly: the race decided, stage `quick`), the first answer before issue 38's
+  second change. Exact: the summary;
 - measurements: quick-pass ones and full ones (a refinement or an exact measurement);
 - whether the picks agree: each of fastest, cheapest, balanced the same, or the quick pick within the
   margin the quick answer stated (its figures in the exact run no further from the exact pick than
@@ -44,6 +49,7 @@ from ayci.settings import Settings  # noqa: E402
 from bench.cache import CACHE, exported_example  # noqa: E402
 from core import measurement_lock  # noqa: E402
 from core.ports import NotFound  # noqa: E402
+from core.racing import answer_lines  # noqa: E402
 from schemas import keys  # noqa: E402
 from schemas.combos import Matrix  # noqa: E402
 from schemas.events import RequestSubmitted  # noqa: E402
@@ -90,15 +96,26 @@ def run_once(name: str, precision: str, args: argparse.Namespace) -> dict:
             model=model, matrix=matrix, predict=args.predict, precision=precision, tuning_trials=args.trials
         )
         counts = {"quick": 0, "full": 0}
-        first: list[float] = []
+        seen: dict[str, tuple[float, dict]] = {}  # answer stage -> (seconds since submission, the answer then)
         started = time.perf_counter()
 
+        def look() -> None:
+            """The running answer as the delivery before left it: the first time of each stage."""
+            if "final" in seen:
+                return
+            try:
+                doc = json.loads(app.store.get_bytes(keys.answer(envelope.run_id)))
+            except NotFound:
+                return
+            stage = doc.get("stage")
+            if stage and stage not in seen:
+                seen[stage] = (time.perf_counter() - started, {**doc, "lock_wait_before_s": round(sum(LOCK_WAITS), 1)})
+
         def observe(queue: str, event) -> None:
+            look()
             if event.type == "ModelConverted" and queue.startswith("inference"):
                 refine = getattr(event.payload, "refine", False)
                 counts["full" if refine or precision == "exact" else "quick"] += 1
-                if refine and not first:
-                    first.append(time.perf_counter() - started)
 
         app.bus.observers.append(observe)
         load_before = os.getloadavg()[0]
@@ -108,6 +125,7 @@ def run_once(name: str, precision: str, args: argparse.Namespace) -> dict:
         envelope = submit_run(app.store, app.publisher, request)
         app.bus.run_until_idle()
         wall = time.perf_counter() - started
+        look()
         load_after = os.getloadavg()[0]
         summary = json.loads(app.store.get_bytes(keys.summary(envelope.run_id)))
         phases = {**run_phases(app.store, envelope.run_id, summary), "lock_wait_s": round(sum(LOCK_WAITS), 1)}
@@ -116,6 +134,25 @@ def run_once(name: str, precision: str, args: argparse.Namespace) -> dict:
         except NotFound:
             answer = None
     recommendation = summary.get("recommendation") or {}
+    shown = [(t, doc) for stage, (t, doc) in seen.items() if stage != "gathering"]
+    first_s, first_doc = min(shown, key=lambda pair: pair[0]) if shown else (wall, None)
+    first = {}
+    if first_doc is not None:
+        engines = {
+            label.rsplit("/", 2)[0] for part in ("rows", "dominated", "out") for label in first_doc.get(part, {})
+        }
+        first = {
+            "first_answer_stage": first_doc.get("stage"),
+            "first_answer_lock_wait_s": first_doc["lock_wait_before_s"],
+            "first_answer_ended": first_doc.get("ended"),
+            "first_answer_total": first_doc.get("total", len(first_doc.get("rows") or {})),
+            "first_answer_engines": sorted(engines),
+            "first_answer_picks": first_doc.get("picks"),
+            "first_answer_text": answer_lines(first_doc),
+            "first_answer_picks_final": {
+                k: (first_doc.get("picks") or {}).get(k) == recommendation.get(k) for k in KINDS
+            },
+        }
     rows = {
         f"{r['combo']['hardware']}/{r['combo']['optimizer']}/b{r['combo']['batch_size']}/{r['combo']['memory_mb']}MB": r
         for r in summary["results"]
@@ -125,7 +162,9 @@ def run_once(name: str, precision: str, args: argparse.Namespace) -> dict:
         "precision": precision,
         "combinations": len(matrix.combos()),
         "wall_s": wall,
-        "first_answer_s": first[0] if first else wall,
+        "first_answer_s": first_s if precision == "quick" else wall,
+        "quick_pass_answer_s": seen["quick"][0] if "quick" in seen else None,
+        **first,
         "measured_quick": counts["quick"],
         "measured_full": counts["full"],
         "dominated": sum(1 for r in summary["results"] if r.get("dominated_by")),
@@ -235,6 +274,19 @@ def print_row(name: str, row: dict) -> None:
                 f"{r['measured_quick']:>6} {r['measured_full']:>5} {r['dominated']:>9} {r['conversion_s']:>9.1f} "
                 f"{r['measuring_s']:>9.1f} {r['lock_wait_s']:>11.1f} {load:>11}"
             )
+    quick = row.get("quick") or {}
+    if quick.get("first_answer_stage"):
+        print(
+            f"  first answer ({quick['first_answer_stage']}) at {quick['first_answer_s']:.1f} s "
+            f"({quick['first_answer_s'] - quick['first_answer_lock_wait_s']:.1f} s without "
+            f"{quick['first_answer_lock_wait_s']:.1f} s of lock waits before it): "
+            f"{quick['first_answer_ended']} of {quick['first_answer_total']} ended, engines "
+            f"{', '.join(quick['first_answer_engines'])}; the quick pass's answer at "
+            f"{quick['quick_pass_answer_s'] or float('nan'):.1f} s; "
+            f"its picks the summary's: {quick['first_answer_picks_final']}"
+        )
+        for line in quick.get("first_answer_text") or []:
+            print(f"    {line}")
     if "agreement" in row:
         print(f"  quick / exact wall time: {row['quick_share_of_exact']:.2f} (goal <= 0.25)")
         print(f"  the same without waits for other processes' measurements: {row['quick_share_without_waits']:.2f}")

@@ -257,13 +257,18 @@ function renderProgress(p) {
   $("run-bar").max = p.total; $("run-bar").value = p.measured + p.failed;
   $("run-counts").textContent = `${p.measured} measured, ${p.failed} failed, ${p.queued} to go of ${p.total}`;
   $("cancel-run").hidden = p.status !== "running";
-  // racing (#38): the running answer with its intervals, from the quick pass on (GET /runs/{id} answer_text)
+  // racing (#38): the running answer with its intervals, from the first (provisional) answer on: its
+  // picks, how many combinations have ended, what is still to come (GET /runs/{id} answer_text); `data-stage`
+  // provisional, quick, refining or final
   let answer = $("running-answer");
   if (!answer && p.answer_text && p.answer_text.length) {
     answer = document.createElement("pre"); answer.id = "running-answer";
     $("progress-table").before(answer);
   }
-  if (answer) answer.textContent = (p.answer_text || []).join("\n");
+  if (answer) {
+    answer.textContent = (p.answer_text || []).join("\n");
+    answer.dataset.stage = (p.answer && p.answer.stage) || "";
+  }
   $("progress-table").tBodies[0].replaceChildren(...p.combinations.map((c) => row([
     [c.label, "text"], [c.state + (c.reused ? " (reused)" : ""), `text state-${c.state}`],
     [fmt("p50_ms", c.p50_ms)], [fmt("p99_ms", c.p99_ms)], [c.reason || "", "text reason"],

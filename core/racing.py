@@ -407,49 +407,61 @@ def first_pass(combos: dict[str, Combo], *, tuned: set[str], criteria: dict[str,
     }
 
 
-def with_outcome(
+def with_outcome(doc: dict[str, Any], *, ended: int = 0, **outcome: Any) -> dict[str, Any]:
+    """`with_outcomes` of one outcome."""
+    return with_outcomes(doc, [outcome], ended=ended)
+
+
+def with_outcomes(doc: dict[str, Any], outcomes: list[dict[str, Any]], *, ended: int = 0) -> dict[str, Any]:
+    """`doc` (stage gathering or provisional) with quick outcomes, each `combo_key`, `label` and one
+    of: its `figures` (kept while no other combination dominates it; the ones it dominates leave the
+    rows, named), why it is `out` of the answer, or why it `failed`. `ended`: how many of the run's
+    combinations have an outcome (the archiver's listing). Idempotent: the same outcome twice gives
+    the same document."""
+    doc = {**doc, "rows": dict(doc["rows"]), "dominated": dict(doc["dominated"]), "out": dict(doc["out"])}
+    doc["leads"] = {k: dict(v) for k, v in doc["leads"].items()}
+    doc["ended"] = max(doc.get("ended", 0), ended)
+    lead_of = {lead["combo_key"]: lead for lead in doc["leads"].values()}
+    for outcome in outcomes:
+        _add(doc, lead_of.get(outcome["combo_key"]), **outcome)
+    return refreshed(doc)
+
+
+def _add(
     doc: dict[str, Any],
+    lead: dict[str, Any] | None,
     *,
     combo_key: str,
     label: str,
     figures: Figures | None = None,
     out: str | None = None,
     failed: str | None = None,
-    ended: int = 0,
-) -> dict[str, Any]:
-    """`doc` (stage gathering or provisional) with one quick outcome: its `figures` (kept while no
-    other combination dominates it; the ones it dominates leave the rows), or why it is `out` of
-    the answer, or why it `failed`. `ended`: how many of the run's combinations have an outcome
-    (the archiver's listing). Idempotent: the same outcome twice gives the same document."""
-    doc = {**doc, "rows": dict(doc["rows"]), "dominated": dict(doc["dominated"]), "out": dict(doc["out"])}
-    doc["leads"] = {k: dict(v) for k, v in doc["leads"].items()}
-    doc["ended"] = max(doc.get("ended", 0), ended)
-    for lead in doc["leads"].values():
-        if lead["combo_key"] == combo_key:
-            lead["state"] = "measured" if figures is not None else "out" if out else "failed"
-            if failed or out:
-                lead["reason"] = failed or out
+) -> None:
     doc["rows"].pop(label, None)
     doc["dominated"].pop(label, None)
+    doc["out"].pop(label, None)
     slo = doc.get("slo_p99_ms")
     if figures is not None and slo is not None and figures.p99_low > slo:
         out = f"p99 {figures.p99_low:.3g}-{figures.p99_high:.3g} ms: above the SLO of {slo:g} ms with 95 % confidence"
         figures = None
+    if lead is not None:
+        lead["state"] = "measured" if figures is not None else "out" if out else "failed"
+        if failed or out:
+            lead["reason"] = failed or out
     if figures is not None:
-        rows = {k: Figures.of(v) for k, v in doc["rows"].items()}
-        beaten_by = [g for g in rows.values() if dominates(g, figures)]
+        rows = [Figures.of(v) for v in doc["rows"].values()]
+        beaten_by = [g for g in rows if dominates(g, figures)]
         if beaten_by:
             by = min(beaten_by, key=lambda g: (g.cost, g.p99))
             doc["dominated"][label] = _stopped(domination(figures, by))
-        else:
-            for g in rows.values():
-                if dominates(figures, g):
-                    del doc["rows"][g.label]
-                    doc["dominated"][g.label] = _stopped(domination(g, figures))
-            doc["rows"][label] = figures.as_dict()
+            return
+        for g in rows:
+            if dominates(figures, g):
+                del doc["rows"][g.label]
+                doc["dominated"][g.label] = _stopped(domination(g, figures))
+        doc["rows"][label] = figures.as_dict()
     elif out:
         doc["out"][label] = out
-    return refreshed(doc)
 
 
 def _stopped(d: Domination) -> dict[str, str]:

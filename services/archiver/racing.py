@@ -39,7 +39,7 @@ from core.racing import (
     first_pass,
     margins,
     race,
-    with_outcome,
+    with_outcomes,
 )
 from core.results import is_quick, priced_for_region
 from report.recommendation import exclusion
@@ -303,6 +303,7 @@ def _built(plan: RunPlanned, deps, run_id: str) -> dict[str, Any]:
     """The gathering answer of a racing run from its plan and every outcome arrived so far."""
     doc = first_pass(plan.combos, tuned=_tuned(plan), criteria=_criteria(plan))
     arrived = arrived_outcomes(deps.store, run_id)
+    outcomes = []
     for key, combo in plan.combos.items():
         outcome = arrived.outcome(key)
         if outcome is None:
@@ -313,8 +314,8 @@ def _built(plan: RunPlanned, deps, run_id: str) -> dict[str, Any]:
         else:
             result = _read_result(deps.store, outcome.result_key, arrived.documents.get(outcome.result_key))
             entry = _entry(doc, result) if result is not None else {"failed": "its stored result cannot be read"}
-        doc = with_outcome(doc, combo_key=key, label=combo.label, ended=len(arrived), **entry)
-    return doc
+        outcomes.append({"combo_key": key, "label": combo.label, **entry})
+    return with_outcomes(doc, outcomes, ended=len(arrived))
 
 
 def start_first_pass(run_id: str, plan: RunPlanned, deps) -> None:
@@ -336,7 +337,7 @@ def first_pass_outcome(event: Envelope, deps, ended: int) -> None:
     if not isinstance(payload, InferenceDone | ComboFailed | CombosReused):
         return
     store, run_id = deps.store, event.run_id
-    entries: list[tuple[str, str, dict[str, Any]]] | None = None  # (combo key, label, with_outcome's keywords)
+    entries: list[dict[str, Any]] | None = None  # with_outcomes' outcomes
     for _ in range(ANSWER_WRITES):
         try:
             data, version = store.get_versioned(keys.answer(run_id))
@@ -349,21 +350,26 @@ def first_pass_outcome(event: Envelope, deps, ended: int) -> None:
             return
         if entries is None:
             entries = _entries(payload, doc, deps)
-        for key, label, entry in entries:
-            doc = with_outcome(doc, combo_key=key, label=label, ended=ended, **entry)
+        doc = with_outcomes(doc, entries, ended=ended)
         if store.compare_and_put(keys.answer(run_id), json.dumps(doc).encode(), version=version):
             if doc["stage"] == "provisional":
                 log.info("running_answer", run_id=run_id, stage=doc["stage"], ended=doc["ended"], picks=doc["picks"])
             return
 
 
-def _entries(payload, doc: dict[str, Any], deps) -> list[tuple[str, str, dict[str, Any]]]:
+def _entries(payload, doc: dict[str, Any], deps) -> list[dict[str, Any]]:
     if isinstance(payload, ComboFailed):
-        return [(payload.combo_key, payload.combo.label, {"failed": f"{payload.stage.value}: {payload.reason}"})]
+        return [
+            {
+                "combo_key": payload.combo_key,
+                "label": payload.combo.label,
+                "failed": f"{payload.stage.value}: {payload.reason}",
+            }
+        ]
     if isinstance(payload, InferenceDone):
         result = _read_result(deps.store, payload.result_key)
         entry = _entry(doc, result) if result is not None else {"failed": "its stored result cannot be read"}
-        return [(payload.combo_key, payload.combo.label, entry)]
+        return [{"combo_key": payload.combo_key, "label": payload.combo.label, **entry}]
     documents: dict[str, dict] = {}
     if payload.bundle is not None:
         try:
@@ -374,7 +380,7 @@ def _entries(payload, doc: dict[str, Any], deps) -> list[tuple[str, str, dict[st
     for key, version in payload.results.items():
         result = _read_result(deps.store, version, documents.get(version))
         if result is not None:
-            out.append((key, result.label, _entry(doc, result)))
+            out.append({"combo_key": key, "label": result.label, **_entry(doc, result)})
     return out
 
 

@@ -129,6 +129,7 @@ def test_above_the_slo_or_disagreeing_a_lead_is_out_and_not_a_pick():
     doc = add(doc, by_label, "intel/onnx_int8/b1/1769MB", 3, out="agreement 0.95 with base (below 0.99)")
     assert doc["stage"] == "provisional"
     assert "above the SLO" in doc["out"]["intel/base/b1/1769MB"]
+    assert doc["leads"]["intel/base"]["state"] == "out"
     assert set(doc["picks"].values()) == {"intel/onnx/b1/1769MB"}
 
 

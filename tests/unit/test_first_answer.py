@@ -346,3 +346,31 @@ def test_a_plan_that_arrives_after_outcomes_still_gathers_them(app, fakes):
     on_inference_done(arrivals[1], deps)  # the last quick outcome: the race decides, the answer is rebuilt
     doc = json.loads(store.objects[keys.answer("r")])
     assert doc["stage"] in ("quick", "final")
+
+
+def test_the_cli_prints_the_first_answer_once_and_again_when_a_pick_changes():
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from ayci.cli.follow import RunningAnswer
+
+    store = MemoryStore()
+    console = Console(record=True, width=200)
+    shown = RunningAnswer(store, "r", Progress(console=console))
+    doc, by_label = gathering()
+    store.put_bytes(keys.answer("r"), json.dumps(doc).encode())
+    shown.check()
+    assert console.export_text(clear=False) == ""  # still gathering: nothing to show
+    for i, (engine, p99, cost) in enumerate((("base", 40, 6.0), ("onnx", 12, 2.0), ("onnx_int8", 8, 2.4))):
+        label = f"intel/{engine}/b1/1769MB"
+        doc = add(doc, by_label, label, i + 1, figures=fig(label, p99, cost))
+    store.put_bytes(keys.answer("r"), json.dumps(doc).encode())
+    shown.check()
+    shown.check()
+    text = console.export_text(clear=False)
+    assert text.count("first answer, provisional: 3 of 48") == 1 and "fastest: intel/onnx_int8/b1/1769MB" in text
+    label = "intel/onnx_int8/b1/3538MB"  # cheaper still: a pick changes, printed again
+    doc = add(doc, by_label, label, 4, figures=fig(label, 7, 1.0))
+    store.put_bytes(keys.answer("r"), json.dumps(doc).encode())
+    shown.check()
+    assert console.export_text(clear=False).count("first answer, provisional: ") == 2

@@ -34,6 +34,7 @@ import structlog
 
 from ayci.bootstrap import embedded, serving_endpoint
 from ayci.settings import Settings
+from core import measurement_lock
 from core.logs import configure_logging
 from schemas import keys
 from schemas.combos import Matrix
@@ -104,7 +105,9 @@ def one(data: Path, run_id: str, pattern: str, rps: float, idle_s: float, args, 
             lambda_like=True,
         ).start()
         try:
-            report = run_loadtest(endpoint, plan, out / f"{pattern}-{rps:g}-idle{idle_s:g}", create_app(endpoint))
+            report = run_loadtest(
+                endpoint, plan, out / f"{pattern}-{rps:g}-idle{idle_s:g}", create_app(endpoint), hold_lock=False
+            )
         finally:
             endpoint.close()
     ((name, row),) = report["models"].items()
@@ -175,28 +178,38 @@ def main() -> int:
         f"{'lag p99':>7} {'load':>9}  verdict"
     )
     print(header, flush=True)
-    for pattern, rps, idle_s in parse_rows(args.rows, args.idle_time):
-        row = one(data, run_id, pattern, rps, idle_s, args, work)
-        rows.append(row)
-        if args.json:  # as it goes: a long bench stopped midway keeps its rows
-            Path(args.json).write_text(json.dumps(rows, indent=1))
-        seen, guess, comparison = row["observed"], row["predicted"], row["comparison"]
-        failed = [f["figure"] for f in comparison["figures"] if not f["passed"]]
-        cold_cal, cold_fed = row["calibration"]["cold_start_p50_ms"], guess["fed"]["cold_start_ms"]
-        print(
-            f"{pattern:7} {rps:5g} {idle_s:4g} {seen['requests']:5d} {seen['p50_ms']:7.2f}/{guess['p50_ms']:<8.2f} "
-            f"{seen['p99_ms']:8.1f}/{guess['p99_ms']:<9.1f} {seen['cold_share']:6.2%}/{guess['cold_share']:<8.2%} "
-            f"{seen['waited_for_cold_share']:6.2%}/{guess['waited_for_cold_share']:<8.2%} "
-            f"{cold_cal:7.0f}/{cold_fed:<8.0f} {row['regime']['regime']:11} {row['machine']['lock_wait_s']:6.1f} "
-            f"{row['generator']['send_lag_p99_ms']:7.1f} {row['load_before']:4.1f}>{row['load_after']:<4.1f}  "
-            f"{comparison['verdict']}{' (' + ', '.join(failed) + ')' if failed else ''}",
-            flush=True,
-        )
+    # the machine's measurement lock for all the rows (each row's calibration and load are a measurement of this
+    # host): AYCI's other measurements wait for the bench instead of running beside it, and the bench waits once
+    # (taken per row, each waited its turn behind other benches' measurements and conversions)
+    with measurement_lock.exclusive() as lock_wait_s:
+        print(f"waited {lock_wait_s:.1f} s for the machine's measurement lock; holding it for every row", flush=True)
+        for pattern, rps, idle_s in parse_rows(args.rows, args.idle_time):
+            rows.append(row := one(data, run_id, pattern, rps, idle_s, args, work))
+            row["lock_wait_s"] = lock_wait_s if len(rows) == 1 else 0.0
+            if args.json:  # as it goes: a long bench stopped midway keeps its rows
+                Path(args.json).write_text(json.dumps(rows, indent=1))
+            print_row(row)
     passed = sum(r["comparison"]["verdict"] == "pass" for r in rows)
     print(f"{passed} of {len(rows)} pass")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0
+
+
+def print_row(row: dict) -> None:
+    pattern, rps, idle_s = row["pattern"], row["rps"], row["idle_s"]
+    seen, guess, comparison = row["observed"], row["predicted"], row["comparison"]
+    failed = [f["figure"] for f in comparison["figures"] if not f["passed"]]
+    cold_cal, cold_fed = row["calibration"]["cold_start_p50_ms"], guess["fed"]["cold_start_ms"]
+    print(
+        f"{pattern:7} {rps:5g} {idle_s:4g} {seen['requests']:5d} {seen['p50_ms']:7.2f}/{guess['p50_ms']:<8.2f} "
+        f"{seen['p99_ms']:8.1f}/{guess['p99_ms']:<9.1f} {seen['cold_share']:6.2%}/{guess['cold_share']:<8.2%} "
+        f"{seen['waited_for_cold_share']:6.2%}/{guess['waited_for_cold_share']:<8.2%} "
+        f"{cold_cal:7.0f}/{cold_fed:<8.0f} {row['regime']['regime']:11} {row['lock_wait_s']:6.1f} "
+        f"{row['generator']['send_lag_p99_ms']:7.1f} {row['load_before']:4.1f}>{row['load_after']:<4.1f}  "
+        f"{comparison['verdict']}{' (' + ', '.join(failed) + ')' if failed else ''}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

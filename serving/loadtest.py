@@ -50,6 +50,7 @@ far this machine, now, is from the machine and moment of the measurement.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
@@ -185,9 +186,11 @@ def probe_times(arrivals: list[float], seed: int = 0) -> list[float]:
 
 
 # --- running it
-def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app) -> dict:
+def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app, hold_lock: bool = True) -> dict:
     """Drive `endpoint` (already started; `app` its HTTP app) by `plan`, after a calibration; the
-    report (also written to `out_dir/report.json`, with `requests.csv`, `samples.json`, `loadtest.png`)."""
+    report (also written to `out_dir/report.json`, with `requests.csv`, `samples.json`, `loadtest.png`).
+    `hold_lock`: take the machine's measurement lock for the calibration and the load (False: the
+    caller holds it already, e.g. a bench of several loads)."""
     from serving.app import ServerThread
     from serving.wire import pack
 
@@ -221,7 +224,8 @@ def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app) -> dict:
     # AYCI's own measurements (at a measurement's CPU weight, 256 times an ordinary process's) wait instead of
     # running beside them (they stalled the endpoint and the generator for seconds)
     waiting = time.monotonic()
-    with ServerThread(app) as url, measurement_lock.exclusive() as lock_wait_s:
+    lock = measurement_lock.exclusive() if hold_lock else contextlib.nullcontext(0.0)
+    with ServerThread(app) as url, lock as lock_wait_s:
         log.info("loadtest_lock_held", waited_s=round(lock_wait_s, 2))
         with endpoint.holding_workers():  # the calibration's worker stays warm between its requests
             calibration = calibrate(endpoint, url, bodies)

@@ -102,7 +102,7 @@ def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload | D
         deps = dataclasses.replace(deps, time_cap_s=deps.time_cap_s * QUICK_TIME_CAP_SHARE)
     # a racing run judges each artifact's agreement once per threads and settings (`launcher.known_agreement`)
     agreements = judged_agreements(deps.store, plan, event.run_id, converted) if racing and plan else []
-    outcome = _measure(event, deps, bound, agreements)
+    outcome = _measure(event, deps, bound, agreements, quick)
     if not isinstance(outcome, list):
         outcome = _measured(event, outcome, deps, bound, quick)
     # a failed refinement is the refinement's end: the quick figures stand
@@ -111,14 +111,14 @@ def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload | D
     ]
 
 
-def _measure(event: Envelope, deps: InferenceDeps, bound, agreements: list[dict]) -> tuple | list:
+def _measure(event: Envelope, deps: InferenceDeps, bound, agreements: list[dict], quick: bool = False) -> tuple | list:
     """(report, emulated), or what to emit instead (a failure, a retry later)."""
     converted: ModelConverted = event.payload
     if deps.functions is not None and deps.functions.serves(converted.combo.hardware.value):
         outcome = _measure_in_function(event, deps.functions, deps, bound)
         emulated = False
     else:
-        outcome, emulated = _measure_here(converted, deps, bound, agreements)
+        outcome, emulated = _measure_here(converted, deps, bound, agreements, quick)
     return outcome if isinstance(outcome, list) else (outcome, emulated)
 
 
@@ -189,6 +189,7 @@ def judged_agreements(store: ObjectStore, plan: RunPlanned, run_id: str, convert
             judged_in = (
                 agreement.pop("judged_in", None) or f"{other.label} ({'quick pass' if version != run_id else 'exact'})"
             )
+            tuning = result.get("engine_tuning") or {}
             found.append(
                 {
                     "threads": result.get("threads"),
@@ -196,9 +197,27 @@ def judged_agreements(store: ObjectStore, plan: RunPlanned, run_id: str, convert
                     "agreement": agreement,
                     "divergence": result.get("divergence"),
                     "judged_in": judged_in,
+                    "quick": version != run_id,
+                    # where its session settings were tuned (None: not tuned, e.g. an engine without settings)
+                    "tuned_at": tuning.get("tuned_at") or (other.label if tuning.get("settings") else None),
                 }
             )
     return found
+
+
+def quick_pass_settings(spec: MeasureSpec, agreements: list[dict]) -> dict | None:
+    """In a racing run's quick pass, the session settings this run's quick pass already tuned for the same
+    artifact at one engine thread, for another memory size at one thread (`judged_agreements`: its settings
+    and where they were tuned); None: the launcher tunes (`launcher._tune`). One thread waits on no other, so
+    a CPU quota slows every candidate alike and their ranking is the same at 512 as at 1769 MB; with more
+    threads the quota changes how they contend, and each size tunes for itself. The refinement (a
+    contender measured to full precision) always tunes at its own size."""
+    if spec.threads != 1 or spec.engine_settings is not None or not spec.tune:
+        return None
+    for known in agreements:
+        if known.get("quick") and known.get("threads") == 1 and known.get("settings") and known.get("tuned_at"):
+            return known
+    return None
 
 
 def _run_precision(store: ObjectStore, plan: RunPlanned | None, run_id: str, combo_key: str) -> str:
@@ -297,10 +316,11 @@ def on_profile_requested(event: Envelope, deps: InferenceDeps) -> list[Payload]:
 
 
 def _measure_here(
-    converted: ModelConverted, deps: InferenceDeps, bound, agreements: list[dict] | None = None
+    converted: ModelConverted, deps: InferenceDeps, bound, agreements: list[dict] | None = None, quick: bool = False
 ) -> tuple[dict | list[Payload | Delayed], bool]:
     """Measure in a child process of this worker (confined by a cgroup where it can be); the
-    report and whether it ran emulated, or what to emit instead (a failure, a retry later)."""
+    report and whether it ran emulated, or what to emit instead (a failure, a retry later). `quick`: a
+    racing run's first pass (`quick_pass_settings`)."""
     combo, model = converted.combo, converted.model
     runtime = deps.runtime_for(combo.hardware)
     if runtime is None:
@@ -328,9 +348,15 @@ def _measure_here(
             extra={"unconfined_reason": "emulated: timings and memory under emulation are not Lambda's"},
             agreements=list(agreements or []),
         )
+        tuned = quick_pass_settings(spec, agreements or []) if quick and not emulated else None
+        if tuned is not None:
+            spec = dataclasses.replace(spec, engine_settings=tuned["settings"])
         bound.info("measurement_started", threads=spec.threads, vcpus=round(spec.vcpus, 3))
         try:
-            return estimated(deps.measure(spec, python_command=python_command), spec), emulated
+            report = estimated(deps.measure(spec, python_command=python_command), spec)
+            if tuned is not None:  # where its settings come from (`report/table.py` reads `engine_tuning`)
+                report["engine_tuning"] = {"settings": tuned["settings"], "tuned_at": tuned["tuned_at"]}
+            return report, emulated
         except MachineBusy as exc:  # the run's deadline bounds how long it may keep trying
             bound.info("measurement_postponed", reason=exc.reason, retry_s=deps.busy_retry_s)
             return [Delayed(converted, datetime.now(UTC) + timedelta(seconds=deps.busy_retry_s))], emulated

@@ -24,7 +24,10 @@ calibration's hand-over to the worker's thread (a shared host moved the calibrat
 from 3.3 to 6.5 ms between runs); the overhead of each answered invocation (its latency beyond its
 time queued and in the worker); and, for a Lambda-like pool, the cold starts its requests waited for
 (the calibration's, one at a time on an idle pool, were 5-25 % shorter than the pool's under the
-load, and 40 % shorter than two started together). Echo probes (`PROBE_SHARE` of the requests,
+load, and 40 % shorter than two started together). Each simulated arrival's service and overhead
+are drawn together from a warm request among the `NEAREST` nearest to it in time (`nearest_draws`):
+the host slowed down with its own load (a spiky pattern's bursts), and drawn from the whole test the
+bursts' slow requests landed anywhere. Echo probes (`PROBE_SHARE` of the requests,
 following the load's rate: `probe_times`; the echo path: the whole front end, no worker) are a check
 reported beside (`observed.echo`): their tail was 1.5-2 times the invocations' own overhead's, which
 they were fed before. The calibration's figures are the fallback when the load answered too few.
@@ -84,6 +87,7 @@ PROBE_SHARE = 0.1  # echo probes during the load, per request sent: the overhead
 MIN_PROBES = 20  # fewer (a short test): the calibration's overhead is fed instead
 PERCENTILES = (50, 90, 95, 99)
 MAX_QUANTILE_POINTS = 5000
+NEAREST = 40  # a simulated arrival's service and overhead are drawn from the load's this many requests nearest in time
 MIN_COLD_FED = 2  # cold starts of the load itself fed to the simulation from this many (fewer: the calibration's)
 # the regime a row's p99 is in, by the simulation's share of requests that waited for a cold start (their
 # latency at least half the cold start fed): "warm tail" at most 0.5 % (the p99 among warm requests, queueing
@@ -265,7 +269,7 @@ def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app, hold_lock: bool =
         observed = observed_figures(mine, samples, name, state[name])
         probed = [t.latency_ms for t in timings if t.label == f"echo:{name}" and t.ok]
         observed["echo"] = percentiles(probed)
-        fed = load_fed(calibration[name], mine, endpoint.policy.lambda_like)
+        fed = load_fed(calibration[name], mine, endpoint.policy.lambda_like, seed=plan.seed)
         predicted = predicted_figures(
             [t.scheduled_s for t in mine],
             fed,
@@ -307,7 +311,7 @@ def run_loadtest(endpoint, plan: LoadPlan, out_dir: Path, app, hold_lock: bool =
     return report
 
 
-def load_fed(calibration: dict, timings: list[RequestTiming], lambda_like: bool) -> dict:
+def load_fed(calibration: dict, timings: list[RequestTiming], lambda_like: bool, seed: int = 0) -> dict:
     """What the simulation of a load is fed, from the load itself where it measured enough (else the
     calibration's `calibration`, one model's): the service each warm request got in its worker
     (`X-Inference-Ms`) plus the calibrated hand-over to the worker's thread; the overhead of each
@@ -317,6 +321,8 @@ def load_fed(calibration: dict, timings: list[RequestTiming], lambda_like: bool)
     `X-Queued-Ms`: from its arrival in the pool to its worker ready). The calibration's cold starts
     are timed one at a time on an idle pool; during the load the pool's took 5-25 % longer (p50),
     and two started together at the load's first requests 40 % longer (`bench_traffic_truth.py`).
+    Each simulated arrival's service and overhead are drawn from the warm requests nearest to it in
+    time (`nearest_draws`), so that the host's slow stretches stay where they were.
     This feeding is the load test's check only: the product's traffic answer is fed the run's
     measurement (Lambda's figures) and no front end. What is judged is the pool: queueing, cold
     starts and their share, reuse and reclaim."""
@@ -332,12 +338,41 @@ def load_fed(calibration: dict, timings: list[RequestTiming], lambda_like: bool)
     colds = [t.queued_ms for t in answered if t.cold]
     if lambda_like and len(colds) >= MIN_COLD_FED:
         fed["cold_start_ms"] = colds
+    local = len(worked) >= MIN_PROBES
+    if local:
+        fed["service_draws_ms"], fed["overhead_draws_ms"] = nearest_draws(
+            timings, calibration["summary"]["handoff_p50_ms"], seed
+        )
     fed["sources"] = {
-        "overhead": "load" if len(overhead) >= MIN_PROBES else "calibration",
-        "service": "load" if len(worked) >= MIN_PROBES else "calibration",
+        "overhead": "load, nearest in time" if local else "load" if len(overhead) >= MIN_PROBES else "calibration",
+        "service": "load, nearest in time" if local else "calibration",
         "cold_start": "load" if lambda_like and len(colds) >= MIN_COLD_FED else "calibration",
     }
     return fed
+
+
+def nearest_draws(timings: list[RequestTiming], handoff_ms: float, seed: int = 0) -> tuple[list[float], list[float]]:
+    """One service time and one overhead per request of `timings` (in the order of their arrivals),
+    both taken from one warm request answered among the `NEAREST` nearest to it in arrival order
+    (the same request's service and overhead: the two move together): the host's speed moved with
+    its load (in a spiky pattern's bursts, the warm requests' overhead p99 14 ms against 8 ms
+    between them, their time in the worker p99 8 ms against 5 ms), and the simulation drawing both
+    from the whole test put the bursts' slow requests anywhere (spiky p99 17-18 ms simulated against
+    20-22 ms observed)."""
+    order = [
+        i for i, t in enumerate(timings) if t.ok and not t.cold and t.queued_ms is not None and t.compute_ms is not None
+    ]
+    rng = np.random.default_rng(seed + 11)
+    warm_at = np.asarray(order)
+    service, overhead = [], []
+    half = NEAREST // 2
+    for i in range(len(timings)):
+        at = int(np.searchsorted(warm_at, i))  # the warm requests around arrival i
+        lo = max(0, min(at - half, len(order) - NEAREST))
+        pick = timings[order[lo + int(rng.integers(0, min(NEAREST, len(order))))]]
+        service.append(pick.compute_ms + handoff_ms)
+        overhead.append(max(0.0, pick.latency_ms - pick.queued_ms - pick.compute_ms))
+    return service, overhead
 
 
 def regime(observed: dict, predicted: dict | None) -> dict:
@@ -488,6 +523,11 @@ def predicted_figures(
         max_instances=max_workers,
         cold_samples_ms=colds if len(colds) > 1 else None,
         overhead_ms=np.asarray(fed["overhead_ms"], dtype=float),
+        # a load test's own draws, one per arrival (`nearest_draws`), when it gives them for these arrivals
+        warm_draws_ms=fed.get("service_draws_ms") if len(fed.get("service_draws_ms") or []) == len(sent_at) else None,
+        overhead_draws_ms=fed.get("overhead_draws_ms")
+        if len(fed.get("overhead_draws_ms") or []) == len(sent_at)
+        else None,
     )
     latencies = pool.latencies_ms
     threshold = cold_ms / 2  # a latency this long waited for a cold start (a warm one is ~100 times shorter)

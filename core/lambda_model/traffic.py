@@ -203,6 +203,8 @@ def simulate(
     scaling: Scaling | None = None,
     cold_samples_ms: np.ndarray | None = None,
     overhead_ms: float | np.ndarray = 0.0,
+    warm_draws_ms: np.ndarray | None = None,
+    overhead_draws_ms: np.ndarray | None = None,
 ) -> PoolResult:
     """Serve the arrivals `times` (s) with a pool of instances (see the module's docstring).
     `provisioned` instances are always initialized: a request takes one of them first, and
@@ -215,10 +217,18 @@ def simulate(
     `cold_samples_ms` (cold starts measured, e.g. a live pool's, `serving/loadtest.py`): each cold
     start is drawn from them instead of spreading `cold_ms` as the warm latency spreads.
     `overhead_ms` (a figure, or samples to draw from): added to each answered request's latency
-    without holding its instance (a front end's HTTP and (de)serialization, measured)."""
+    without holding its instance (a front end's HTTP and (de)serialization, measured).
+    `warm_draws_ms` and `overhead_draws_ms` (a load test's check only, `serving/loadtest.py`): one
+    service time and one overhead per arrival, drawn by the caller, instead of drawing them here
+    from `warm_ms` and `overhead_ms` independently of the time: a live pool's host slows down with
+    its own load (a spiky pattern's bursts), which a Lambda instance does not; the product's traffic
+    answer never passes them."""
     started = time.perf_counter()
     deadline = min(deadline or math.inf, started + MAX_WALL_S)
-    warm = draw_latencies(warm_ms, rng, len(times))
+    for given in (warm_draws_ms, overhead_draws_ms):
+        if given is not None and len(given) != len(times):
+            raise ValueError(f"one draw per arrival: {len(given)} draws for {len(times)} arrivals")
+    warm = draw_latencies(warm_ms, rng, len(times)) if warm_draws_ms is None else np.asarray(warm_draws_ms, float)
     p50 = dict(warm_ms).get(0.5) or float(np.median(warm))
     cold = (
         cold_ms * warm / p50  # the cold start spreads as the warm latency does
@@ -285,7 +295,13 @@ def simulate(
         n,
         cold_starts,
         latencies[answered]
-        + (rng.choice(overhead_ms, int(answered.sum())) if np.ndim(overhead_ms) else float(overhead_ms)),
+        + (
+            np.asarray(overhead_draws_ms, dtype=float)[: len(latencies)][answered]
+            if overhead_draws_ms is not None
+            else rng.choice(overhead_ms, int(answered.sum()))
+            if np.ndim(overhead_ms)
+            else float(overhead_ms)
+        ),
         peak,
         alive_s,
         window_s,

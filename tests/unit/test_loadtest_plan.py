@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from core.lambda_model.arrivals import BURST_MULTIPLIER
-from serving.loadtest import LoadPlan, compare, load_fed, predicted_figures, regime
+from serving.loadtest import NEAREST, LoadPlan, compare, load_fed, nearest_draws, predicted_figures, regime
 from serving.open_loop import Outgoing, RequestTiming, burst_windows, rate_at, run_open_loop, schedule
 
 
@@ -127,7 +127,12 @@ def test_the_simulation_is_fed_what_the_load_measured_its_cold_starts_too_for_a_
     assert fed["service_ms"] == [4.5] * 40
     assert sorted(fed["overhead_ms"])[:3] == pytest.approx([5.8] * 3) and max(fed["overhead_ms"]) == pytest.approx(10)
     assert len(fed["overhead_ms"]) == 42 and fed["cold_start_ms"] == [890.0, 1200.0]
-    assert fed["sources"] == {"overhead": "load", "service": "load", "cold_start": "load"}
+    assert fed["sources"] == {
+        "overhead": "load, nearest in time",
+        "service": "load, nearest in time",
+        "cold_start": "load",
+    }
+    assert len(fed["service_draws_ms"]) == len(fed["overhead_draws_ms"]) == len(load)  # one per arrival
     predicted = predicted_figures([t.scheduled_s for t in load], fed, 5, idle_s=30, max_workers=2)
     assert predicted["fed"]["cold_start_ms"] == pytest.approx(1045 + 4.5) and predicted["fed"]["cold_starts_fed"] == 2
     # the default endpoint's "cold" requests waited for a load already under way: not a cold start each
@@ -135,6 +140,23 @@ def test_the_simulation_is_fed_what_the_load_measured_its_cold_starts_too_for_a_
     few = load_fed(CALIBRATION, load[:5] + load[40:42], lambda_like=True)
     assert few["service_ms"] == FED["service_ms"] and few["overhead_ms"] == [2.0]
     assert few["cold_start_ms"] == [890.0, 1200.0] and few["sources"]["service"] == "calibration"
+
+
+def test_each_arrival_is_fed_the_service_and_overhead_of_a_warm_request_near_it_in_time():
+    """The host slows down with its load (a spiky pattern's bursts): an arrival in a slow stretch is
+    fed a slow stretch's request (its service and overhead together), not one drawn from the whole test."""
+    quick = [timing(i, 9.0, 0.1, 3.0) for i in range(200)]
+    slow = [timing(200 + i, 40.0, 0.1, 10.0) for i in range(200)]
+    cold = [timing(400, 700.0, 690.0, 4.0, cold=True)]
+    service, overhead = nearest_draws(quick + cold + slow, handoff_ms=0.5)
+    assert len(service) == len(overhead) == 401
+    assert set(service[: 200 - NEAREST]) == {3.5} and np.allclose(overhead[: 200 - NEAREST], 5.9)
+    assert set(service[-(200 - NEAREST) :]) == {10.5} and np.allclose(overhead[-(200 - NEAREST) :], 29.9)
+    assert service[200] in (3.5, 10.5)  # the cold request's own is not a warm service: a neighbour's
+    fed = load_fed(CALIBRATION, quick[:150] + slow[:50], lambda_like=True)
+    predicted = predicted_figures([i * 0.1 for i in range(200)], fed, 20, idle_s=30, max_workers=2)
+    # 10 req/s, no queueing: the simulated latencies are the draws (not the calibration's 10 ms + 2 ms)
+    assert predicted["p50_ms"] == pytest.approx(9.4) and predicted["p90_ms"] == pytest.approx(40.4)
 
 
 def test_the_regime_says_where_the_p99_lies_by_the_share_that_waited_for_a_cold_start():

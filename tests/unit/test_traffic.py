@@ -291,3 +291,22 @@ def test_a_thinned_window_throttles_as_the_request_by_request_simulation_does():
     expected = erlang_b(2, 50 * 0.0106)
     assert whole["rows"][0]["throttled_share"] == pytest.approx(expected, abs=0.01)
     assert thinned["rows"][0]["throttled_share"] == pytest.approx(expected, abs=0.01)
+
+
+def test_a_load_test_may_give_one_service_and_overhead_per_arrival_and_must_give_one_each():
+    times = np.arange(0, 10, 1.0)  # 1 req/s, one instance kept warm
+    draws = np.array([5.0] * 5 + [50.0] * 5)
+    result = simulate(
+        times,
+        [(0, 1.0), (0.5, 1.0), (1, 1.0)],
+        100.0,
+        30,
+        np.random.default_rng(0),
+        10,
+        warm_draws_ms=draws,
+        overhead_draws_ms=draws / 5,
+    )
+    assert result.cold_starts == 1
+    assert list(result.latencies_ms[1:]) == pytest.approx([6.0] * 4 + [60.0] * 5)  # each its own, in order
+    with pytest.raises(ValueError, match="one draw per arrival"):
+        simulate(times, [(0, 1.0), (1, 1.0)], 100.0, 30, np.random.default_rng(0), 10, warm_draws_ms=draws[:3])

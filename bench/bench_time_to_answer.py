@@ -55,6 +55,11 @@ from schemas.combos import Matrix  # noqa: E402
 from schemas.events import RequestSubmitted  # noqa: E402
 from services.request.submission import store_model, submit_run  # noqa: E402
 
+
+class FirstAnswer(Exception):
+    """--first-answer-only: the run's first answer is shown; stop there."""
+
+
 LOCK_WAITS: list[float] = []  # seconds each holder of the machine's measurement lock waited for it, this process
 
 
@@ -113,6 +118,8 @@ def run_once(name: str, precision: str, args: argparse.Namespace) -> dict:
 
         def observe(queue: str, event) -> None:
             look()
+            if args.first_answer_only and any(stage != "gathering" for stage in seen):
+                raise FirstAnswer  # out of the bus's loop: the run is left unfinished
             if event.type == "ModelConverted" and queue.startswith("inference"):
                 refine = getattr(event.payload, "refine", False)
                 counts["full" if refine or precision == "exact" else "quick"] += 1
@@ -123,11 +130,15 @@ def run_once(name: str, precision: str, args: argparse.Namespace) -> dict:
         # as `ayci run` submits (services/request/submission.submit_run): the run's record is what TVM's
         # tuning waits on for the other engines' figures (core/tuning_stakes.waits_for_others)
         envelope = submit_run(app.store, app.publisher, request)
-        app.bus.run_until_idle()
+        with contextlib.suppress(FirstAnswer):
+            app.bus.run_until_idle()
         wall = time.perf_counter() - started
         look()
         load_after = os.getloadavg()[0]
-        summary = json.loads(app.store.get_bytes(keys.summary(envelope.run_id)))
+        try:
+            summary = json.loads(app.store.get_bytes(keys.summary(envelope.run_id)))
+        except NotFound:  # --first-answer-only
+            summary = {"results": [], "recommendation": None}
         phases = {**run_phases(app.store, envelope.run_id, summary), "lock_wait_s": round(sum(LOCK_WAITS), 1)}
         try:
             answer = json.loads(app.store.get_bytes(keys.answer(envelope.run_id)))
@@ -151,7 +162,9 @@ def run_once(name: str, precision: str, args: argparse.Namespace) -> dict:
             "first_answer_text": answer_lines(first_doc),
             "first_answer_picks_final": {
                 k: (first_doc.get("picks") or {}).get(k) == recommendation.get(k) for k in KINDS
-            },
+            }
+            if recommendation
+            else None,
         }
     rows = {
         f"{r['combo']['hardware']}/{r['combo']['optimizer']}/b{r['combo']['batch_size']}/{r['combo']['memory_mb']}MB": r
@@ -240,6 +253,11 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=64, help="TVM tuning trials per artifact")
     parser.add_argument("--precisions", default="quick,exact")
     parser.add_argument("--json", help="write the figures here too")
+    parser.add_argument(
+        "--first-answer-only",
+        action="store_true",
+        help="stop each run when its first answer is shown (time to the first answer alone; no summary, no picks)",
+    )
     args = parser.parse_args()
     report = []
     for name in args.models.split(","):

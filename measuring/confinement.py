@@ -225,6 +225,21 @@ class MeasurementGroup:
         if (self.memory_dir / "memory.memsw.limit_in_bytes").exists():  # no swapping past the cap
             _write(self.memory_dir / "memory.memsw.limit_in_bytes", str(limits.memory_bytes))
 
+    def set_cpu(self, vcpus: float | None) -> None:
+        """Set the group's CPU quota to `vcpus` cores, or lift it (None) while its process does work whose
+        result does not depend on its CPU share (`launcher`: judging agreement). Raises `OSError`."""
+        quota = "max" if vcpus is None else str(Limits(memory_mb=0, vcpus=vcpus).cpu_quota_us)
+        if self.hierarchy.version == 2:
+            _write(self.cpu_dir / "cpu.max", f"{quota} {CPU_PERIOD_US}")
+        else:
+            _write(self.cpu_dir / "cpu.cfs_quota_us", "-1" if vcpus is None else quota)
+
+    def cpu_quota(self) -> str:
+        """The group's CPU quota as the kernel has it (v2 `cpu.max`'s quota, v1 `cpu.cfs_quota_us`)."""
+        if self.hierarchy.version == 2:
+            return (self.cpu_dir / "cpu.max").read_text().split()[0]
+        return (self.cpu_dir / "cpu.cfs_quota_us").read_text().strip()
+
     def wrap(self, command: list[str]) -> list[str]:
         """`command`, started so that it runs inside this group from its first instruction."""
         procs = [str(d / "cgroup.procs") for d in self.dirs]

@@ -11,9 +11,11 @@ a crash, a timeout. Isolation lives here; the measuring code does not know about
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -100,23 +102,20 @@ def measure(spec: MeasureSpec, python_command: list[str] | None = None, env_extr
     `lock_wait_s`, `measurement_s`. Where this machine cannot confine (`_estimates`) it measures
     one unconfined thread and says so (`ONE_THREAD_FOR_ITS_SIZE`): the caller turns that into the
     memory size's estimate (`core/lambda_model/unconfined.apply_estimate`)."""
-    try:
-        with measurement_lock.exclusive(timeout_s=spec.timeout_s) as lock_wait_s:
-            tuning = _tune(spec, python_command, env_extra)
-            if tuning is not None:
-                spec = replace(spec, engine_settings=tuning["settings"])
-            group, confined, reason = _confinement_for(spec)
-            estimated = _estimates(spec, confined)
-            if estimated:  # no cgroups here: one thread, unconfined, each memory size derived from it
-                spec = replace(spec, threads_override=1)
-            known = known_agreement(spec)
-            try:
-                report = _run_child(spec, group, python_command, env_extra, agreement=known)
-            finally:
-                if group is not None:
-                    group.remove()
-    except measurement_lock.LockTimeout as exc:
-        raise MachineBusy(str(exc)) from exc
+    with machine_lock(spec.timeout_s) as lock_wait_s:
+        tuning = _tune(spec, python_command, env_extra)
+        if tuning is not None:
+            spec = replace(spec, engine_settings=tuning["settings"])
+        group, confined, reason = _confinement_for(spec)
+        estimated = _estimates(spec, confined)
+        if estimated:  # no cgroups here: one thread, unconfined, each memory size derived from it
+            spec = replace(spec, threads_override=1)
+        known = known_agreement(spec)
+        try:
+            report = _run_child(spec, group, python_command, env_extra, agreement=known)
+        finally:
+            if group is not None:
+                group.remove()
     if tuning is not None:
         report["engine_tuning"] = tuning
     available = host_cores()
@@ -165,16 +164,13 @@ def profile(spec: MeasureSpec, python_command: list[str] | None = None, env_extr
     measurement and under the machine's measurement lock, never used as its timing: the
     engine's Chrome trace (`trace`), its operator calls, the unprofiled and profiled p50, and
     whether it was confined."""
-    try:
-        with measurement_lock.exclusive(timeout_s=spec.timeout_s):
-            group, confined, reason = _confinement_for(spec)
-            try:
-                report = _run_child(spec, group, python_command, env_extra, mode="profile")
-            finally:
-                if group is not None:
-                    group.remove()
-    except measurement_lock.LockTimeout as exc:
-        raise MachineBusy(str(exc)) from exc
+    with machine_lock(spec.timeout_s):
+        group, confined, reason = _confinement_for(spec)
+        try:
+            report = _run_child(spec, group, python_command, env_extra, mode="profile")
+        finally:
+            if group is not None:
+                group.remove()
     return {**report, "confined": confined, "confinement_reason": reason, "threads": spec.threads}
 
 
@@ -213,13 +209,91 @@ def _confinement_for(spec: MeasureSpec) -> tuple[MeasurementGroup | None, bool, 
         if int(lambda_mb) == spec.memory_mb:
             return None, True, f"by the Lambda function itself ({lambda_mb} MB)"
         return None, False, f"this Lambda function has {lambda_mb} MB, not {spec.memory_mb} MB"
+    group, reason = confined_group(Limits.for_memory(spec.memory_mb))
+    return group, group is not None, reason
+
+
+@contextlib.contextmanager
+def machine_lock(timeout_s: float) -> Iterator[float]:
+    """The machine's measurement lock, held exclusively: one measuring process at a time on this machine.
+    Yields the seconds it waited; raises `MachineBusy` where it stayed busy for `timeout_s`."""
+    try:
+        with measurement_lock.exclusive(timeout_s=timeout_s) as waited:
+            yield waited
+    except measurement_lock.LockTimeout as exc:
+        raise MachineBusy(str(exc)) from exc
+
+
+def confined_group(limits: Limits) -> tuple[MeasurementGroup | None, str | None]:
+    """A fresh cgroup of `limits` (the caller removes it), or None and why this machine cannot confine."""
     reason = unavailable_reason()
     if reason is None:
         try:
-            return MeasurementGroup.create(Limits.for_memory(spec.memory_mb)), True, None
+            return MeasurementGroup.create(limits), None
         except ConfinementUnavailable as exc:
             reason = str(exc)
-    return None, False, reason
+    return None, reason
+
+
+@dataclass
+class ChildRun:
+    """A measuring child that ran to its end: what it printed after `RESULT_MARKER`, its wall time from
+    its spawn, the machine's load around it (`load`: `machine_load.load_report`) and the sandbox's account."""
+
+    result: str
+    wall_s: float
+    load: dict
+    finished: sandbox.Finished
+
+
+def run_confined_child(
+    module: str,
+    args: list[str],
+    limits: sandbox.SandboxLimits,
+    workspace: sandbox.Workspace,
+    group: MeasurementGroup | None,
+    *,
+    needed_cores: float,
+    failure: Callable[[sandbox.SandboxFailed], MeasurementFailed],
+    python: list[str] | None = None,
+    env_extra: dict | None = None,
+    what: str = "measuring process",
+    with_spawn_time: bool = False,
+    on_progress: Callable[[str], None] | None = None,
+) -> ChildRun:
+    """Run `python -m module args` in the sandbox (in `group` where there is one) with an engine's environment
+    (`engine_env_extra`), to its result: the frame every measuring child shares (`_run_child`,
+    `paired_measure.measure_pair`). The caller holds the machine's lock (`machine_lock`) and owns the group and
+    the workspace. `with_spawn_time`: the child's last argument is the moment it was spawned (its cold start's
+    process start, `measure.py`). A sandbox failure is raised as `failure` makes it; a child that printed no
+    result raises `MeasurementFailed` with its traceback's gist. `on_progress`: the child's progress lines
+    (`sandbox.run`), as they come."""
+    before = LoadSample.now()
+    spawned_at = time.time()
+    try:
+        finished = sandbox.run(
+            module,
+            [*args, repr(spawned_at)] if with_spawn_time else args,
+            limits,
+            workspace,
+            python=python,
+            group=group,
+            env_extra=engine_env_extra(env_extra),
+            on_progress=on_progress,
+            what=what,
+        )
+    except sandbox.SandboxFailed as exc:
+        raise failure(exc) from None
+    wall_s = time.time() - spawned_at
+    after = LoadSample.now()
+    if RESULT_MARKER not in finished.stdout:
+        raise MeasurementFailed(f"{what} exited with 0: {from_traceback(finished.stderr)}")
+    return ChildRun(
+        result=finished.stdout.rsplit(RESULT_MARKER, 1)[1],
+        wall_s=wall_s,
+        load=load_report(before, after, finished.cpu_s, needed_cores=needed_cores),
+        finished=finished,
+    )
 
 
 def measuring_address_space_mb(memory_mb: int) -> int:
@@ -242,6 +316,9 @@ def _run_child(
         if companion.is_file():
             workspace.bring(companion)
         spec_path = workspace.path / "spec.json"
+        # the agreement a measurement judges itself runs with its CPU quota lifted (`measure.quota_lifted`)
+        lifting = mode == "measure" and group is not None and not agreement
+        restored = workspace.path / QUOTA_RESTORED
         spec_path.write_text(
             json.dumps(
                 {
@@ -258,6 +335,17 @@ def _run_child(
                     "trace_max_events": spec.trace_max_events,
                     "trace_path": str(workspace.path / "trace.json"),
                     **({"known_agreement": agreement} if agreement else {}),
+                    **(
+                        {
+                            "quota_lift": {
+                                "mark": sandbox.PROGRESS_MARK,
+                                "ack": str(restored),
+                                "wait_s": QUOTA_RESTORE_WAIT_S,
+                            }
+                        }
+                        if lifting
+                        else {}
+                    ),
                 }
             )
         )
@@ -267,41 +355,32 @@ def _run_child(
             address_space_mb=None if python_command else measuring_address_space_mb(spec.memory_mb),
             threads=spec.threads,
         )
-        before = LoadSample.now()
-        spawned_at = time.time()
-        try:
-            finished = sandbox.run(
-                "measuring.measure",
-                [str(spec_path), repr(spawned_at)],
-                limits,
-                workspace,
-                python=python_command,
-                group=group,
-                env_extra=engine_env_extra(env_extra),
-                what="measuring process",
-            )
-        except sandbox.SandboxFailed as exc:
-            raise _measurement_failure(spec, exc) from None
-        wall_s = time.time() - spawned_at
-        after = LoadSample.now()
-        stdout = finished.stdout
+        child = run_confined_child(
+            "measuring.measure",
+            [str(spec_path)],
+            limits,
+            workspace,
+            group,
+            needed_cores=spec.vcpus if group is not None else spec.threads,
+            failure=lambda exc: _measurement_failure(spec, exc),
+            python=python_command,
+            env_extra=env_extra,
+            with_spawn_time=True,
+            on_progress=_quota_switch(group, spec.vcpus, restored) if lifting else None,
+        )
         trace = None
         if mode == "profile":
             try:
                 trace = json.loads(workspace.take("trace.json").read_text())
             except (sandbox.SandboxFailed, ValueError):
                 trace = None
-    outcome = finished.outcome
-    if RESULT_MARKER not in stdout:
-        raise MeasurementFailed(f"measuring process exited with 0: {from_traceback(finished.stderr)}")
+    outcome = child.finished.outcome
     if mode == "tune":
-        return json.loads(stdout.rsplit(RESULT_MARKER, 1)[1])
+        return json.loads(child.result)
     if mode == "profile":
-        return {**json.loads(stdout.rsplit(RESULT_MARKER, 1)[1]), "trace": trace}
+        return {**json.loads(child.result), "trace": trace}
     try:  # the one place the measuring process's report is checked
-        report = MeasurementReport.model_validate_json(stdout.rsplit(RESULT_MARKER, 1)[1]).model_dump(
-            mode="json", exclude_unset=True
-        )
+        report = MeasurementReport.model_validate_json(child.result).model_dump(mode="json", exclude_unset=True)
     except ValueError as exc:
         raise MeasurementFailed(f"the measuring process's report does not fit the schema: {whole(exc)}") from exc
     if report["peak_rss_mb"] > spec.memory_mb:
@@ -310,15 +389,38 @@ def _run_child(
         raise MeasurementFailed(
             f"out of memory at {spec.memory_mb} MB (peak {report['peak_rss_mb']:.0f} MB)", report["peak_rss_mb"]
         )
-    report["measurement_s"] = wall_s
-    report["load"] = load_report(
-        before, after, finished.cpu_s, needed_cores=spec.vcpus if group is not None else spec.threads
-    )
+    report["measurement_s"] = child.wall_s
+    report["load"] = child.load
     if outcome is not None:
         report["cgroup_peak_mb"] = outcome.peak_mb
         if outcome.periods:
             report["cpu_throttled_share"] = outcome.throttled_periods / outcome.periods
     return report
+
+
+QUOTA_RESTORED = "quota-restored"  # the file that tells a measuring process its CPU quota is back
+QUOTA_RESTORE_WAIT_S = 60.0  # how long a measuring process waits for it before it fails
+
+
+def _quota_switch(group: MeasurementGroup, vcpus: float, restored: Path) -> Callable[[str], None]:
+    """The measuring process's progress lines about its CPU quota (`measure.quota_lifted`): lift it for the
+    agreement; restore it to `vcpus`, check the kernel has it and only then write `restored`, which the process
+    waits for before its warm-up. A quota that cannot be restored is never acknowledged: the process fails."""
+
+    def switch(message: str) -> None:
+        if message == "quota:lift":
+            try:
+                group.set_cpu(None)
+            except OSError as exc:  # the agreement is judged under the quota, only slower
+                log.info("quota_not_lifted", reason=str(exc))
+        elif message == "quota:restore":
+            group.set_cpu(vcpus)
+            expected = str(Limits(memory_mb=0, vcpus=vcpus).cpu_quota_us)
+            if group.cpu_quota() != expected:
+                raise MeasurementFailed(f"the CPU quota reads {group.cpu_quota()}, not {expected}")
+            restored.write_text(expected)
+
+    return switch
 
 
 def _measurement_failure(spec: MeasureSpec, exc: sandbox.SandboxFailed) -> MeasurementFailed:

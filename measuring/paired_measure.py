@@ -86,70 +86,50 @@ def measure_pair(
     CPU share (memory: twice the size, for both models), under the machine's measurement lock:
     `{"rounds": [...], "confined", "confinement_reason", "load", "lock_wait_s"}`. Raises
     `MeasurementFailed` (`MachineBusy` when the lock stays busy)."""
-    from core import measurement_lock
     from measuring import sandbox
-    from measuring.confinement import ConfinementUnavailable, Limits, MeasurementGroup, unavailable_reason
-    from measuring.launcher import MachineBusy, MeasurementFailed, engine_env_extra
-    from measuring.machine_load import LoadSample, host_cores, load_report
+    from measuring.confinement import Limits
+    from measuring.launcher import MeasurementFailed, confined_group, machine_lock, run_confined_child
+    from measuring.machine_load import host_cores
     from schemas.lambda_limits import lambda_threads, lambda_vcpus
-    from schemas.reasons import from_traceback
 
     vcpus = lambda_vcpus(memory_mb)
     threads = min(host_cores(), lambda_threads(memory_mb))
-    try:
-        with measurement_lock.exclusive(timeout_s=timeout_s) as lock_wait_s:
-            group, reason = None, unavailable_reason()
-            if reason is None:
-                try:
-                    group = MeasurementGroup.create(Limits(memory_mb=2 * memory_mb, vcpus=vcpus))
-                except ConfinementUnavailable as exc:
-                    reason = str(exc)
-            try:
-                with sandbox.Workspace.create(prefix="paired-") as workspace:
-                    spec = {"threads": threads, "rounds": rounds, "side_time_s": side_time_s}
-                    for name, side in (("A", a), ("B", b)):
-                        artifact = workspace.bring(side.artifact_path, f"{name}/{side.artifact_path.name}")
-                        reference = workspace.bring(side.reference_path, f"{name}/reference.npz")
-                        spec[name] = {
-                            "optimizer": side.optimizer,
-                            "artifact_path": str(artifact),
-                            "reference_path": str(reference),
-                            "settings": side.settings,
-                        }
-                    spec_path = workspace.path / "spec.json"
-                    spec_path.write_text(json.dumps(spec))
-                    limits = sandbox.SandboxLimits(
-                        wall_s=timeout_s, address_space_mb=max(8192, 8 * memory_mb), threads=threads
-                    )
-                    before = LoadSample.now()
-                    try:
-                        finished = sandbox.run(
-                            "measuring.paired_measure",
-                            [str(spec_path)],
-                            limits,
-                            workspace,
-                            group=group,
-                            env_extra=engine_env_extra(),
-                            what="paired measuring process",
-                        )
-                    except sandbox.SandboxFailed as exc:
-                        raise MeasurementFailed(f"paired measuring process: {exc}") from None
-                    after = LoadSample.now()
-            finally:
-                if group is not None:
-                    group.remove()
-    except measurement_lock.LockTimeout as exc:
-        raise MachineBusy(str(exc)) from exc
-    if RESULT_MARKER not in finished.stdout:
-        raise MeasurementFailed(f"paired measuring process: {from_traceback(finished.stderr)}")
-    report = json.loads(finished.stdout.rsplit(RESULT_MARKER, 1)[1])
+    with machine_lock(timeout_s) as lock_wait_s:
+        group, reason = confined_group(Limits(memory_mb=2 * memory_mb, vcpus=vcpus))
+        try:
+            with sandbox.Workspace.create(prefix="paired-") as workspace:
+                spec = {"threads": threads, "rounds": rounds, "side_time_s": side_time_s}
+                for name, side in (("A", a), ("B", b)):
+                    artifact = workspace.bring(side.artifact_path, f"{name}/{side.artifact_path.name}")
+                    reference = workspace.bring(side.reference_path, f"{name}/reference.npz")
+                    spec[name] = {
+                        "optimizer": side.optimizer,
+                        "artifact_path": str(artifact),
+                        "reference_path": str(reference),
+                        "settings": side.settings,
+                    }
+                spec_path = workspace.path / "spec.json"
+                spec_path.write_text(json.dumps(spec))
+                child = run_confined_child(
+                    "measuring.paired_measure",
+                    [str(spec_path)],
+                    sandbox.SandboxLimits(wall_s=timeout_s, address_space_mb=max(8192, 8 * memory_mb), threads=threads),
+                    workspace,
+                    group,
+                    needed_cores=vcpus if group is not None else threads,
+                    failure=lambda exc: MeasurementFailed(f"paired measuring process: {exc}"),
+                    what="paired measuring process",
+                )
+        finally:
+            if group is not None:
+                group.remove()
     return {
-        **report,
+        **json.loads(child.result),
         "confined": group is not None,
         "confinement_reason": reason,
         "threads": threads,
         "lock_wait_s": lock_wait_s,
-        "load": load_report(before, after, finished.cpu_s, needed_cores=vcpus if group is not None else threads),
+        "load": child.load,
     }
 
 

@@ -23,13 +23,13 @@ service time each warm request got in its worker (`X-Inference-Ms`, read from it
 calibration's hand-over to the worker's thread (a shared host moved the calibration's service p50
 from 3.3 to 6.5 ms between runs); the overhead of each answered invocation (its latency beyond its
 time queued and in the worker); and, for a Lambda-like pool, the cold starts its requests waited for
-(the calibration's, one at a time on an idle pool, were 5-25 % shorter than the pool's under the
-load, and 40 % shorter than two started together). Each simulated arrival's service and overhead
+(the calibration's are timed one at a time on an idle pool: the pool's under the load took 0.8-1.3
+times them, p50, and two started together up to 1.5 times). Each simulated arrival's service and overhead
 are drawn together from a warm request among the `NEAREST` nearest to it in time (`nearest_draws`):
 the host slowed down with its own load (a spiky pattern's bursts), and drawn from the whole test the
 bursts' slow requests landed anywhere. Echo probes (`PROBE_SHARE` of the requests,
 following the load's rate: `probe_times`; the echo path: the whole front end, no worker) are a check
-reported beside (`observed.echo`): their tail was 1.5-2 times the invocations' own overhead's, which
+reported beside (`observed.echo`): their tail was up to 1.9 times the invocations' own overhead's, which
 they were fed before. The calibration's figures are the fallback when the load answered too few.
 This feeding is the load test's check only (the product's traffic answer is fed the run's
 measurement); what the simulation predicts from these inputs, and what is judged, is the pool:
@@ -319,8 +319,8 @@ def load_fed(calibration: dict, timings: list[RequestTiming], lambda_like: bool,
     decoding and encoding, the hops between threads, the front end's own waiting under the load);
     and, for a Lambda-like pool, the cold starts its requests waited for (a cold request's
     `X-Queued-Ms`: from its arrival in the pool to its worker ready). The calibration's cold starts
-    are timed one at a time on an idle pool; during the load the pool's took 5-25 % longer (p50),
-    and two started together at the load's first requests 40 % longer (`bench_traffic_truth.py`).
+    are timed one at a time on an idle pool; during the load the pool's took 0.8-1.3 times them
+    (p50), and two started together up to 1.5 times (`bench_traffic_truth.py`).
     Each simulated arrival's service and overhead are drawn from the warm requests nearest to it in
     time (`nearest_draws`), so that the host's slow stretches stay where they were.
     This feeding is the load test's check only: the product's traffic answer is fed the run's

@@ -80,4 +80,9 @@ def cmd_loadtest(args: argparse.Namespace) -> int:
     console = terminal.out(150)
     for part in loadtest_view(report, samples, files):
         console.print(part)
+    regimes = ", ".join(f"{name}: {row['regime']['regime']}" for name, row in report["models"].items())
+    console.print(
+        f"waited {report['machine']['lock_wait_s']:.1f} s for the machine's measurement lock; "
+        f"where each p99 lies (warm tail, cold starts, or the edge between them): {regimes}"
+    )
     return 1 if failed else 0

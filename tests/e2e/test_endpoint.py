@@ -347,8 +347,9 @@ def test_loadtest_lambda_like_is_judged_against_the_simulation_fed_what_it_measu
     assert set(seen["loads"]) == {"cold"} and seen["cold_starts"] >= 1 and seen["peak_workers"] <= 4
     assert predicted["simulated_requests"] == seen["requests"]  # the same arrivals
     assert predicted["fed"]["cold_start_ms"] > 100 and predicted["fed"]["overhead_p50_ms"] > 0
-    # fed what the load measured (its own overhead and service; its cold starts from two of them)
-    assert predicted["fed"]["sources"]["overhead"] == "load" and predicted["fed"]["sources"]["service"] == "load"
+    # fed what the load measured (its own overhead and service, drawn nearest in time; its cold starts from two)
+    sources = predicted["fed"]["sources"]
+    assert sources["overhead"] == sources["service"] == "load, nearest in time", sources
     assert predicted["fed"]["sources"]["cold_start"] == ("load" if seen["cold_starts"] >= 2 else "calibration")
     assert row["regime"]["regime"] in ("warm tail", "edge", "cold starts")
     assert report["machine"]["lock_wait_s"] >= 0  # the calibration and the load held the measurement lock

@@ -16,16 +16,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from pydantic import ValidationError
 
+from core.deadlines import MEASUREMENT_ESTIMATE_S, conversion_estimate_s
 from core.plan_costs import stored_results
 from core.ports import NotFound, ObjectStore
 from core.racing import Figures, dominates, figures_of
 from core.results import QUICK_SUFFIX, latest_result, stored_plan
 from schemas import keys
-from schemas.combos import Combo
+from schemas.combos import Combo, Optimizer
 from schemas.documents import SummaryResult
 from schemas.events import RunPlanned
 
@@ -121,21 +122,37 @@ def skip_reason(store: ObjectStore, run_id: str, workload: str, hardware: str, b
     )
 
 
-# How long after a run's submission a TVM conversion waits for the run's other engines at its
-# batch to be measured (their figures decide whether tuning can change the answer).
-WAIT_FOR_OTHERS_S = 900.0
+# A waiting TVM conversion keeps this multiple of the run's TVM work (every TVM artifact's
+# conversion with its tuning, and every TVM combination's measurement, at the deadline module's
+# estimates) between the moment it stops waiting and the run's deadline.
+TVM_RESERVE_FACTOR = 2.0
+
+
+def tvm_reserve_s(planned: RunPlanned) -> float:
+    """The time a racing run keeps before its deadline for its TVM work, waited or not."""
+    tvm = [c for c in planned.combos.values() if c.optimizer == Optimizer.tvm]
+    artifacts = {(c.hardware, c.batch_size) for c in tvm}
+    tuning_trials = planned.request.tuning_trials if planned.request is not None else 0
+    work = len(artifacts) * conversion_estimate_s(Optimizer.tvm, tuning_trials) + len(tvm) * MEASUREMENT_ESTIMATE_S
+    return TVM_RESERVE_FACTOR * work
 
 
 def waits_for_others(store: ObjectStore, run_id: str, hardware: str, batch_size: int, now: datetime) -> bool:
     """Whether a racing run's TVM conversion at `batch_size` should wait: the run's other
     engines at that batch (cheaper to measure than TVM is to tune) have not all ended yet, and
-    the run is younger than WAIT_FOR_OTHERS_S. Their figures then say whether tuning is worth it."""
-    try:
-        submitted = datetime.fromisoformat(json.loads(store.get_bytes(keys.run_record(run_id)))["submitted_at"])
-    except (NotFound, ValueError, KeyError, TypeError):
-        return False
+    the run's deadline still leaves room for its TVM work after them (`tvm_reserve_s`). Their
+    figures then say whether tuning is worth it.
+
+    The limit follows the run's own deadline (an hour, or twice the run's estimated length),
+    not a fixed time from submission: on a busy machine a run waits for the measurement lock
+    behind other processes, and a fixed 15 minutes passed before the other engines had their
+    figures, so TVM was tuned where they would have shown it could not change the answer. The
+    other engines always end (measured, failed, or dead-lettered into a failure), so the wait
+    ends with them; the reserve is for a run whose other combinations end only at its deadline."""
     planned = _plan(store, run_id)
-    if planned is None or planned.request.precision == "exact" or (now - submitted).total_seconds() > WAIT_FOR_OTHERS_S:
+    if planned is None or planned.request.precision == "exact":
+        return False
+    if now >= planned.deadline - timedelta(seconds=tvm_reserve_s(planned)):
         return False
     others = [
         key

@@ -260,6 +260,19 @@ def picks(candidates: list[Figures], balance_weight: float = 0.5) -> dict[str, s
         return dict.fromkeys(KINDS)
     p99 = {f.label: f.p99 for f in candidates}
     cost = {f.label: f.cost for f in candidates}
+    score = balance_ranking(candidates, balance_weight)
+    return {
+        "fastest": min(p99, key=lambda k: (p99[k], cost[k])),
+        "cheapest": min(cost, key=lambda k: (cost[k], p99[k])),
+        "balanced": score[0] if score else None,
+    }
+
+
+def balance_ranking(candidates: list[Figures], balance_weight: float = 0.5) -> list[str]:
+    """The candidates' labels by balanced score (`report/recommendation.balance_scores`' rule:
+    `w * cost' + (1 - w) * p99'`, each normalised to 0..1 over the candidates), best first."""
+    p99 = {f.label: f.p99 for f in candidates}
+    cost = {f.label: f.cost for f in candidates}
 
     def normalised(values: dict[str, float]) -> dict[str, float]:
         low, high = min(values.values()), max(values.values())
@@ -267,11 +280,7 @@ def picks(candidates: list[Figures], balance_weight: float = 0.5) -> dict[str, s
 
     p, c = normalised(p99), normalised(cost)
     score = {k: balance_weight * c[k] + (1 - balance_weight) * p[k] for k in p99}
-    return {
-        "fastest": min(p99, key=lambda k: (p99[k], cost[k])),
-        "cheapest": min(cost, key=lambda k: (cost[k], p99[k])),
-        "balanced": min(score, key=lambda k: (score[k], p99[k], cost[k])),
-    }
+    return sorted(score, key=lambda k: (score[k], p99[k], cost[k]))
 
 
 def _relative(f: Figures, what: str) -> float:
@@ -287,8 +296,11 @@ def margin(best: Figures, nxt: Figures, what: str) -> tuple[float, float]:
     return (ratio - 1) * 100, spread * 100
 
 
-def margins(candidates: list[Figures], chosen: dict[str, str | None]) -> dict[str, str]:
-    """Each pick with its margin over the next best: "cheapest: A; the next, B, costs 31 % ± 4 % more"."""
+def margins(candidates: list[Figures], chosen: dict[str, str | None], balance_weight: float = 0.5) -> dict[str, str]:
+    """Each pick with its margin over the next best: "cheapest: A; the next, B, costs 31 % ± 4 % more";
+    the balanced pick's over the next by balanced score, on both figures (a balanced pick may be
+    the faster or the cheaper of the two): "balanced: A; the next, B, has a p99 12 % ± 9 % higher
+    and costs 3 % ± 8 % less"."""
     by_label = {f.label: f for f in candidates}
     out: dict[str, str] = {}
     for kind, what, phrase in (("cheapest", "cost", "costs {} more"), ("fastest", "p99", "has a p99 {} higher")):
@@ -302,8 +314,20 @@ def margins(candidates: list[Figures], chosen: dict[str, str | None]) -> dict[st
         nxt = rest[0]
         value, spread = margin(best, nxt, what)
         out[kind] = f"{kind}: {best.label}; the next, {nxt.label}, " + phrase.format(f"{value:.0f} % ± {spread:.0f} %")
-    if chosen.get("balanced"):
-        out["balanced"] = f"balanced: {chosen['balanced']}"
+    balanced = by_label.get(chosen.get("balanced") or "")
+    if balanced is not None:
+        ranking = [label for label in balance_ranking(candidates, balance_weight) if label != balanced.label]
+        if not ranking:
+            out["balanced"] = f"balanced: {balanced.label} (the only candidate)"
+        else:
+            nxt = by_label[ranking[0]]
+            p99, p99_spread = margin(balanced, nxt, "p99")
+            cost, cost_spread = margin(balanced, nxt, "cost")
+            out["balanced"] = (
+                f"balanced: {balanced.label}; the next, {nxt.label}, has a p99 {abs(p99):.0f} % ± {p99_spread:.0f} % "
+                f"{'higher' if p99 >= 0 else 'lower'} and costs {abs(cost):.0f} % ± {cost_spread:.0f} % "
+                f"{'more' if cost >= 0 else 'less'}"
+            )
     return out
 
 
@@ -325,7 +349,7 @@ def answer(
         "stage": stage,
         "balance_weight": balance_weight,
         "picks": chosen,
-        "margins": margins(candidates, chosen),
+        "margins": margins(candidates, chosen, balance_weight),
         "rows": {k: f.as_dict() for k, f in rows.items()},
         "refining": sorted(refining),
         "measured_fully": sum(f.precision == "exact" and not f.predicted for f in rows.values()),
@@ -477,7 +501,7 @@ def refreshed(doc: dict[str, Any]) -> dict[str, Any]:
         doc["stage"] = "provisional"
     candidates = [Figures.of(v) for v in doc["rows"].values()]
     doc["picks"] = picks(candidates, doc.get("balance_weight", 0.5))
-    doc["margins"] = margins(candidates, doc["picks"])
+    doc["margins"] = margins(candidates, doc["picks"], doc.get("balance_weight", 0.5))
     return doc
 
 

@@ -218,7 +218,7 @@ def final_answer(
     race_result = Race.of(decided["race"]) if decided else Race()
     done = answer(figures, race_result, balance_weight=balance_weight, stage="final", refining=[])
     done["picks"] = {k: recommendation.pick(k) for k in ("fastest", "cheapest", "balanced")}
-    done["margins"] = margins(list(figures.values()), done["picks"])
+    done["margins"] = margins(list(figures.values()), done["picks"], balance_weight)
     excluded = {**recommendation.excluded, **stopped}
     return recommendation.model_copy(update={"margins": done["margins"], "excluded": excluded}), done
 

@@ -90,6 +90,24 @@ def test_the_margin_says_how_much_more_the_next_costs_with_its_spread():
     assert text["fastest"].startswith(
         "fastest: intel/onnx_int8/b1/1024MB; the next, intel/onnx/b1/1024MB, has a p99 20 %"
     )
+    assert text["balanced"] == (
+        "balanced: intel/onnx_int8/b1/1024MB; the next, intel/onnx/b1/1024MB, has a p99 20 % ± 5 % higher "
+        "and costs 31 % ± 6 % more"
+    )
+
+
+def test_the_balanced_pick_has_its_margin_on_both_figures_against_the_next_by_score():
+    """The balanced pick may be the faster or the cheaper of the two: each figure's difference is
+    stated with its direction and spread, against the next candidate by balanced score."""
+    fast = fig("intel/onnx/b1/3538MB", p99=10, cost=2.0, spread=0.03)
+    cheap = fig("intel/onnx/b4/1769MB", p99=40, cost=1.0, spread=0.03)
+    middle = fig("intel/onnx/b2/3538MB", p99=12, cost=1.2, spread=0.03)
+    chosen = picks([fast, cheap, middle])
+    assert chosen["balanced"] == middle.label
+    text = margins([fast, cheap, middle], chosen)["balanced"]
+    assert text.startswith(f"balanced: {middle.label}; the next, {fast.label}, has a p99 17 % ± ")
+    assert text.endswith(" % lower and costs 67 % ± 7 % more")
+    assert margins([middle], picks([middle]))["balanced"] == f"balanced: {middle.label} (the only candidate)"
 
 
 def test_figures_of_a_measured_result_widen_its_intervals_by_the_run_to_run_slack():

@@ -15,20 +15,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import engines
-from adapters.local_store import LocalFolderStore
 from ayci.bootstrap import embedded
 from ayci.cli import main as cli_main
 from ayci.cli import warn_if_unconfined
 from ayci.settings import Settings
-from engines import ConversionJob
 from measuring import launcher
 from measuring.confinement import Limits, MeasurementGroup, unavailable_reason
 from measuring.launcher import ONE_THREAD_FOR_ITS_SIZE, MeasurementFailed, MeasureSpec, measure
 from schemas import keys
-from schemas.combos import Hardware, Matrix
+from schemas.combos import Matrix
 from schemas.events import RequestSubmitted
-from services.converter.handlers import ensure_reference
 from services.inference.handlers import estimated
 from services.request.submission import new_run, store_model
 from tests.conftest import TINY_IMAGE_SIZE, skip_unless_required
@@ -46,30 +42,15 @@ def cgroups() -> None:
 
 
 @pytest.fixture(scope="module")
-def onnx_model(tiny_image_model, tmp_path_factory) -> dict:
+def onnx_model(tiny_onnx, tmp_path_factory) -> dict:
     """The tiny model as an ONNX artifact (its batch axis is dynamic), the base model's
     reference outputs for batch 1, and the inputs of a big batch (with placeholder outputs:
     it never gets as far as comparing them)."""
     work = tmp_path_factory.mktemp("confined")
-    store = LocalFolderStore(work / "store")
-    model = store_model(store, tiny_image_model, "image_classification", TINY_IMAGE_SIZE)
-    out = work / "onnx"
-    out.mkdir()
-    engines.module("onnx").convert(
-        ConversionJob(
-            model=model,
-            model_path=tiny_image_model,
-            hardware=Hardware.intel,
-            batch_size=1,
-            target_cpu="x86_64",
-            out_dir=out,
-        )
-    )
-    references = {1: work / "reference-b1.npz", BIG_BATCH: work / f"reference-b{BIG_BATCH}.npz"}
-    references[1].write_bytes(store.get_bytes(ensure_reference(store, model, tiny_image_model, 1, work)))
+    references = {1: tiny_onnx.reference, BIG_BATCH: work / f"reference-b{BIG_BATCH}.npz"}
     pixels = workload_module("image_classification").example_inputs(BIG_BATCH, TINY_IMAGE_SIZE)["pixels"]
     np.savez(references[BIG_BATCH], **{"input:pixels": pixels, "output:0": np.zeros((BIG_BATCH, 1000), np.float32)})
-    return {"artifact": out / "model.onnx", "references": references}
+    return {"artifact": tiny_onnx.artifact, "references": references}
 
 
 def spec(onnx_model, memory_mb: int, batch: int = 1) -> MeasureSpec:

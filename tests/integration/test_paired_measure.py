@@ -7,38 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-import engines
-from adapters.local_store import LocalFolderStore
-from engines import ConversionJob
 from measuring.confinement import unavailable_reason
 from measuring.launcher import MeasurementFailed
 from measuring.paired_measure import PairSide, measure_pair
-from schemas.combos import Hardware
-from services.converter.handlers import ensure_reference
-from services.request.submission import store_model
-from tests.conftest import TINY_IMAGE_SIZE
 
 
 @pytest.fixture(scope="module")
-def side(tiny_image_model, tmp_path_factory) -> PairSide:
-    work = tmp_path_factory.mktemp("paired")
-    store = LocalFolderStore(work / "store")
-    model = store_model(store, tiny_image_model, "image_classification", TINY_IMAGE_SIZE)
-    out = work / "onnx"
-    out.mkdir()
-    engines.module("onnx").convert(
-        ConversionJob(
-            model=model,
-            model_path=tiny_image_model,
-            hardware=Hardware.intel,
-            batch_size=1,
-            target_cpu="x86_64",
-            out_dir=out,
-        )
-    )
-    reference = work / "reference-b1.npz"
-    reference.write_bytes(store.get_bytes(ensure_reference(store, model, tiny_image_model, 1, work)))
-    return PairSide(optimizer="onnx", artifact_path=out / "model.onnx", reference_path=reference)
+def side(tiny_onnx) -> PairSide:
+    return PairSide(optimizer="onnx", artifact_path=tiny_onnx.artifact, reference_path=tiny_onnx.reference)
 
 
 def test_a_pair_is_timed_in_rounds_in_one_confined_child(side):

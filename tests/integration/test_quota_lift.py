@@ -7,42 +7,19 @@ from __future__ import annotations
 
 import pytest
 
-import engines
-from adapters.local_store import LocalFolderStore
-from engines import ConversionJob
 from measuring import launcher
 from measuring.confinement import MeasurementGroup, unavailable_reason
 from measuring.launcher import MeasurementFailed, MeasureSpec, measure
-from schemas.combos import Hardware
 from schemas.lambda_limits import lambda_vcpus
-from services.converter.handlers import ensure_reference
-from services.request.submission import store_model
-from tests.conftest import TINY_IMAGE_SIZE, skip_unless_required
+from tests.conftest import skip_unless_required
 
 
 @pytest.fixture(scope="module")
-def artifact(tiny_image_model, tmp_path_factory) -> dict:
+def artifact(tiny_onnx) -> dict:
     reason = unavailable_reason()
     if reason is not None:
         skip_unless_required("AYCI_REQUIRE_CGROUPS", f"cgroups cannot confine measurements here: {reason}")
-    work = tmp_path_factory.mktemp("quota")
-    store = LocalFolderStore(work / "store")
-    model = store_model(store, tiny_image_model, "image_classification", TINY_IMAGE_SIZE)
-    out = work / "onnx"
-    out.mkdir()
-    engines.module("onnx").convert(
-        ConversionJob(
-            model=model,
-            model_path=tiny_image_model,
-            hardware=Hardware.intel,
-            batch_size=1,
-            target_cpu="x86_64",
-            out_dir=out,
-        )
-    )
-    reference = work / "reference-b1.npz"
-    reference.write_bytes(store.get_bytes(ensure_reference(store, model, tiny_image_model, 1, work)))
-    return {"artifact": out / "model.onnx", "reference": reference}
+    return {"artifact": tiny_onnx.artifact, "reference": tiny_onnx.reference}
 
 
 def _spec(artifact: dict, **kwargs) -> MeasureSpec:

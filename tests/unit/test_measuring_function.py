@@ -13,22 +13,16 @@ import boto3
 import pytest
 from moto import mock_aws
 
-import engines
 from adapters.aws import S3Store
 from adapters.aws_calls import CALLER_ENV, ENV, iam_action, recorded, recorded_calls
 from adapters.lambda_sizes import LambdaSizes
-from adapters.local_store import LocalFolderStore
 from ayci.lambda_entry import make_measuring_handler
-from engines import ConversionJob
 from infra.stack import TEMPLATE
 from schemas import keys
-from schemas.combos import Combo, Hardware, combo_key, reference_key
+from schemas.combos import Combo, combo_key, reference_key
 from schemas.documents import ArtifactManifest, CombinationProfile, MeasuredResult
 from schemas.events import ComboFailed, Envelope, InferenceDone, ModelConverted, ProfileRequested
-from services.converter.handlers import ensure_reference
 from services.inference.handlers import InferenceDeps, on_model_converted, on_profile_requested
-from services.request.submission import store_model
-from tests.conftest import TINY_IMAGE_SIZE
 from tests.iam_roles import Deployment, not_granted
 from tests.lambda_emulation import LambdaContext, fill_moto_gaps, run_invocations_in_process
 
@@ -37,26 +31,9 @@ INTEL, ARM = "ayci-measure-intel", "ayci-measure-arm"
 
 
 @pytest.fixture(scope="module")
-def converted(tiny_image_model, tmp_path_factory) -> dict:
+def converted(tiny_onnx) -> dict:
     """The tiny model converted for ONNX Runtime and the base model's reference outputs."""
-    work = tmp_path_factory.mktemp("measuring-function")
-    store = LocalFolderStore(work / "store")
-    model = store_model(store, tiny_image_model, "image_classification", TINY_IMAGE_SIZE)
-    out = work / "onnx"
-    out.mkdir()
-    engines.module("onnx").convert(
-        ConversionJob(
-            model=model,
-            model_path=tiny_image_model,
-            hardware=Hardware.intel,
-            batch_size=1,
-            target_cpu="x86_64",
-            out_dir=out,
-        )
-    )
-    reference = work / "reference.npz"
-    reference.write_bytes(store.get_bytes(ensure_reference(store, model, tiny_image_model, 1, work)))
-    return {"model": model, "artifact": out / "model.onnx", "reference": reference}
+    return {"model": tiny_onnx.model, "artifact": tiny_onnx.artifact, "reference": tiny_onnx.reference}
 
 
 @pytest.fixture

@@ -19,12 +19,11 @@ Goals (issue 38): quick in at most a quarter of exact's wall time with the same 
 within 2 minutes, the 96 combinations (base, onnx, tvm, onnx_int8 x batch 1, 2, 4, 8 x six sizes,
 --predict) within 15 minutes, tuning included.
 
-Measured here (2026-12-06, a 2-core host shared with other sessions; docs/benchmarks.md has the tables): the
-small matrix below, exact 85.6 s, quick 112.3 s (66.2 s without 46.1 s of waits for other processes' use of the
-measurement lock; exact 72.8 s), first answer at 105 s, the same picks; the issue's 96 combinations on ResNet-18,
-quick: 24.8 min, 11.3 min without the waits, every TVM tuning skipped with its evidence. The first (provisional)
-answer on those 96 (`--first-answer-only`, after issue 38's order of the work): 57.6 s of the run's own work, 1107.6 s
-wall behind 1050 s of other sessions' lock holds.
+Measured here (2026-12-06, a 2-core host shared with other benchmarks; docs/benchmarks.md has the tables, waits
+for the machine's measurement lock counted apart): the issue's 96 combinations on ResNet-18, exact 94.8 min (49.7
+without waits; TVM tuned at four batch sizes), quick 25.9 min (13.7 without waits: 0.28 of exact; fastest the same,
+cheapest within its margin, balanced different); the first (provisional) answer on those 96 (`--first-answer-only`):
+57.6 s of the run's own work, 1107.6 s wall behind 1050 s of lock waits.
 
     .venv/bin/python bench/bench_time_to_answer.py                       # the issue's matrix (hours in exact)
     .venv/bin/python bench/bench_time_to_answer.py --models resnet18 --precisions quick --first-answer-only

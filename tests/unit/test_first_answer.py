@@ -20,6 +20,7 @@ from schemas.events import ComboPending, Envelope, RequestSubmitted, RunPlanned
 from services.request.submission import new_run
 from tests.fakes import embedded_with_fakes
 from tests.unit.test_pipeline import stored_model
+from tests.unit.test_racing import fig as racing_fig
 from tests.unit.test_racing_runs import FULL_CAP_S, RacingFakes
 
 MODEL = ModelRef(sha256="ab" * 32, size_bytes=1000, format="pt2", workload="image_classification", input_size=[32, 32])
@@ -47,18 +48,8 @@ def test_every_engine_s_lead_goes_first_then_by_batch():
 
 
 def fig(label: str, p99: float, cost: float, spread: float = 0.1) -> Figures:
-    return Figures(
-        label=label,
-        combo_key=f"key-{label}",
-        family=label,
-        p99=p99,
-        p99_low=p99 * (1 - spread),
-        p99_high=p99 * (1 + spread),
-        cost=cost,
-        cost_low=cost * (1 - spread),
-        cost_high=cost * (1 + spread),
-        precision="quick",
-    )
+    """A quick-pass figure (`tests/unit/test_racing.fig`'s, of precision quick)."""
+    return racing_fig(label, p99, cost, spread, precision="quick")
 
 
 def gathering(tuned: set[str] | None = None) -> tuple[dict, dict]:

@@ -184,6 +184,10 @@ def _answer(name: str, model: ServedModel, served: Served, from_json: bool) -> R
         "X-Queued-Ms": f"{served.queued_ms:.3f}",
         "X-Inference-Ms": f"{served.infer_ms:.3f}",
     }
+    if served.entered_at is not None:
+        # when it entered the model's pool, on this host's monotonic clock (s): a load test on this host places
+        # it against the time it was sent (`open_loop.RequestTiming.entered_s`)
+        headers["X-Pool-Entered-At"] = f"{served.entered_at:.6f}"
     if from_json:
         return JSONResponse(
             {"model": name, "outputs": {n: np.asarray(o).tolist() for n, o in zip(names, outputs, strict=True)}},

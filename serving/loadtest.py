@@ -36,7 +36,13 @@ measurement); what the simulation predicts from these inputs, and what is judged
 queueing, cold starts and their share, reuse and reclaim. Each row says which `regime` its p99 is
 in (warm tail, cold starts, or the edge between them, where a few cold starts more or less move it).
 
-The prediction: `core.lambda_model.traffic.simulate` on the very arrival times sent to each model,
+The arrivals the simulation serves are the times the requests entered the pool (`X-Pool-Entered-At`,
+this host's monotonic clock), each request's time before it (the generator's lag, HTTP, the body's
+decoding, the front end taking requests in turn) added to its own simulated latency: two requests sent
+together reached the pool one after the other, so a second worker was started less often than for the
+schedule's arrivals (at idle 2 s, steady 20 req/s: 5 cold starts against 11 simulated on the schedule).
+
+The prediction: `core.lambda_model.traffic.simulate` on the very arrivals of each model,
 the service time and cold starts fed, the endpoint's idle time as the idle timeout and its workers
 as the concurrency limit, cold starts drawn from the measured ones (`cold_samples_ms`), and the
 measured overhead added to each simulated latency (`overhead_ms`, drawn from the samples: an
@@ -328,7 +334,12 @@ def load_fed(calibration: dict, timings: list[RequestTiming], lambda_like: bool,
     starts and their share, reuse and reclaim."""
     fed = dict(calibration)
     answered = [t for t in timings if t.ok and t.queued_ms is not None and t.compute_ms is not None]
-    overhead = [max(0.0, t.latency_ms - t.queued_ms - t.compute_ms) for t in answered]
+    # the time each request entered the pool, where every answered one says (`X-Pool-Entered-At`): the
+    # simulation's arrivals, and the time before it (the front end) that request's own, added to its latency
+    entries = bool(answered) and all(t.entered_s is not None for t in answered)
+    overhead = [
+        max(0.0, t.latency_ms - t.queued_ms - t.compute_ms - (t.front_ms if entries else 0.0)) for t in answered
+    ]
     if len(overhead) >= MIN_PROBES:
         fed["overhead_ms"] = overhead
     worked = [t.compute_ms for t in answered if not t.cold]
@@ -341,9 +352,17 @@ def load_fed(calibration: dict, timings: list[RequestTiming], lambda_like: bool,
     local = len(worked) >= MIN_PROBES
     if local:
         fed["service_draws_ms"], fed["overhead_draws_ms"] = nearest_draws(
-            timings, calibration["summary"]["handoff_p50_ms"], seed
+            timings, calibration["summary"]["handoff_p50_ms"], seed, entries
         )
+    if local and entries:
+        fronts = [t.front_ms for t in answered]
+        typical = float(np.median(fronts))
+        front = [t.front_ms if t.front_ms is not None else typical for t in timings]  # an error: the typical one
+        fed["front_ms"] = fronts
+        fed["entered_s"] = [t.scheduled_s + f / 1000 for t, f in zip(timings, front, strict=True)]
+        fed["overhead_draws_ms"] = [o + f for o, f in zip(fed["overhead_draws_ms"], front, strict=True)]
     fed["sources"] = {
+        "arrivals": "pool entries" if local and entries else "scheduled",
         "overhead": "load, nearest in time" if local else "load" if len(overhead) >= MIN_PROBES else "calibration",
         "service": "load, nearest in time" if local else "calibration",
         "cold_start": "load" if lambda_like and len(colds) >= MIN_COLD_FED else "calibration",
@@ -351,14 +370,17 @@ def load_fed(calibration: dict, timings: list[RequestTiming], lambda_like: bool,
     return fed
 
 
-def nearest_draws(timings: list[RequestTiming], handoff_ms: float, seed: int = 0) -> tuple[list[float], list[float]]:
+def nearest_draws(
+    timings: list[RequestTiming], handoff_ms: float, seed: int = 0, after_entry: bool = False
+) -> tuple[list[float], list[float]]:
     """One service time and one overhead per request of `timings` (in the order of their arrivals),
     both taken from one warm request answered among the `NEAREST` nearest to it in arrival order
     (the same request's service and overhead: the two move together): the host's speed moved with
     its load (in a spiky pattern's bursts, the warm requests' overhead p99 14 ms against 8 ms
     between them, their time in the worker p99 8 ms against 5 ms), and the simulation drawing both
     from the whole test put the bursts' slow requests anywhere (spiky p99 17-18 ms simulated against
-    20-22 ms observed)."""
+    20-22 ms observed). `after_entry`: the overhead after the request entered the pool (its time before
+    is the arrival's own, `load_fed`)."""
     order = [
         i for i, t in enumerate(timings) if t.ok and not t.cold and t.queued_ms is not None and t.compute_ms is not None
     ]
@@ -371,7 +393,8 @@ def nearest_draws(timings: list[RequestTiming], handoff_ms: float, seed: int = 0
         lo = max(0, min(at - half, len(order) - NEAREST))
         pick = timings[order[lo + int(rng.integers(0, min(NEAREST, len(order))))]]
         service.append(pick.compute_ms + handoff_ms)
-        overhead.append(max(0.0, pick.latency_ms - pick.queued_ms - pick.compute_ms))
+        before = pick.front_ms if after_entry and pick.front_ms is not None else 0.0
+        overhead.append(max(0.0, pick.latency_ms - pick.queued_ms - pick.compute_ms - before))
     return service, overhead
 
 
@@ -465,8 +488,14 @@ def observed_figures(timings: list[RequestTiming], samples: list[dict], name: st
         **percentiles([t.latency_ms for t in answered]),
         "compute": percentiles([t.compute_ms for t in answered if t.compute_ms is not None]),
         "overhead": percentiles(
-            [t.latency_ms - t.queued_ms - t.compute_ms for t in answered if t.compute_ms is not None and t.queued_ms]
+            [
+                t.latency_ms - t.queued_ms - t.compute_ms
+                for t in answered
+                if t.compute_ms is not None and t.queued_ms is not None
+            ]
         ),
+        # from its scheduled time to its pool (part of the overhead above): the arrivals the pool saw
+        "front": percentiles([t.front_ms for t in answered if t.front_ms is not None]),
         "queued": percentiles([t.queued_ms for t in answered if t.queued_ms is not None]),
         "cold_starts": cold_starts,
         "cold_share": cold_starts / len(answered) if answered else 0.0,
@@ -513,21 +542,27 @@ def predicted_figures(
     warm = fed.get("service_quantiles") or service_quantiles(fed["service_ms"])
     colds = np.asarray(fed["cold_start_ms"], dtype=float) + quantile_at(warm, 0.5)  # to ready, then the request
     cold_ms = float(np.median(colds))
+    # a load test's own draws, one per arrival (`nearest_draws`), when it gives them for these arrivals; the
+    # arrivals when the pool saw them (`entered_s`), in the order it saw them, where the load test gives them
+    per_arrival = {
+        k: np.asarray(fed[k], dtype=float)
+        for k in ("entered_s", "service_draws_ms", "overhead_draws_ms")
+        if len(fed.get(k) or []) == len(sent_at)
+    }
+    times = per_arrival.pop("entered_s", np.asarray(sent_at, dtype=float))
+    order = np.argsort(times, kind="stable")
     pool = simulate(
-        np.asarray(sent_at, dtype=float),
+        times[order],
         warm,
         cold_ms,
         idle_s,
         rng,
-        max(duration_s, float(sent_at[-1])),
+        max(duration_s, float(times.max())),
         max_instances=max_workers,
         cold_samples_ms=colds if len(colds) > 1 else None,
         overhead_ms=np.asarray(fed["overhead_ms"], dtype=float),
-        # a load test's own draws, one per arrival (`nearest_draws`), when it gives them for these arrivals
-        warm_draws_ms=fed.get("service_draws_ms") if len(fed.get("service_draws_ms") or []) == len(sent_at) else None,
-        overhead_draws_ms=fed.get("overhead_draws_ms")
-        if len(fed.get("overhead_draws_ms") or []) == len(sent_at)
-        else None,
+        warm_draws_ms=per_arrival["service_draws_ms"][order] if "service_draws_ms" in per_arrival else None,
+        overhead_draws_ms=per_arrival["overhead_draws_ms"][order] if "overhead_draws_ms" in per_arrival else None,
     )
     latencies = pool.latencies_ms
     threshold = cold_ms / 2  # a latency this long waited for a cold start (a warm one is ~100 times shorter)
@@ -545,6 +580,14 @@ def predicted_figures(
             "cold_start_ms": cold_ms,
             "overhead_p50_ms": float(np.median(fed["overhead_ms"])),
             "overhead_p99_ms": float(np.percentile(fed["overhead_ms"], 99)),
+            **(
+                {
+                    "front_p50_ms": float(np.median(fed["front_ms"])),
+                    "front_p99_ms": float(np.percentile(fed["front_ms"], 99)),
+                }
+                if fed.get("front_ms")
+                else {}
+            ),
             "idle_timeout_s": idle_s,
             "max_instances": max_workers,
             "cold_starts_fed": len(fed["cold_start_ms"]),

@@ -29,7 +29,9 @@ clock): `scheduled_s`, `started_s` (when the request actually left: the generato
 `send_lag_ms`), `finished_s`; `latency_ms` = finished - scheduled. `status` is the HTTP status
 (0: no answer: connection error or the generator's timeout, `error` says which). `cold`,
 `queued_ms`, `compute_ms` and `worker_pid` are what the endpoint reports in its headers
-(`X-Cold-Load`, `X-Queued-Ms`, `X-Inference-Ms`, `X-Worker-Pid`), None when it does not.
+(`X-Cold-Load`, `X-Queued-Ms`, `X-Inference-Ms`, `X-Worker-Pid`), None when it does not;
+`entered_s`, when the request entered the model's pool (`X-Pool-Entered-At`, the endpoint's monotonic
+clock, which is the generator's `time.perf_counter()` on the same Linux host), in the same seconds.
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ class RequestTiming:
     queued_ms: float | None = None
     compute_ms: float | None = None
     worker_pid: int | None = None
+    entered_s: float | None = None  # when it entered the model's pool (the endpoint's `X-Pool-Entered-At`)
 
     @property
     def latency_ms(self) -> float:
@@ -94,11 +97,22 @@ class RequestTiming:
         return (self.started_s - self.scheduled_s) * 1000
 
     @property
+    def front_ms(self) -> float | None:
+        """From its scheduled time to its entering the model's pool (the generator's lag, HTTP, the
+        body's decoding, the front end's own waiting), when the endpoint reports it."""
+        return None if self.entered_s is None else (self.entered_s - self.scheduled_s) * 1000
+
+    @property
     def ok(self) -> bool:
         return self.status == 200
 
     def row(self) -> dict:
-        return {**asdict(self), "latency_ms": self.latency_ms, "send_lag_ms": self.send_lag_ms}
+        return {
+            **asdict(self),
+            "latency_ms": self.latency_ms,
+            "send_lag_ms": self.send_lag_ms,
+            "front_ms": self.front_ms,
+        }
 
 
 # --- arrivals
@@ -185,6 +199,8 @@ async def run_open_loop(
             queued_ms=_number(headers.get("x-queued-ms")),
             compute_ms=_number(headers.get("x-inference-ms")),
             worker_pid=int(headers["x-worker-pid"]) if headers.get("x-worker-pid", "").isdigit() else None,
+            # CLOCK_MONOTONIC both (`time.monotonic` there, `time.perf_counter` here): one clock on one host
+            entered_s=entered - start if (entered := _number(headers.get("x-pool-entered-at"))) is not None else None,
         )
 
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:

@@ -70,6 +70,7 @@ class Served:
     worker_pid: int | None
     queued_ms: float
     infer_ms: float
+    entered_at: float | None = None  # `time.monotonic()` when it entered the pool (`submit`): this host's clock
 
 
 @dataclass
@@ -282,6 +283,7 @@ class ModelPool:
                         worker_pid=slot.worker.pid,
                         queued_ms=(taken - job.enqueued_at) * 1000,
                         infer_ms=(done - taken) * 1000,
+                        entered_at=job.enqueued_at,
                     )
                 )
             with self._cv:

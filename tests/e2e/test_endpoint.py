@@ -137,11 +137,15 @@ def test_concurrent_first_requests_load_the_model_once(runs, tmp_path):
     with endpoint_at(runs, tmp_path) as (base, endpoint):
         name = next(m.name for m in endpoint.models.values() if m.signature.inputs[0].dims[-1] == 32)
         body = npy(image(SIZES[0]))
+        sent = time.monotonic()
         with ThreadPoolExecutor(6) as pool:
             answers = list(
                 pool.map(lambda _: httpx.post(f"{base}/invocations/{name}", content=body, timeout=120), range(6))
             )
+        answered = time.monotonic()
         assert [a.status_code for a in answers] == [200] * 6
+        # when each entered the model's pool, on this host's monotonic clock (a load test places it on its schedule)
+        assert all(sent <= float(a.headers["x-pool-entered-at"]) <= answered for a in answers)
         outputs = [np.load(io.BytesIO(a.content))["linear"] for a in answers]
         assert outputs[0].shape == (1, 1000) and all(np.array_equal(o, outputs[0]) for o in outputs)
         assert all(a.headers["x-cold-load"] == "1" for a in answers)  # all of them waited for the one load

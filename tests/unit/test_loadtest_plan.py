@@ -2,6 +2,7 @@
 comparison is judged: pass or fail, with both figures, nothing turning a fail into a pass."""
 
 import asyncio
+import time
 
 import numpy as np
 import pytest
@@ -53,8 +54,10 @@ def test_open_loop_sends_on_schedule_whatever_the_answers_and_counts_from_the_sc
     async def slow(request):
         await request.read()
         async with lock:
+            entered = time.monotonic()  # its "pool": the lock it waited for
             await asyncio.sleep(0.2)
-        return web.Response(body=b"ok", headers={"X-Inference-Ms": "200.0", "X-Cold-Load": "0"})
+        headers = {"X-Inference-Ms": "200.0", "X-Cold-Load": "0", "X-Pool-Entered-At": f"{entered:.6f}"}
+        return web.Response(body=b"ok", headers=headers)
 
     async def main():
         app = web.Application()
@@ -77,6 +80,9 @@ def test_open_loop_sends_on_schedule_whatever_the_answers_and_counts_from_the_sc
     assert all(t.send_lag_ms < 100 for t in timings)
     latencies = sorted(t.latency_ms for t in timings)
     assert latencies[0] == pytest.approx(200, abs=80) and latencies[-1] == pytest.approx(1000, abs=250)
+    # when each entered the server's "pool", on the generator's clock: the last waited behind the four others
+    fronts = sorted(t.front_ms for t in timings)
+    assert fronts[0] == pytest.approx(0, abs=80) and fronts[-1] == pytest.approx(800, abs=250)
 
 
 def test_open_loop_records_a_refused_connection_as_no_answer():
@@ -128,6 +134,7 @@ def test_the_simulation_is_fed_what_the_load_measured_its_cold_starts_too_for_a_
     assert sorted(fed["overhead_ms"])[:3] == pytest.approx([5.8] * 3) and max(fed["overhead_ms"]) == pytest.approx(10)
     assert len(fed["overhead_ms"]) == 42 and fed["cold_start_ms"] == [890.0, 1200.0]
     assert fed["sources"] == {
+        "arrivals": "scheduled",  # the endpoint did not say when each entered its pool
         "overhead": "load, nearest in time",
         "service": "load, nearest in time",
         "cold_start": "load",
@@ -157,6 +164,43 @@ def test_each_arrival_is_fed_the_service_and_overhead_of_a_warm_request_near_it_
     predicted = predicted_figures([i * 0.1 for i in range(200)], fed, 20, idle_s=30, max_workers=2)
     # 10 req/s, no queueing: the simulated latencies are the draws (not the calibration's 10 ms + 2 ms)
     assert predicted["p50_ms"] == pytest.approx(9.4) and predicted["p90_ms"] == pytest.approx(40.4)
+
+
+def test_the_simulation_is_fed_the_arrivals_as_the_pool_saw_them_and_each_ones_time_before_it():
+    """Two requests sent together reach the pool one after the other when the front end takes them
+    in turn: the simulation's arrivals are the times they entered the pool (`X-Pool-Entered-At`),
+    and each request's own time before it is added to its simulated latency."""
+    load = []
+    for second in range(30):  # a lone request, then each second a pair sent 1 ms apart
+        pair = [(second, 1.0)] if second == 0 else [(second, 1.0), (second + 0.001, 15.0)]
+        for at, front in pair:
+            cold = not load
+            queued = 500.0 if cold else 0.1
+            load.append(
+                RequestTiming(
+                    index=len(load),
+                    label="m",
+                    scheduled_s=at,
+                    started_s=at,
+                    finished_s=at + (front + queued + 10.0 + 2.0) / 1000,
+                    status=200,
+                    cold=cold,
+                    queued_ms=queued,
+                    compute_ms=10.0,
+                    entered_s=at + front / 1000,
+                )
+            )
+    fed = load_fed(CALIBRATION, load, lambda_like=True)
+    assert fed["sources"]["arrivals"] == "pool entries"
+    assert fed["entered_s"][2] == pytest.approx(1.016) and fed["overhead_ms"] == pytest.approx([2.0] * len(load))
+    assert fed["overhead_draws_ms"][1] == pytest.approx(3.0) and fed["overhead_draws_ms"][2] == pytest.approx(17.0)
+    predicted = predicted_figures([t.scheduled_s for t in load], fed, 30, idle_s=30, max_workers=2)
+    # the second of each pair entered after the first was answered: one instance serves them all
+    assert predicted["cold_starts"] == 1 and predicted["peak_instances"] == 1
+    assert predicted["fed"]["front_p99_ms"] == pytest.approx(15.0)
+    assert predicted["p90_ms"] == pytest.approx(15 + 10.5 + 2)  # the pair's second: its front end, service, rest
+    scheduled = {k: v for k, v in fed.items() if k != "entered_s"}
+    assert predicted_figures([t.scheduled_s for t in load], scheduled, 30, 30, 2)["cold_starts"] == 2  # overlapped
 
 
 def test_the_regime_says_where_the_p99_lies_by_the_share_that_waited_for_a_cold_start():

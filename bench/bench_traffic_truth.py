@@ -8,9 +8,9 @@ waited for the machine's measurement lock (the calibration and the load hold it)
 load (1-minute load average) before and after.
 
 The default rows: each pattern at two rates in each regime, by the idle time: 30 s (the pool keeps
-its workers: the p99 among warm requests) and 0.3-0.5 s (a few percent of the requests start a
-worker: the p99 among cold starts). At the 2 s the earlier runs used, the cold-start share sat just
-under 1 % and the p99 on the edge between them (`--rows steady:20:2` runs it).
+its workers: the p99 among warm requests), 0.3-0.5 s (a few percent of the requests start a
+worker: the p99 among cold starts) and 2 s (the cold-start share just under 1 %: the p99 on the
+edge between them, where a few cold starts more or less move it).
 
     .venv/bin/python bench/bench_traffic_truth.py [--run RUN_ID --data-dir DIR]
         [--rows steady:10:30,spiky:5:0.5,...] [--requests 2000] [--max-workers 2] [--json out.json]
@@ -75,8 +75,11 @@ def duration_for(pattern: str, rps: float, requests: int) -> float:
     return max(5.0, requests / mean)
 
 
-# pattern, req/s, idle s: the warm-tail regime (idle 30 s), then the cold-start regime
-DEFAULT_ROWS = "steady:10:30,steady:20:30,spiky:5:30,spiky:10:30,steady:10:0.5,steady:20:0.3,spiky:5:0.5,spiky:10:0.3"
+# pattern, req/s, idle s: the warm-tail regime (idle 30 s), the cold-start regime, then the edge (idle 2 s)
+DEFAULT_ROWS = (
+    "steady:10:30,steady:20:30,spiky:5:30,spiky:10:30,steady:10:0.5,steady:20:0.3,spiky:5:0.5,spiky:10:0.3,"
+    "steady:10:2,steady:20:2,spiky:5:2,spiky:10:2"
+)
 
 
 def parse_rows(text: str, idle_default: float) -> list[tuple[str, float, float]]:

@@ -296,12 +296,25 @@ def margin(best: Figures, nxt: Figures, what: str) -> tuple[float, float]:
     return (ratio - 1) * 100, spread * 100
 
 
-def margins(candidates: list[Figures], chosen: dict[str, str | None], balance_weight: float = 0.5) -> dict[str, str]:
+def margins(
+    candidates: list[Figures],
+    chosen: dict[str, str | None],
+    balance_weight: float = 0.5,
+    beaten: list[Figures] = (),
+) -> dict[str, str]:
     """Each pick with its margin over the next best: "cheapest: A; the next, B, costs 31 % ± 4 % more";
     the balanced pick's over the next by balanced score, on both figures (a balanced pick may be
     the faster or the cheaper of the two): "balanced: A; the next, B, has a p99 12 % ± 9 % higher
-    and costs 3 % ± 8 % less"."""
+    and costs 3 % ± 8 % less". The only candidate is held against the best of `beaten` (what is
+    dominated, with its figures) where there is some: "the next, B (dominated), ..."."""
+    if len(candidates) == 1 and beaten:
+        candidates = [*candidates, *(f for f in beaten if f.label != candidates[0].label)]
+    dominated = {f.label for f in beaten}
     by_label = {f.label: f for f in candidates}
+
+    def named(f: Figures) -> str:
+        return f"{f.label} (dominated)" if f.label in dominated else f.label
+
     out: dict[str, str] = {}
     for kind, what, phrase in (("cheapest", "cost", "costs {} more"), ("fastest", "p99", "has a p99 {} higher")):
         best = by_label.get(chosen.get(kind) or "")
@@ -313,7 +326,7 @@ def margins(candidates: list[Figures], chosen: dict[str, str | None], balance_we
             continue
         nxt = rest[0]
         value, spread = margin(best, nxt, what)
-        out[kind] = f"{kind}: {best.label}; the next, {nxt.label}, " + phrase.format(f"{value:.0f} % ± {spread:.0f} %")
+        out[kind] = f"{kind}: {best.label}; the next, {named(nxt)}, " + phrase.format(f"{value:.0f} % ± {spread:.0f} %")
     balanced = by_label.get(chosen.get("balanced") or "")
     if balanced is not None:
         ranking = [label for label in balance_ranking(candidates, balance_weight) if label != balanced.label]
@@ -324,7 +337,7 @@ def margins(candidates: list[Figures], chosen: dict[str, str | None], balance_we
             p99, p99_spread = margin(balanced, nxt, "p99")
             cost, cost_spread = margin(balanced, nxt, "cost")
             out["balanced"] = (
-                f"balanced: {balanced.label}; the next, {nxt.label}, has a p99 {abs(p99):.0f} % ± {p99_spread:.0f} % "
+                f"balanced: {balanced.label}; the next, {named(nxt)}, has a p99 {abs(p99):.0f} % ± {p99_spread:.0f} % "
                 f"{'higher' if p99 >= 0 else 'lower'} and costs {abs(cost):.0f} % ± {cost_spread:.0f} % "
                 f"{'more' if cost >= 0 else 'less'}"
             )
@@ -345,11 +358,12 @@ def answer(
     shut = set(race_result.dominated) | set(race_result.out)
     candidates = [f for f in rows.values() if f.label not in shut]
     chosen = picks(candidates, balance_weight)
+    beaten = [f for f in rows.values() if f.label in race_result.dominated]
     return {
         "stage": stage,
         "balance_weight": balance_weight,
         "picks": chosen,
-        "margins": margins(candidates, chosen, balance_weight),
+        "margins": margins(candidates, chosen, balance_weight, beaten),
         "rows": {k: f.as_dict() for k, f in rows.items()},
         "refining": sorted(refining),
         "measured_fully": sum(f.precision == "exact" and not f.predicted for f in rows.values()),
@@ -477,19 +491,20 @@ def _add(
         beaten_by = [g for g in rows if dominates(g, figures)]
         if beaten_by:
             by = min(beaten_by, key=lambda g: (g.cost, g.p99))
-            doc["dominated"][label] = _stopped(domination(figures, by))
+            doc["dominated"][label] = _stopped(domination(figures, by), figures)
             return
         for g in rows:
             if dominates(figures, g):
                 del doc["rows"][g.label]
-                doc["dominated"][g.label] = _stopped(domination(g, figures))
+                doc["dominated"][g.label] = _stopped(domination(g, figures), g)
         doc["rows"][label] = figures.as_dict()
     elif out:
         doc["out"][label] = out
 
 
-def _stopped(d: Domination) -> dict[str, str]:
-    return {"by": d.by, "reason": d.reason}
+def _stopped(d: Domination, figures: Figures) -> dict[str, Any]:
+    """A dominated row in a running answer: by whom, why, and its figures (a sole candidate's margin)."""
+    return {"by": d.by, "reason": d.reason, "figures": figures.as_dict()}
 
 
 def refreshed(doc: dict[str, Any]) -> dict[str, Any]:
@@ -500,8 +515,9 @@ def refreshed(doc: dict[str, Any]) -> dict[str, Any]:
     ):
         doc["stage"] = "provisional"
     candidates = [Figures.of(v) for v in doc["rows"].values()]
+    beaten = [Figures.of(v["figures"]) for v in doc["dominated"].values() if v.get("figures")]
     doc["picks"] = picks(candidates, doc.get("balance_weight", 0.5))
-    doc["margins"] = margins(candidates, doc["picks"], doc.get("balance_weight", 0.5))
+    doc["margins"] = margins(candidates, doc["picks"], doc.get("balance_weight", 0.5), beaten)
     return doc
 
 

@@ -210,15 +210,17 @@ def final_answer(
     race stopped under `excluded` ("dominated by X" with the evidence), and the final answer."""
     candidates = set(recommendation.candidates)
     balance_weight = recommendation.criteria.balance_weight if recommendation.criteria else 0.5
-    figures = {}
+    race_result = Race.of(decided["race"]) if decided else Race()
+    figures, beaten = {}, []
     for row in results:
         f = figures_of(row, family_of(row.combo) if predict else None)
         if f is not None and f.label in candidates:
             figures[f.label] = f
-    race_result = Race.of(decided["race"]) if decided else Race()
+        elif f is not None and f.label in race_result.dominated:
+            beaten.append(f)
     done = answer(figures, race_result, balance_weight=balance_weight, stage="final", refining=[])
     done["picks"] = {k: recommendation.pick(k) for k in ("fastest", "cheapest", "balanced")}
-    done["margins"] = margins(list(figures.values()), done["picks"], balance_weight)
+    done["margins"] = margins(list(figures.values()), done["picks"], balance_weight, beaten)
     excluded = {**recommendation.excluded, **stopped}
     return recommendation.model_copy(update={"margins": done["margins"], "excluded": excluded}), done
 

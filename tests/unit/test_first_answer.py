@@ -110,6 +110,12 @@ def test_the_same_outcome_twice_gives_the_same_answer_and_a_dominated_row_stays_
     again = add(doc, by_label, "intel/base/b1/1769MB", 3, figures=fig("intel/base/b1/1769MB", 40, 6.0))
     assert again == doc
     assert "intel/base/b1/1769MB" in doc["dominated"] and "intel/base/b1/1769MB" not in doc["rows"]
+    # int8 dominates both others: its margins are held against the best of what it dominates, named so
+    assert list(doc["rows"]) == ["intel/onnx_int8/b1/1769MB"]
+    assert doc["margins"]["fastest"].startswith(
+        "fastest: intel/onnx_int8/b1/1769MB; the next, intel/onnx/b1/1769MB (dominated), has a p99 50 % ± "
+    )
+    assert "the next, intel/onnx/b1/1769MB (dominated), costs 33 % ± " in doc["margins"]["cheapest"]
 
 
 def test_above_the_slo_or_disagreeing_a_lead_is_out_and_not_a_pick():

@@ -108,6 +108,13 @@ def test_the_balanced_pick_has_its_margin_on_both_figures_against_the_next_by_sc
     assert text.startswith(f"balanced: {middle.label}; the next, {fast.label}, has a p99 17 % ± ")
     assert text.endswith(" % lower and costs 67 % ± 7 % more")
     assert margins([middle], picks([middle]))["balanced"] == f"balanced: {middle.label} (the only candidate)"
+    # the only candidate, with what it dominated: held against the best of those, named so
+    slow = fig("intel/base/b2/3538MB", p99=20, cost=2.0, spread=0.03)
+    dear = fig("intel/base/b1/3538MB", p99=15, cost=3.0, spread=0.03)
+    beaten = margins([middle], picks([middle]), beaten=[slow, dear])
+    assert beaten["fastest"].startswith(f"fastest: {middle.label}; the next, {dear.label} (dominated), has a p99 25 % ")
+    assert beaten["cheapest"].startswith(f"cheapest: {middle.label}; the next, {slow.label} (dominated), costs 67 % ")
+    assert beaten["balanced"].startswith(f"balanced: {middle.label}; the next, ")
 
 
 def test_figures_of_a_measured_result_widen_its_intervals_by_the_run_to_run_slack():

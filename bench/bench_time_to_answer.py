@@ -12,6 +12,8 @@ precision, a fresh store (nothing reused), the matrix submitted and driven to it
   combination measured quickly: the race decided, stage `quick`), the first answer before issue 38's
   second change. Exact: the summary;
 - measurements: quick-pass ones and full ones (a refinement or an exact measurement);
+- `ayci plan`'s estimate of the run (`plan_of` on the fresh store, before submission: its priors)
+  against the run's wall time without lock waits (issue 38's honest plan: within ±25 %);
 - whether the picks agree: each of fastest, cheapest, balanced the same, or the quick pick within the
   margin the quick answer stated (its figures in the exact run no further from the exact pick than
   the margin's upper bound; for balanced, on both p99 and cost).
@@ -48,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ayci.bootstrap import embedded  # noqa: E402
+from ayci.cli.common import plan_of  # noqa: E402
 from ayci.settings import Settings  # noqa: E402
 from bench.cache import CACHE, exported_example  # noqa: E402
 from core import measurement_lock  # noqa: E402
@@ -109,6 +112,8 @@ def run_once(name: str, precision: str, args: argparse.Namespace) -> dict:
         request = RequestSubmitted(
             model=model, matrix=matrix, predict=args.predict, precision=precision, tuning_trials=args.trials
         )
+        # what `ayci plan` says of this run before it starts (its store fresh: the priors), held against the run
+        estimate_s = plan_of(request, model_path, None, app.store).wall_s
         counts = {"quick": 0, "full": 0}
         seen: dict[str, tuple[float, dict]] = {}  # answer stage -> (seconds since submission, the answer then)
         started = time.perf_counter()
@@ -184,6 +189,7 @@ def run_once(name: str, precision: str, args: argparse.Namespace) -> dict:
         "precision": precision,
         "combinations": len(matrix.combos()),
         "wall_s": wall,
+        "plan_estimate_s": estimate_s,
         "first_answer_s": first_s if precision == "quick" else wall,
         "quick_pass_answer_s": seen["quick"][0] if "quick" in seen else None,
         **first,
@@ -307,6 +313,14 @@ def print_row(name: str, row: dict) -> None:
                 f"  {precision:<9} {r['combinations']:>6} {r['wall_s']:>8.1f} {r['first_answer_s']:>14.1f} "
                 f"{r['measured_quick']:>6} {r['measured_full']:>5} {r['dominated']:>9} {r['conversion_s']:>9.1f} "
                 f"{r['measuring_s']:>9.1f} {r['lock_wait_s']:>11.1f} {load:>11}"
+            )
+    for precision in ("quick", "exact"):
+        r = row.get(precision)
+        if r and r.get("plan_estimate_s"):
+            own = r["wall_s"] - r["lock_wait_s"]
+            print(
+                f"  {precision}: `ayci plan` estimated {r['plan_estimate_s'] / 60:.1f} min; the run took "
+                f"{own / 60:.1f} min without lock waits ({(r['plan_estimate_s'] / own - 1) * 100:+.0f} %, goal ±25 %)"
             )
     quick = row.get("quick") or {}
     if quick.get("first_answer_stage"):

@@ -9,8 +9,15 @@ import io
 from typing import Any
 
 from report.table import COLUMNS, RECOMMENDATION_KINDS, as_summary, format_cell, summary_rows
-from schemas.documents import Recommendation, RunSummary
+from schemas.documents import FailedCombination, Recommendation, RunSummary
+from schemas.events import FailureStage
 from schemas.reasons import decisive
+
+
+def skipped(failure: FailedCombination) -> bool:
+    """Not measured because it cannot change the answer (TVM's tuning skipped): not a failure."""
+    return failure.stage == FailureStage.skipped
+
 
 TRAFFIC_ROWS = 5  # the email prices the Pareto front (at most this many) under the request's traffic
 
@@ -89,10 +96,14 @@ def email_message(summary: RunSummary | dict[str, Any], results_url: str) -> dic
     recommendation = summary.recommendation
     picked = picks(recommendation)
     excluded = recommendation.excluded if recommendation else {}
-    failures = [(f.label, f"{f.stage.value}: {decisive(f.reason)}") for f in summary.failures]
+    failures = [(f.label, f"{f.stage.value}: {decisive(f.reason)}") for f in summary.failures if not skipped(f)]
+    # not measured because they cannot change the answer (TVM's tuning): not failures
+    passed_over = [(f.label, decisive(f.reason)) for f in summary.failures if skipped(f)]
     measured = len(summary.results)
     model = summary.model
-    headline = f"Run {run_id} is {status}: {measured} combination(s) measured, {len(failures)} failed."
+    headline = f"Run {run_id} is {status}: {measured} combination(s) measured, {len(failures)} failed" + (
+        f", {len(passed_over)} skipped (they cannot change the answer)." if passed_over else "."
+    )
     model_line = f"Model {model.sha256[:12]} ({model.workload.value}, input {model.input_size})."
     best = next((label for _, label in picked if label), None)
     subject = f"AYCI run {run_id[:8]}: {status}" + (f", fastest {best}" if best else "")
@@ -119,6 +130,10 @@ def email_message(summary: RunSummary | dict[str, Any], results_url: str) -> dic
         text.append("Failed combinations:")
         text += [f"  {label}: {reason}" for label, reason in failures]
         text.append("")
+    if passed_over:
+        text.append("Skipped combinations (they cannot change the answer):")
+        text += [f"  {label}: {reason}" for label, reason in passed_over]
+        text.append("")
     text.append(f"Results: {results_link}")
     text.append(f"On the page: {page_link}")
 
@@ -144,6 +159,12 @@ def email_message(summary: RunSummary | dict[str, Any], results_url: str) -> dic
         + "".join(f"<li><b>{e(label)}</b>: {e(reason)}</li>" for label, reason in failures)
         + "</ul>"
         if failures
+        else ""
+    ) + (
+        "<h3>Skipped combinations (they cannot change the answer)</h3><ul>"
+        + "".join(f"<li><b>{e(label)}</b>: {e(reason)}</li>" for label, reason in passed_over)
+        + "</ul>"
+        if passed_over
         else ""
     )
     traffic_html = "<h3>Under your traffic</h3><pre>" + e("\n".join(under_traffic)) + "</pre>" if under_traffic else ""

@@ -7,6 +7,7 @@ from typing import Any
 
 from schemas.combos import Optimizer
 from schemas.documents import Interval, RunSummary, SummaryResult, TableRow
+from schemas.events import FailureStage
 from schemas.reasons import decisive
 
 RECOMMENDATION_KINDS = ("fastest", "cheapest", "balanced")
@@ -70,8 +71,11 @@ def summary_rows(summary: RunSummary | dict[str, Any]) -> list[TableRow]:
             TableRow.model_construct(
                 combination=f.label,
                 combo_key=f.combo_key,
-                status="failed",
-                note=f"{f.stage.value}: {decisive(f.reason)}",
+                # skipped: not measured, it cannot change the answer (TVM's tuning); not a failure
+                status="skipped" if f.stage == FailureStage.skipped else "failed",
+                note=decisive(f.reason)
+                if f.stage == FailureStage.skipped
+                else f"{f.stage.value}: {decisive(f.reason)}",
             )
         )
     return rows

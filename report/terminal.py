@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from schemas.signature import ModelSignature
 
 ALWAYS_SHOWN = ("combination", "status")
-STATUS_WORDS = ("measured", "predicted", "failed")
+STATUS_WORDS = ("measured", "predicted", "failed", "skipped")
 
 
 def label_column(table: Table, title: str, labels: list[str]) -> None:

@@ -443,7 +443,7 @@ class TableRow(Flexible):
 
     combination: str
     combo_key: str | None = None
-    status: Literal["measured", "predicted", "failed"]
+    status: Literal["measured", "predicted", "failed", "skipped"]
     predicted: bool = False
     interval: str | None = None
     p50_interval: list[float] | None = None

@@ -224,14 +224,18 @@ class FailureStage(StrEnum):
     deadline = "deadline"
     cancelled = "cancelled"
     prediction = "prediction"  # a predicted size that will not fit, or a family its measurements cannot predict
+    # not measured because it cannot change the answer (TVM's tuning skipped, with the evidence): not a failure,
+    # the run stays complete (ComboFailed v3)
+    skipped = "skipped"
 
 
 class ComboFailed(Payload):
     """Version 2: `refine`, the full-precision measurement of a quick-measured combination failed
-    (its quick figures stand)."""
+    (its quick figures stand). Version 3: the stage `skipped` (not measured: it cannot change the
+    answer), which does not make the run partial."""
 
     TYPE = "ComboFailed"
-    VERSION = 2
+    VERSION = 3
     combo: Combo
     combo_key: str
     stage: FailureStage
@@ -321,7 +325,8 @@ def _added_defaults(old: dict[str, Any]) -> dict[str, Any]:
     """The next version only added fields with defaults or values (RequestSubmitted v3:
     `predict`, v4: `traffic`, v5: the optimizer `onnx_int8`, v6: `profile`, v8: `traffic.concurrency_limit`;
     RunPlanned v2:
-    `predicted`; CombosReused v2: `bundle`; ModelConverted, InferenceDone and ComboFailed v2: `refine`)."""
+    `predicted`; CombosReused v2: `bundle`; ModelConverted, InferenceDone and ComboFailed v2: `refine`;
+    ComboFailed v3: the stage `skipped`)."""
     return dict(old)
 
 
@@ -343,6 +348,7 @@ UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("ComboPending", 1): _added_defaults,  # v2: min_agreement
     ("InferenceDone", 1): _added_defaults,
     ("ComboFailed", 1): _added_defaults,
+    ("ComboFailed", 2): _added_defaults,
     ("RunPlanned", 1): _added_defaults,
     ("CombosReused", 1): _added_defaults,
     ("RunDeadlineReached", 1): _deadline_v1_to_v2,

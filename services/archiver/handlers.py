@@ -216,7 +216,9 @@ def _archive(
             predicted_rows, results, check_report = _with_checks(
                 checks, checked, predicted_rows, results, request.price_region
             )
-    status = RunStatus.failed if not results else RunStatus.partial if failures else RunStatus.complete
+    # a combination skipped because it cannot change the answer (TVM's tuning) is not a failure of the run
+    failed = [f for f in failures if f.stage != FailureStage.skipped]
+    status = RunStatus.failed if not results else RunStatus.partial if failed else RunStatus.complete
     results = with_break_even(results, request.price_region, min_agreement=request.min_agreement)
     decided = racing.read_racing(deps.store, run_id)
     results, stopped = racing.mark_stopped(results, decided)

@@ -131,7 +131,7 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
             )
             if skipped is not None:  # the run's figures so far: tuning TVM here cannot change the answer
                 bound.info("tvm_tuning_skipped", reason=skipped)
-                return [_failed(pending, skipped)]
+                return [_failed(pending, skipped, FailureStage.skipped)]
         lease = conversion_lease(deps, pending.artifact_key, event.event_id)
         if not lease.take():
             # another worker converts this artifact (e.g. for another memory size): come back when it is done
@@ -435,8 +435,8 @@ def _converted(pending: ComboPending, manifest: ArtifactManifest, *, reused: boo
     )
 
 
-def _failed(pending: ComboPending, reason: str) -> ComboFailed:
-    return ComboFailed(combo=pending.combo, combo_key=pending.combo_key, stage=FailureStage.converter, reason=reason)
+def _failed(pending: ComboPending, reason: str, stage: FailureStage = FailureStage.converter) -> ComboFailed:
+    return ComboFailed(combo=pending.combo, combo_key=pending.combo_key, stage=stage, reason=reason)
 
 
 HANDLERS = {ComboPending: on_combo_pending}

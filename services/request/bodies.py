@@ -163,7 +163,9 @@ class CombinationProgress(BaseModel):
     optimizer: Optimizer
     batch_size: int
     memory_mb: int
-    state: str = Field(description="queued | measured | failed")
+    state: str = Field(
+        description="queued | measured | failed | skipped (not measured: it cannot change the answer, `reason` says why)"
+    )
     p50_ms: float | None = None
     p99_ms: float | None = None
     reused: bool | None = None
@@ -178,6 +180,7 @@ class RunProgress(BaseModel):
     queued: int
     measured: int
     failed: int
+    skipped: int = Field(default=0, description="not measured because they cannot change the answer (TVM's tuning)")
     combinations: list[CombinationProgress]
     answer: dict[str, Any] | None = Field(
         default=None,

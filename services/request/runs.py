@@ -85,8 +85,9 @@ def load_summary(store: ObjectStore, run_id: str) -> RunSummary | None:
 
 
 def run_progress(store: ObjectStore, record: dict) -> dict:
-    """Status and one entry per combination: `queued`, `measured` or `failed` (with the
-    reason), with p50/p99 as soon as a combination is measured."""
+    """Status and one entry per combination: `queued`, `measured`, `failed` or `skipped` (not
+    measured: it cannot change the answer; with the reason), with p50/p99 as soon as a combination
+    is measured."""
     run_id = record["run_id"]
     summary = load_summary(store, run_id)
     plan = stored_plan(store, run_id)
@@ -101,6 +102,8 @@ def run_progress(store: ObjectStore, record: dict) -> dict:
             entry.update(
                 state="measured", p50_ms=result.latency_ms.p50, p99_ms=result.latency_ms.p99, reused=outcome.reused
             )
+        elif outcome and outcome.stage == FailureStage.skipped:
+            entry.update(state="skipped", reason=outcome.reason)
         elif outcome:
             entry.update(state="failed", reason=f"{outcome.stage.value}: {outcome.reason}")
         entries.append(entry)
@@ -110,7 +113,7 @@ def run_progress(store: ObjectStore, record: dict) -> dict:
             if entry["combo_key"] in failed and entry["state"] == "queued":
                 f = failed[entry["combo_key"]]
                 entry.update(state="failed", reason=f"{f.stage.value}: {f.reason}")
-    counts = {state: sum(e["state"] == state for e in entries) for state in ("queued", "measured", "failed")}
+    counts = {state: sum(e["state"] == state for e in entries) for state in ("queued", "measured", "failed", "skipped")}
     return {
         "run_id": run_id,
         "status": summary.status if summary else "running",

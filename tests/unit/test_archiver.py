@@ -178,6 +178,50 @@ def test_a_failure_arrival_counts_like_a_result():
     assert announcements(out)[0].status == "failed"
 
 
+def test_a_combination_skipped_because_it_cannot_change_the_answer_leaves_the_run_complete():
+    """TVM's tuning skipped with the evidence (stage `skipped`) is not a failure: the run is complete,
+    the email's headline and the table say skipped, and a real failure beside it still makes it partial."""
+    from report.render import email_message
+    from report.table import summary_rows
+    from schemas.documents import RunSummary
+
+    for failing, status in ((False, "complete"), (True, "partial")):
+        store = MemoryStore()
+        deps = ArchiverDeps(store)
+        plan = planned(request(batches=(1, 2)))
+        on_run_planned(plan, deps)
+        (first, combo1), (second, combo2) = sorted(plan.payload.combos.items(), key=lambda kv: kv[1].label)[:2]
+        others = [(k, c) for k, c in plan.payload.combos.items() if k not in (first, second)]
+        on_combo_failed(
+            Envelope.wrap(
+                ComboFailed(combo=combo1, combo_key=first, stage=FailureStage.skipped, reason="tuning skipped: why"),
+                run_id=RUN,
+                producer="converter",
+            ),
+            deps,
+        )
+        stage = FailureStage.inference if failing else FailureStage.skipped
+        out = on_combo_failed(
+            Envelope.wrap(
+                ComboFailed(combo=combo2, combo_key=second, stage=stage, reason="out of memory"),
+                run_id=RUN,
+                producer="inference",
+            ),
+            deps,
+        )
+        for key, combo in others:
+            out = on_inference_done(done(store, key, combo), deps)
+        assert announcements(out)[0].status == status
+        summary = RunSummary.read(store.objects[keys.summary(RUN)])
+        statuses = {row.combination: row.status for row in summary_rows(summary)}
+        assert statuses[combo1.label] == "skipped"
+        assert statuses[combo2.label] == ("failed" if failing else "skipped")
+        email = email_message(summary, "http://x")["text"]
+        skipped_count = 1 if failing else 2
+        assert f"{1 if failing else 0} failed, {skipped_count} skipped (they cannot change the answer)." in email
+        assert "Skipped combinations (they cannot change the answer):" in email
+
+
 def test_the_deadline_follows_the_run_s_size():
     from core.deadlines import DEFAULT_DEADLINE_S, run_deadline_s
 

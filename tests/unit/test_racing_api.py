@@ -35,3 +35,31 @@ def test_the_running_answer_is_shown_with_its_intervals_once_the_quick_pass_stor
     assert progress["answer"]["dominated"][slow.label]["by"] == fast.label
     assert progress["answer_text"][0] == "first answer (quick pass):"
     assert any("dominated by intel/onnx/b1/1769MB" in line for line in progress["answer_text"])
+
+
+def test_a_combination_skipped_because_it_cannot_change_the_answer_is_shown_skipped_not_failed(
+    client,  # noqa: F811
+    deps,  # noqa: F811
+    stored_model,  # noqa: F811
+):
+    from datetime import UTC, datetime, timedelta
+
+    from schemas.combos import combo_key
+    from schemas.events import ComboFailed, Envelope, FailureStage, RunPlanned
+    from services.archiver.handlers import ArchiverDeps, on_combo_failed, on_run_planned
+
+    run_id = client.post("/runs", headers=ALICE, json=run_body(*stored_model)).json()["run_id"]
+    request = deps.publisher.published[-1].payload
+    combos = {combo_key(request.model, c, request.tuning): c for c in request.matrix.combos()}
+    plan = RunPlanned(
+        model=request.model, combos=combos, deadline=datetime.now(UTC) + timedelta(hours=1), request=request
+    )
+    archiver = ArchiverDeps(deps.store)
+    on_run_planned(Envelope.wrap(plan, run_id=run_id, producer="dedup"), archiver)
+    key, combo = next(iter(combos.items()))
+    skipped = ComboFailed(combo=combo, combo_key=key, stage=FailureStage.skipped, reason="tuning skipped: why")
+    on_combo_failed(Envelope.wrap(skipped, run_id=run_id, producer="converter"), archiver)
+    progress = client.get(f"/runs/{run_id}", headers=ALICE).json()
+    entry = next(c for c in progress["combinations"] if c["combo_key"] == key)
+    assert entry["state"] == "skipped" and entry["reason"] == "tuning skipped: why"
+    assert progress["skipped"] == 1 and progress["failed"] == 0

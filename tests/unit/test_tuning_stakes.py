@@ -148,6 +148,7 @@ def test_the_converter_fails_the_combination_with_the_reason_instead_of_tuning(t
     )
     (out,) = on_combo_pending(Envelope.wrap(pending, run_id=RUN, producer="dedup"), deps)
     assert isinstance(out, ComboFailed) and out.reason.startswith("tuning skipped") and not converted
+    assert out.stage == "skipped"  # not a failure: the run stays complete (services/archiver)
 
 
 def test_a_racing_run_s_tvm_conversion_waits_for_its_other_engines_at_that_batch():

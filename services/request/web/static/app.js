@@ -254,8 +254,10 @@ async function follow(runId) {
 function renderProgress(p) {
   const badge = $("run-status");
   badge.textContent = p.status; badge.className = `badge ${p.status}`;
-  $("run-bar").max = p.total; $("run-bar").value = p.measured + p.failed;
-  $("run-counts").textContent = `${p.measured} measured, ${p.failed} failed, ${p.queued} to go of ${p.total}`;
+  const skipped = p.skipped || 0;  // not measured: they cannot change the answer (TVM's tuning)
+  $("run-bar").max = p.total; $("run-bar").value = p.measured + p.failed + skipped;
+  $("run-counts").textContent = `${p.measured} measured, ${p.failed} failed, ` +
+    (skipped ? `${skipped} skipped (they cannot change the answer), ` : "") + `${p.queued} to go of ${p.total}`;
   $("cancel-run").hidden = p.status !== "running";
   // racing (#38): the running answer with its intervals, from the first (provisional) answer on: its
   // picks, how many combinations have ended, what is still to come (GET /runs/{id} answer_text); `data-stage`

@@ -53,7 +53,17 @@ from schemas.documents import (
     ResultBundle,
     SummaryResult,
 )
-from schemas.events import STORED, ComboFailed, CombosReused, Envelope, InferenceDone, Payload, RunPlanned, SchemaError
+from schemas.events import (
+    STORED,
+    ComboFailed,
+    CombosReused,
+    Envelope,
+    FailureStage,
+    InferenceDone,
+    Payload,
+    RunPlanned,
+    SchemaError,
+)
 
 log = structlog.get_logger()
 ANSWER_WRITES = 4  # compare-and-put attempts of a running answer's update (it is a view: the summary is the word)
@@ -312,7 +322,7 @@ def _built(plan: RunPlanned, deps, run_id: str) -> dict[str, Any]:
             continue
         entry: dict[str, Any]
         if outcome.status != "done":
-            entry = {"failed": f"{outcome.stage.value}: {outcome.reason}"}
+            entry = _not_measured(outcome.stage, outcome.reason)
         else:
             result = _read_result(deps.store, outcome.result_key, arrived.documents.get(outcome.result_key))
             entry = _entry(doc, result) if result is not None else {"failed": "its stored result cannot be read"}
@@ -359,13 +369,19 @@ def first_pass_outcome(event: Envelope, deps, ended: int) -> None:
             return
 
 
+def _not_measured(stage: FailureStage, reason: str) -> dict[str, str]:
+    """A combination without figures in the running answer: `out` of it when it was skipped because it
+    cannot change the answer (TVM's tuning), else `failed` at its stage."""
+    return {"out": reason} if stage == FailureStage.skipped else {"failed": f"{stage.value}: {reason}"}
+
+
 def _entries(payload, doc: dict[str, Any], deps) -> list[dict[str, Any]]:
     if isinstance(payload, ComboFailed):
         return [
             {
                 "combo_key": payload.combo_key,
                 "label": payload.combo.label,
-                "failed": f"{payload.stage.value}: {payload.reason}",
+                **_not_measured(payload.stage, payload.reason),
             }
         ]
     if isinstance(payload, InferenceDone):

@@ -371,3 +371,14 @@ def test_the_cli_prints_the_first_answer_once_and_again_when_a_pick_changes():
     store.put_bytes(keys.answer("r"), json.dumps(doc).encode())
     shown.check()
     assert console.export_text(clear=False).count("first answer, provisional: ") == 2
+
+
+def test_a_skipped_tvm_is_out_of_the_running_answer_with_its_reason_not_failed():
+    from schemas.events import FailureStage
+    from services.archiver.racing import _not_measured
+
+    doc, by_label = gathering()
+    reason = "tuning skipped: even TVM's largest gain seen leaves it dominated"
+    doc = add(doc, by_label, "intel/tvm/b1/1769MB", 1, **_not_measured(FailureStage.skipped, reason))
+    assert doc["out"]["intel/tvm/b1/1769MB"] == reason and doc["leads"]["intel/tvm"]["state"] == "out"
+    assert _not_measured(FailureStage.inference, "killed") == {"failed": "inference: killed"}

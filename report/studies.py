@@ -182,6 +182,12 @@ def loadtest_view(report: dict, samples: list[dict], files: str) -> list[Rendera
                     f"fed: service p50 {fed['service_p50_ms']:.2f} ms / p99 {fed['service_p99_ms']:.2f} ms, cold start "
                     f"{fed['cold_start_ms']:.0f} ms, overhead p50 {fed['overhead_p50_ms']:.2f} ms, idle timeout "
                     f"{fed['idle_timeout_s']:g} s, at most {fed['max_instances']} instances"
+                    + (
+                        f"; arrivals as the pool saw them, each after its own time in the front end (p50 "
+                        f"{fed['front_p50_ms']:.2f} ms, p99 {fed['front_p99_ms']:.2f} ms)"
+                        if fed.get("front_p50_ms") is not None
+                        else ""
+                    )
                 )
             )
     generator = report.get("generator") or {}

@@ -355,6 +355,8 @@ def test_loadtest_lambda_like_is_judged_against_the_simulation_fed_what_it_measu
     sources = predicted["fed"]["sources"]
     assert sources["overhead"] == sources["service"] == "load, nearest in time", sources
     assert predicted["fed"]["sources"]["cold_start"] == ("load" if seen["cold_starts"] >= 2 else "calibration")
+    # the simulation's arrivals are the times the requests entered the pool, each after its own front end time
+    assert sources["arrivals"] == "pool entries" and 0 < seen["front"]["p50_ms"] <= seen["p50_ms"]
     assert row["regime"]["regime"] in ("warm tail", "edge", "cold starts")
     assert report["machine"]["lock_wait_s"] >= 0  # the calibration and the load held the measurement lock
     figures = {f["figure"]: (f["observed"], f["predicted"], f["passed"]) for f in comparison["figures"]}
@@ -365,3 +367,14 @@ def test_loadtest_lambda_like_is_judged_against_the_simulation_fed_what_it_measu
     assert comparison["verdict"] == ("pass" if all(p for _, _, p in figures.values()) else "fail"), context
     assert code == (0 if comparison["verdict"] == "pass" else 1), context
     assert (out / "loadtest.png").read_bytes().startswith(b"\x89PNG") and (out / "requests.csv").exists()
+    # the printed view (without --json) of the same report
+    from rich.console import Console
+
+    from report.studies import loadtest_view
+
+    console = Console(record=True, width=150)
+    for part in loadtest_view(report, json.loads((out / "samples.json").read_text()), "files"):
+        console.print(part)
+    printed = console.export_text()
+    assert f"simulation against the load test: {comparison['verdict'].upper()}" in printed, printed
+    assert "arrivals as the pool saw them" in printed and "load test (open loop)" in printed, printed

@@ -46,6 +46,9 @@ class ConversionJob:
     shared_tuning_dirs: list[Path] = field(default_factory=list)  # other models' records for the same CPU (read only)
     inputs_path: Path | None = None  # the user's own example inputs (.npz), if the model has them
     min_agreement: float = 0.99  # the run's minimum agreement (onnx_int8 chooses its recipe against it)
+    # onnx_int8: the recipe chosen for this model at another batch size (`int8_recipe_batch`), tried alone first
+    int8_recipe: str | None = None
+    int8_recipe_batch: int | None = None
     progress: Callable[[str], None] = lambda message: None
 
 

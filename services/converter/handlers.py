@@ -23,14 +23,14 @@ import structlog
 
 from core import measurement_lock
 from core.lease import Lease
-from core.ports import ObjectStore
+from core.ports import NotFound, ObjectStore
 from core.results import stored_plan
 from core.runtime import Delayed
 from core.tuning_stakes import skip_reason, waits_for_others
 from engines import Conversion, ConversionError, ConversionJob
 from engines.model_files import NotAModelError
 from schemas import keys
-from schemas.combos import ModelFormat, ModelRef, Optimizer, reference_key
+from schemas.combos import ModelFormat, ModelRef, Optimizer, Tuning, artifact_key, reference_key
 from schemas.documents import ArtifactManifest
 from schemas.events import (
     TUNING_TIME_LIMIT_S,
@@ -164,6 +164,7 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
             shared_tuning_dirs=shared_tuning,
             inputs_path=inputs_path,
             min_agreement=pending.min_agreement,
+            **(_int8_recipe_chosen(deps.store, pending, _run_batch_sizes(deps.store, event.run_id))),
             progress=lambda message: _progress(
                 lease, bound, message, f"{combo.hardware.value}/tvm/b{combo.batch_size}"
             ),
@@ -213,6 +214,36 @@ def _run_batch_sizes(store: ObjectStore, run_id: str) -> list[int]:
     except ValueError:
         return []
     return sorted({c.batch_size for c in plan.combos.values()}) if plan else []
+
+
+def _int8_recipe_chosen(store: ObjectStore, pending: ComboPending, batch_sizes: list[int]) -> dict:
+    """For an onnx_int8 conversion: the recipe chosen for the same model at another batch size of the
+    run, smallest first, read from that artifact's manifest (`int8_recipe`, `int8_recipe_batch` of the
+    job; none yet: every recipe is tried)."""
+    combo = pending.combo
+    if combo.optimizer != Optimizer.onnx_int8:
+        return {}
+    for batch in batch_sizes:
+        if batch == combo.batch_size:
+            continue
+        other = artifact_key(  # an onnx_int8 key names the minimum agreement (its recipe is chosen against it)
+            pending.model,
+            combo.model_copy(update={"batch_size": batch}),
+            pending.target_cpu,
+            Tuning(trials=0, min_agreement=pending.min_agreement),
+        )
+        try:
+            manifest = ArtifactManifest.read(store.get_bytes(keys.manifest(other)))
+        except (NotFound, ValueError):
+            continue
+        recipe = manifest.details.get("recipe")
+        if (
+            recipe
+            and manifest.details.get("meets_minimum")
+            and manifest.details.get("min_agreement") == (pending.min_agreement)
+        ):
+            return {"int8_recipe": recipe, "int8_recipe_batch": batch}
+    return {}
 
 
 EXPORTED_FOR = (Optimizer.onnx, Optimizer.onnx_int8)  # the engines that start from the model's ONNX export

@@ -59,6 +59,8 @@ def convert_in_sandbox(optimizer, job: ConversionJob, *, timeout_s: float, memor
             ],
             "inputs_path": str(workspace.bring(job.inputs_path, "inputs.npz")) if job.inputs_path else None,
             "min_agreement": job.min_agreement,
+            "int8_recipe": job.int8_recipe,
+            "int8_recipe_batch": job.int8_recipe_batch,
         }
         result = sandbox.call(
             "services.converter.sandboxed:convert_here",
@@ -97,6 +99,8 @@ def convert_here(
     shared_tuning_dirs: list[str],
     inputs_path: str | None,
     min_agreement: float = 0.99,
+    int8_recipe: str | None = None,
+    int8_recipe_batch: int | None = None,
 ) -> dict:
     """In the sandbox: the engine's conversion; what it reports (`Conversion`'s fields)."""
     from dataclasses import asdict
@@ -117,6 +121,8 @@ def convert_here(
         shared_tuning_dirs=[Path(d) for d in shared_tuning_dirs],
         inputs_path=Path(inputs_path) if inputs_path else None,
         min_agreement=min_agreement,
+        int8_recipe=int8_recipe,
+        int8_recipe_batch=int8_recipe_batch,
         progress=sandbox.progress,
     )
     return asdict(engines.module(optimizer).convert(job))

@@ -19,7 +19,7 @@ def test_onnx_and_int8_convert_from_one_onnx_export_and_base_from_the_reference(
     import hashlib
 
     from schemas import keys
-    from schemas.combos import Combo, Matrix, reference_key
+    from schemas.combos import Combo, Matrix, Tuning, artifact_key, reference_key
     from schemas.documents import ArtifactManifest
     from schemas.events import ComboPending, Envelope, ModelConverted, RequestSubmitted, RunPlanned
     from services.converter.handlers import _exporter, on_combo_pending
@@ -47,14 +47,19 @@ def test_onnx_and_int8_convert_from_one_onnx_export_and_base_from_the_reference(
     store.put_bytes(keys.plan("r"), plan.model_dump_json().encode())
     deps = ConverterDeps(store=store, work_dir=tmp_path)
     outcomes = {}
-    for optimizer, batch in (("base", 1), ("onnx", 1), ("onnx", 2), ("onnx_int8", 1)):
+    # onnx_int8 at a minimum its recipes meet on this random-weight model, under the keys dedup gives them
+    int8 = Tuning(trials=0, min_agreement=0.9)
+    for optimizer, batch in (("base", 1), ("onnx", 1), ("onnx", 2), ("onnx_int8", 1), ("onnx_int8", 2)):
         combo = Combo(hardware="intel", optimizer=optimizer, batch_size=batch, memory_mb=1769)
         pending = ComboPending(
             model=model,
             combo=combo,
             combo_key=f"k-{optimizer}-{batch}",
-            artifact_key=f"a-{optimizer}-{batch}",
+            artifact_key=artifact_key(model, combo, "x86-64-v3", int8)
+            if optimizer == "onnx_int8"
+            else f"a-{optimizer}-{batch}",
             target_cpu="x86-64-v3",
+            min_agreement=0.9 if optimizer == "onnx_int8" else 0.99,
         )
         (out,) = on_combo_pending(Envelope.wrap(pending, run_id="r", producer="dedup"), deps)
         assert isinstance(out, ModelConverted), out
@@ -63,7 +68,11 @@ def test_onnx_and_int8_convert_from_one_onnx_export_and_base_from_the_reference(
     assert store.list_keys("exports/") == [keys.onnx_export(model.sha256, _exporter())]
     assert store.get_bytes(keys.artifact_file("a-base-1", "model.pt2")) == data
     assert store.exists(keys.reference(reference_key(model, 2)))
-    assert outcomes[("onnx_int8", 1)].details.get("recipe")  # int8 chose its recipe from the shared export
+    chose = outcomes[("onnx_int8", 1)].details
+    assert chose.get("recipe") and len(chose["recipes"]) > 1  # int8 chose its recipe from the shared export
+    # batch 2 made and judged the recipe batch 1 chose, alone
+    took = outcomes[("onnx_int8", 2)].details
+    assert took["recipe"] == chose["recipe"] and took["recipe_chosen_at"] == 1 and len(took["recipes"]) == 1
     # batch 2's reference computed beside batch 1's is the one a child of its own computes
     alone = tmp_path / "alone-b2.npz"
     compute_reference(

@@ -328,3 +328,69 @@ def test_the_mixed_recipes_keep_in_float_the_matmuls_whose_inputs_int8_rounds_wo
     quantized = onnx.load(str(out)).graph.node
     assert {node.name for node in quantized if node.op_type == "MatMul"} == {noisy}
     assert sum(node.op_type == "MatMulInteger" for node in quantized) == count - 1
+
+
+def test_the_recipe_chosen_at_one_batch_size_is_tried_alone_at_the_others(cancelling, tmp_path):
+    """The recipe chosen at batch 1 is made, judged and timed alone at batch 2 (said so in the
+    summary); where it falls short of the minimum there, every recipe is tried again."""
+    from dataclasses import replace
+
+    pt2 = export_example("image_classification", [64, 64], tmp_path / "resnet.pt2")  # static QDQ keeps it
+    job = replace(_job(pt2, "image_classification", [64, 64], tmp_path / "out", batch=2), int8_recipe="static_qdq")
+    details = onnx_int8_engine.convert(replace(job, int8_recipe_batch=1)).details
+    assert [r["recipe"] for r in details["recipes"]] == ["static_qdq"] and details["meets_minimum"]
+    assert details["recipe"] == "static_qdq" and details["recipe_chosen_at"] == 1
+    assert details["recipe_summary"].endswith("chosen (as chosen at batch 1; the other recipes not tried again)")
+    short = _job(cancelling, "image_classification", [8, 8], tmp_path / "cancel", batch=2)
+    again = onnx_int8_engine.convert(replace(short, int8_recipe="static_qdq", int8_recipe_batch=1)).details
+    assert len(again["recipes"]) > 1 and "recipe_chosen_at" not in again  # no recipe keeps it: all were tried
+
+
+def test_the_converter_finds_the_recipe_chosen_at_another_batch_size_of_the_run():
+    from adapters.memory_store import MemoryStore
+    from schemas import keys
+    from schemas.combos import Combo, artifact_key
+    from schemas.documents import ArtifactManifest
+    from schemas.events import ComboPending
+    from services.converter.handlers import _int8_recipe_chosen
+
+    model = ModelRef(sha256="ab" * 32, size_bytes=10, format="pt2", workload="nlp", input_size=[32])
+    combo = Combo(hardware="intel", optimizer="onnx_int8", batch_size=4, memory_mb=1769)
+    pending = ComboPending(
+        model=model,
+        combo=combo,
+        combo_key="k",
+        artifact_key=artifact_key(model, combo, "x86-64-v3"),
+        target_cpu="x86-64-v3",
+    )
+    store = MemoryStore()
+    assert _int8_recipe_chosen(store, pending, [1, 2, 4]) == {}  # nothing converted yet: every recipe
+    chosen = {"recipe": "dynamic_per_channel", "meets_minimum": True, "min_agreement": 0.99}
+    manifest = ArtifactManifest(
+        artifact_file="model.int8.onnx",
+        optimizer="onnx_int8",
+        hardware="intel",
+        target_cpu="x86-64-v3",
+        conversion_s=20.0,
+        details=chosen,
+    )
+    other = artifact_key(model, combo.model_copy(update={"batch_size": 2}), "x86-64-v3")
+    store.put_bytes(keys.manifest(other), manifest.to_bytes())
+    assert _int8_recipe_chosen(store, pending, [1, 2, 4]) == {
+        "int8_recipe": "dynamic_per_channel",
+        "int8_recipe_batch": 2,
+    }
+    stricter = pending.model_copy(update={"min_agreement": 0.999})  # chosen against another minimum: not reused
+    assert _int8_recipe_chosen(store, stricter, [1, 2, 4]) == {}
+    # the key the dedup service gives the other batch's artifact (the run's tuning): the one looked up
+    from schemas.combos import Tuning
+
+    strict_key = artifact_key(
+        model, combo.model_copy(update={"batch_size": 1}), "x86-64-v3", Tuning(trials=64, min_agreement=0.999)
+    )
+    strict = manifest.model_copy(update={"details": {**chosen, "min_agreement": 0.999}})
+    store.put_bytes(keys.manifest(strict_key), strict.to_bytes())
+    assert _int8_recipe_chosen(store, stricter, [1, 2, 4]) == {
+        "int8_recipe": "dynamic_per_channel",
+        "int8_recipe_batch": 1,
+    }

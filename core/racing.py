@@ -5,9 +5,7 @@ A run of precision `quick` (`RequestSubmitted.precision`, the default) measures 
 combination with a quarter of the timing budget (`QUICK_TIME_CAP_SHARE`): rough figures with
 95 % intervals. `race` then splits them:
 - contenders: could still be fastest, cheapest, balanced, within the SLO or on the Pareto
-  front: they are measured again to full precision (the refined result replaces the quick one),
-  unless their quick measurement converged within its budget (the rule a full one stops by:
-  measured again, it would stop at the same precision);
+  front: they are measured again to full precision (the refined result replaces the quick one);
 - dominated: another combination's worst case (its interval's upper bound) beats its best case
   (lower bound) on both p99 and cost: it cannot be any of the answers. It stops at its rough
   figures, shown as "dominated by X" with both intervals (`Domination.evidence`);

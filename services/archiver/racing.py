@@ -139,13 +139,11 @@ def race_quick_pass(
         figures, out, forced = race_figures(plan, results, failures)
         outcome = race(figures, slo_p99_ms=plan.request.slo_p99_ms, out=out)
         labels = set(outcome.contenders) | set(forced)
-        # a quick result reused from another run is refined from its stored artifact (none left: it stays quick);
-        # one whose intervals converged within the quick budget stopped by the rule a full measurement stops by
-        # (measuring/measure.py `converged`): measured again it would stop there too (MiniLM: 4 of 19 refinements)
+        # a quick result reused from another run is refined from its stored artifact (none left: it stays quick)
         refine = {
             k: r.combo.model_dump(mode="json")
             for k, r in quick.items()
-            if r.label in labels and not r.latency_ms.converged and deps.store.exists(keys.manifest(r.artifact_key))
+            if r.label in labels and deps.store.exists(keys.manifest(r.artifact_key))
         }
         decided = {
             "decided_by": event.event_id,

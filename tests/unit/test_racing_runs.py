@@ -32,7 +32,6 @@ class RacingFakes(Fakes):
         self.caps: list[tuple[str, int, float]] = []
         self.quick_bias = 1.04
         self.crash_refinements = False
-        self.quick_converges: set[str] = set()  # optimizers whose quick measurement converges (a fast model's)
 
     def measure(self, spec, python_command) -> dict:
         quick = spec.time_cap_s < FULL_CAP_S
@@ -40,8 +39,7 @@ class RacingFakes(Fakes):
         report = super().measure(spec, python_command)
         self.caps.append((spec.optimizer, spec.memory_mb, spec.time_cap_s))
         p50 = SPEED[spec.optimizer] * 1769 / min(spec.memory_mb, 1769) * (self.quick_bias if quick else 1.0)
-        converges = not quick or spec.optimizer in self.quick_converges
-        samples, tail = (30, 0.25) if not converges else (100, 0.05) if quick else (300, 0.05)
+        samples, tail = (30, 0.25) if quick else (300, 0.05)
         report["latency_ms"] |= {
             "p50": p50,
             "p90": p50 * 1.1,
@@ -53,7 +51,6 @@ class RacingFakes(Fakes):
             "p99_ci95_high": p50 * 1.2 * (1 + tail),
             "cv": 0.1,
             "iterations": samples,
-            "converged": converges,
             "billed_ms_mean": float(int(p50) + 1),
         }
         return report
@@ -99,18 +96,6 @@ def test_a_quick_run_measures_every_combination_briefly_and_only_contenders_full
     assert rows["base/1024"].get("precision") == "quick" and rows["onnx_int8/1769"].get("precision") is None
     racing = json.loads(app.store.get_bytes(keys.racing(summary["run_id"])))
     assert set(racing["refine"]) == {rows[k]["combo_key"] for k, r in rows.items() if r.get("precision") != "quick"}
-
-
-def test_a_quick_measurement_that_converged_is_not_measured_again(app, fakes):
-    """A fast model's quick measurement can stop by the rule a full one stops by (its intervals
-    converged within the quick budget): a contender then keeps it instead of being measured again."""
-    fakes.quick_converges = {"onnx_int8"}
-    summary = submit(app, precision="quick")
-    full = [(o, m) for o, m, cap in fakes.caps if cap == FULL_CAP_S]
-    assert not [o for o, _ in full if o == "onnx_int8"] and ("onnx", 1769) in full
-    rows = {r["combo"]["optimizer"] + f"/{r['combo']['memory_mb']}": r for r in summary["results"]}
-    assert rows["onnx_int8/1769"]["latency_ms"]["converged"] and rows["onnx_int8/1769"].get("precision") == "quick"
-    assert summary["recommendation"]["fastest"] == "intel/onnx_int8/b1/1769MB"
 
 
 def test_a_dominated_combination_is_listed_with_its_evidence(app, fakes):

@@ -164,7 +164,7 @@ class CombinationProgress(BaseModel):
     batch_size: int
     memory_mb: int
     state: str = Field(
-        description="queued | measured | failed | skipped (not measured: it cannot change the answer, `reason` says why)"
+        description="queued | measured | failed | skipped (not measured: it cannot change the answer; `reason`: why)"
     )
     p50_ms: float | None = None
     p99_ms: float | None = None

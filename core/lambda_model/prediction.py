@@ -390,19 +390,27 @@ def predict_run(
     """Rows for the `predicted` combinations from the run's measured `results` (and the
     `failures` of its anchors): (predicted rows, combinations that will not fit or get no
     prediction, each failed at the stage `prediction` with the reason, and `smallest_fit_mb`
-    when it will not fit)."""
+    when it will not fit). A family whose measured sizes were all skipped (they cannot change the
+    answer: TVM's tuning) has its predicted sizes skipped too, with the same reason."""
     anchors: dict[tuple, list[Anchor]] = {}
     for result in results:
         if not result.predicted:
             anchors.setdefault(_family(result.combo), []).append(Anchor(result.combo.memory_mb, result))
     oom: dict[tuple, list[int]] = {}
+    skipped: dict[tuple, str] = {}  # families not measured because they cannot change the answer (TVM's tuning)
     for failure in failures:
         if "out of memory" in (failure.reason or ""):
             oom.setdefault(_family(failure.combo), []).append(failure.combo.memory_mb)
+        if failure.stage == FailureStage.skipped:
+            skipped[_family(failure.combo)] = failure.reason
     models: dict[tuple, FamilyModel | str] = {}
     rows, refused = [], []
     for combo in predicted:
         family = _family(combo)
+        if family in skipped and family not in anchors:  # its measured sizes were skipped: so is this one
+            key = combo_key(request.model, combo, request.tuning)
+            refused.append(_refused(key, combo, skipped[family], stage=FailureStage.skipped))
+            continue
         if family not in models:
             try:
                 models[family] = FamilyModel.fit(anchors.get(family, []), oom.get(family, []))
@@ -425,10 +433,10 @@ def predict_run(
     return rows, refused
 
 
-def _refused(key: str, combo: Combo, reason: str, **more) -> FailedCombination:
-    return FailedCombination(
-        combo_key=key, combo=combo, label=combo.label, stage=FailureStage.prediction, reason=reason, **more
-    )
+def _refused(
+    key: str, combo: Combo, reason: str, stage: FailureStage = FailureStage.prediction, **more
+) -> FailedCombination:
+    return FailedCombination(combo_key=key, combo=combo, label=combo.label, stage=stage, reason=reason, **more)
 
 
 def _row(

@@ -176,3 +176,27 @@ def test_memory_ranges_and_their_errors(text, message):
     assert parse_memory_sizes("512-1769,3538") == [512, 768, 1024, 1536, 1769, 3538]
     with pytest.raises(ValueError, match=message):
         parse_memory_sizes(text)
+
+
+def test_the_predicted_sizes_of_a_family_whose_measured_sizes_were_skipped_are_skipped_too():
+    """TVM's tuning skipped at a batch size (it cannot change the answer): its measured sizes end
+    `skipped`, and so do its predicted ones, with the same reason (the run stays complete)."""
+    request = RequestSubmitted(
+        model=MODEL,
+        matrix=Matrix(optimizers={"intel": ["tvm"]}, batch_sizes=[2], memory_sizes_mb=[512, 1024, 1769, 2048, 3538]),
+        predict=True,
+    )
+    measured, predicted = measured_and_predicted(request)
+    why = "tuning skipped: even TVM's largest gain seen leaves it dominated"
+    skipped = [
+        FailedCombination(combo_key=f"k-{c.memory_mb}", combo=c, label=c.label, stage=FailureStage.skipped, reason=why)
+        for c in measured
+    ]
+    rows, refused = predict_run(request, predicted, [], skipped, "us-east-1")
+    assert not rows and {r.label for r in refused} == {c.label for c in predicted} and predicted
+    assert all(r.stage == FailureStage.skipped and r.reason == why for r in refused)
+    failed = FailedCombination(
+        combo_key="k", combo=measured[0], label=measured[0].label, stage=FailureStage.inference, reason="killed"
+    )
+    _, refused = predict_run(request, predicted, [], [failed], "us-east-1")  # a failed family: no prediction
+    assert all(r.stage == FailureStage.prediction for r in refused)

@@ -26,7 +26,10 @@ Measured here (2026-12-06, a 2-core host shared with other benchmarks; docs/benc
 for the machine's measurement lock counted apart): the issue's 96 combinations on ResNet-18, exact 94.8 min (49.7
 without waits; TVM tuned at four batch sizes), quick 25.9 min (13.7 without waits: 0.28 of exact; fastest the same,
 cheapest within its margin, balanced different); the first (provisional) answer on those 96 (`--first-answer-only`):
-57.6 s of the run's own work, 1107.6 s wall behind 1050 s of lock waits.
+57.6 s of the run's own work, 1107.6 s wall behind 1050 s of lock waits. Later the same day on a quiet host
+(docs/benchmarks.md): MiniLM exact 25.4 min, quick 14.3 min (0.56; first answer 70.9 s; fastest and cheapest the
+same, balanced within its margin), quick again with the int8 recipe reused 12.8 min; ResNet-18 quick 7.5 min
+(first answer 46.9 s).
 
     .venv/bin/python bench/bench_time_to_answer.py                       # the matrix (hours in exact)
     .venv/bin/python bench/bench_time_to_answer.py --models resnet18 --precisions quick --first-answer-only

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import importlib
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import pytest
 
@@ -90,45 +89,16 @@ def tiny_image_model(tmp_path_factory) -> Path:
     )
 
 
-@dataclass(frozen=True)
-class TinyOnnx:
-    """The tiny model (`tiny_image_model`, stored: its reference), converted for ONNX Runtime at
-    batch 1 (its batch axis is dynamic), and the base model's reference outputs for batch 1."""
-
-    model: Any  # schemas.combos.ModelRef
-    artifact: Path
-    reference: Path
-
-
 @pytest.fixture(scope="session")
-def tiny_onnx(tiny_image_model, tmp_path_factory) -> TinyOnnx:
-    """One ONNX conversion of the tiny model for the tests that measure an artifact directly
+def tiny_onnx(tiny_image_model, tmp_path_factory):
+    """The tiny model converted for ONNX Runtime at batch 1 and the base model's reference outputs for
+    batch 1 (`bench.resnet_artifact.Artifact`), for the tests that measure an artifact directly
     (confinement, the quota lift, the paired measurement, the measuring function): read only."""
-    import engines
-    from adapters.local_store import LocalFolderStore
-    from engines import ConversionJob
-    from schemas.combos import Hardware
-    from services.converter.handlers import ensure_reference
-    from services.request.submission import store_model
+    from bench.resnet_artifact import onnx_artifact
 
-    work = tmp_path_factory.mktemp("tiny-onnx")
-    store = LocalFolderStore(work / "store")
-    model = store_model(store, tiny_image_model, "image_classification", TINY_IMAGE_SIZE)
-    out = work / "onnx"
-    out.mkdir()
-    engines.module("onnx").convert(
-        ConversionJob(
-            model=model,
-            model_path=tiny_image_model,
-            hardware=Hardware.intel,
-            batch_size=1,
-            target_cpu="x86_64",
-            out_dir=out,
-        )
+    return onnx_artifact(
+        tiny_image_model, "image_classification", TINY_IMAGE_SIZE, tmp_path_factory.mktemp("tiny-onnx")
     )
-    reference = work / "reference-b1.npz"
-    reference.write_bytes(store.get_bytes(ensure_reference(store, model, tiny_image_model, 1, work)))
-    return TinyOnnx(model=model, artifact=out / "model.onnx", reference=reference)
 
 
 @pytest.fixture(scope="session")

@@ -47,10 +47,10 @@ def onnx_model(tiny_onnx, tmp_path_factory) -> dict:
     reference outputs for batch 1, and the inputs of a big batch (with placeholder outputs:
     it never gets as far as comparing them)."""
     work = tmp_path_factory.mktemp("confined")
-    references = {1: tiny_onnx.reference, BIG_BATCH: work / f"reference-b{BIG_BATCH}.npz"}
+    references = {1: tiny_onnx.reference_path, BIG_BATCH: work / f"reference-b{BIG_BATCH}.npz"}
     pixels = workload_module("image_classification").example_inputs(BIG_BATCH, TINY_IMAGE_SIZE)["pixels"]
     np.savez(references[BIG_BATCH], **{"input:pixels": pixels, "output:0": np.zeros((BIG_BATCH, 1000), np.float32)})
-    return {"artifact": tiny_onnx.artifact, "references": references}
+    return {"artifact": tiny_onnx.onnx_path, "references": references}
 
 
 def spec(onnx_model, memory_mb: int, batch: int = 1) -> MeasureSpec:

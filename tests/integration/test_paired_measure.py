@@ -14,7 +14,7 @@ from measuring.paired_measure import PairSide, measure_pair
 
 @pytest.fixture(scope="module")
 def side(tiny_onnx) -> PairSide:
-    return PairSide(optimizer="onnx", artifact_path=tiny_onnx.artifact, reference_path=tiny_onnx.reference)
+    return PairSide(optimizer="onnx", artifact_path=tiny_onnx.onnx_path, reference_path=tiny_onnx.reference_path)
 
 
 def test_a_pair_is_timed_in_rounds_in_one_confined_child(side):

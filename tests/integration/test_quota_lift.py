@@ -19,7 +19,7 @@ def artifact(tiny_onnx) -> dict:
     reason = unavailable_reason()
     if reason is not None:
         skip_unless_required("AYCI_REQUIRE_CGROUPS", f"cgroups cannot confine measurements here: {reason}")
-    return {"artifact": tiny_onnx.artifact, "reference": tiny_onnx.reference}
+    return {"artifact": tiny_onnx.onnx_path, "reference": tiny_onnx.reference_path}
 
 
 def _spec(artifact: dict, **kwargs) -> MeasureSpec:

@@ -33,7 +33,7 @@ INTEL, ARM = "ayci-measure-intel", "ayci-measure-arm"
 @pytest.fixture(scope="module")
 def converted(tiny_onnx) -> dict:
     """The tiny model converted for ONNX Runtime and the base model's reference outputs."""
-    return {"model": tiny_onnx.model, "artifact": tiny_onnx.artifact, "reference": tiny_onnx.reference}
+    return {"model": tiny_onnx.model, "artifact": tiny_onnx.onnx_path, "reference": tiny_onnx.reference_path}
 
 
 @pytest.fixture

@@ -258,13 +258,10 @@ def picks(candidates: list[Figures], balance_weight: float = 0.5) -> dict[str, s
     rule) among `candidates`, on their point figures."""
     if not candidates:
         return dict.fromkeys(KINDS)
-    p99 = {f.label: f.p99 for f in candidates}
-    cost = {f.label: f.cost for f in candidates}
-    score = balance_ranking(candidates, balance_weight)
     return {
-        "fastest": min(p99, key=lambda k: (p99[k], cost[k])),
-        "cheapest": min(cost, key=lambda k: (cost[k], p99[k])),
-        "balanced": score[0] if score else None,
+        "fastest": min(candidates, key=lambda f: (f.p99, f.cost)).label,
+        "cheapest": min(candidates, key=lambda f: (f.cost, f.p99)).label,
+        "balanced": balance_ranking(candidates, balance_weight)[0],
     }
 
 

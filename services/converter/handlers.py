@@ -164,7 +164,11 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
             shared_tuning_dirs=shared_tuning,
             inputs_path=inputs_path,
             min_agreement=pending.min_agreement,
-            **(_int8_recipe_chosen(deps.store, pending, _run_batch_sizes(deps.store, event.run_id))),
+            **(
+                _int8_recipe_chosen(deps.store, pending, _run_batch_sizes(deps.store, event.run_id))
+                if combo.optimizer == Optimizer.onnx_int8
+                else {}
+            ),
             progress=lambda message: _progress(
                 lease, bound, message, f"{combo.hardware.value}/tvm/b{combo.batch_size}"
             ),
@@ -219,10 +223,9 @@ def _run_batch_sizes(store: ObjectStore, run_id: str) -> list[int]:
 def _int8_recipe_chosen(store: ObjectStore, pending: ComboPending, batch_sizes: list[int]) -> dict:
     """For an onnx_int8 conversion: the recipe chosen for the same model at another batch size of the
     run, smallest first, read from that artifact's manifest (`int8_recipe`, `int8_recipe_batch` of the
-    job; none yet: every recipe is tried)."""
+    job; none yet: every recipe is tried). The artifact's key names the run's minimum agreement, so a
+    manifest found was chosen against it."""
     combo = pending.combo
-    if combo.optimizer != Optimizer.onnx_int8:
-        return {}
     for batch in batch_sizes:
         if batch == combo.batch_size:
             continue
@@ -237,11 +240,7 @@ def _int8_recipe_chosen(store: ObjectStore, pending: ComboPending, batch_sizes: 
         except (NotFound, ValueError):
             continue
         recipe = manifest.details.get("recipe")
-        if (
-            recipe
-            and manifest.details.get("meets_minimum")
-            and manifest.details.get("min_agreement") == (pending.min_agreement)
-        ):
+        if recipe and manifest.details.get("meets_minimum"):
             return {"int8_recipe": recipe, "int8_recipe_batch": batch}
     return {}
 

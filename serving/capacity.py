@@ -170,7 +170,7 @@ def level_figures(
     split = [t for t in answered if t.queued_ms is not None and t.compute_ms is not None]
     queued = [t.queued_ms for t in split]
     computing = [t.compute_ms for t in split]
-    other = [t.latency_ms - t.queued_ms - t.compute_ms for t in split]
+    other = [t.overhead_ms for t in split]
     error_share = (len(counted) - len(answered)) / len(counted) if counted else 1.0
     notes = []
     if len(answered) < MIN_LEVEL_REQUESTS:

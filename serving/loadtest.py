@@ -146,7 +146,7 @@ def calibrate(endpoint, url: str, bodies: dict[str, bytes], requests: int = CALI
             )
         # the overhead: each calibration request's latency beyond its time queued and in the worker (HTTP, the
         # body's decoding, the answer's encoding, the hops between threads): the whole path but the model
-        overhead = [t.latency_ms - t.queued_ms - t.compute_ms for t in served]
+        overhead = [t.overhead_ms for t in served]
         # the service time: what holds the worker, from the request's hand-over to it (marked busy) to its
         # answer: `queued` (for a request that found the worker idle, the hand-over to its feeding thread)
         # and `compute` (the worker's round trip); the overhead holds no worker
@@ -337,9 +337,7 @@ def load_fed(calibration: dict, timings: list[RequestTiming], lambda_like: bool,
     # the time each request entered the pool, where every answered one says (`X-Pool-Entered-At`): the
     # simulation's arrivals, and the time before it (the front end) that request's own, added to its latency
     entries = bool(answered) and all(t.entered_s is not None for t in answered)
-    overhead = [
-        max(0.0, t.latency_ms - t.queued_ms - t.compute_ms - (t.front_ms if entries else 0.0)) for t in answered
-    ]
+    overhead = [max(0.0, t.overhead_ms - (t.front_ms if entries else 0.0)) for t in answered]
     if len(overhead) >= MIN_PROBES:
         fed["overhead_ms"] = overhead
     worked = [t.compute_ms for t in answered if not t.cold]
@@ -394,7 +392,7 @@ def nearest_draws(
         pick = timings[order[lo + int(rng.integers(0, min(NEAREST, len(order))))]]
         service.append(pick.compute_ms + handoff_ms)
         before = pick.front_ms if after_entry and pick.front_ms is not None else 0.0
-        overhead.append(max(0.0, pick.latency_ms - pick.queued_ms - pick.compute_ms - before))
+        overhead.append(max(0.0, pick.overhead_ms - before))
     return service, overhead
 
 
@@ -487,13 +485,7 @@ def observed_figures(timings: list[RequestTiming], samples: list[dict], name: st
         "errors": errors,
         **percentiles([t.latency_ms for t in answered]),
         "compute": percentiles([t.compute_ms for t in answered if t.compute_ms is not None]),
-        "overhead": percentiles(
-            [
-                t.latency_ms - t.queued_ms - t.compute_ms
-                for t in answered
-                if t.compute_ms is not None and t.queued_ms is not None
-            ]
-        ),
+        "overhead": percentiles([t.overhead_ms for t in answered if t.overhead_ms is not None]),
         # from its scheduled time to its pool (part of the overhead above): the arrivals the pool saw
         "front": percentiles([t.front_ms for t in answered if t.front_ms is not None]),
         "queued": percentiles([t.queued_ms for t in answered if t.queued_ms is not None]),

@@ -97,6 +97,14 @@ class RequestTiming:
         return (self.started_s - self.scheduled_s) * 1000
 
     @property
+    def overhead_ms(self) -> float | None:
+        """Its latency beyond its time queued and in the worker (HTTP, the body's decoding, the answer's
+        encoding, the hops between threads), when the endpoint reports those."""
+        if self.queued_ms is None or self.compute_ms is None:
+            return None
+        return self.latency_ms - self.queued_ms - self.compute_ms
+
+    @property
     def front_ms(self) -> float | None:
         """From its scheduled time to its entering the model's pool (the generator's lag, HTTP, the
         body's decoding, the front end's own waiting), when the endpoint reports it."""

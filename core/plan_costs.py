@@ -49,6 +49,17 @@ PRIOR_TRIAL_S = 1.2  # docs/tvm.md: about 1-1.4 s per trial on 2 cores
 PRIOR_P50_MS = 30.0  # a model never measured here, for its sampling (within the cap whatever it is)
 MAX_RESULTS_READ = 400  # stored results read to learn from (the store may hold many more)
 
+# A racing run (`core/racing.py`, precision `quick`) measures every combination quickly, then again
+# to full precision only those that can still be an answer; TVM is tuned at a batch size only where
+# the other engines' figures leave it a chance (`core/tuning_stakes.py`). How much of each a run
+# does is the race's to decide; a plan learns it from the racing runs stored, else these priors, from
+# the issue-38 matrices measured here on the current code (96 combinations, --predict, docs/benchmarks.md):
+# all-MiniLM-L6-v2 refined 19 of its 39 quick measurements and tuned TVM at 1 batch size of 4, ResNet-18
+# 9 of 36 and 0 of 4 (an earlier ResNet-18 run: 9 of 39).
+PRIOR_REFINED_SHARE = 0.33  # (19 + 9 + 9) / (39 + 36 + 39)
+PRIOR_TVM_TUNED_SHARE = 0.125  # 1 of 8
+MAX_RACING_RUNS_READ = 12  # the newest racing runs learned from
+
 
 def sampling_s(p50_ms: float, cap_share: float = 1.0) -> float:
     """Seconds spent timing samples of a model of this latency (warm-up included), up to the cap
@@ -68,6 +79,11 @@ class EngineCosts:
     learned_from: dict[str, int] = field(default_factory=dict)  # optimizer -> results its overhead rests on
     p50s: dict[tuple, float] = field(default_factory=dict)  # (model sha, optimizer, batch, memory) -> p50 ms
     artifacts: dict[tuple, str] = field(default_factory=dict)  # `artifact_of` -> the artifact key results name
+    # a racing run: the share of its quick-measured combinations measured again fully, of its TVM artifacts
+    # tuned, and the racing runs both rest on (0: the priors)
+    refined_share: float = PRIOR_REFINED_SHARE
+    tvm_tuned_share: float = PRIOR_TVM_TUNED_SHARE
+    racing_runs: int = 0
 
     def expected_p50_ms(self, model_sha256: str, combo: Combo) -> float:
         """The combination's latency as far as stored results tell: the same model, engine and
@@ -104,6 +120,11 @@ class EngineCosts:
         if not self.learned_from:
             return "priors (no results stored yet)"
         return "learned from stored results: " + ", ".join(f"{k} {n}" for k, n in sorted(self.learned_from.items()))
+
+    def racing_source(self) -> str:
+        if not self.racing_runs:
+            return "priors (no racing run stored yet)"
+        return f"learned from {self.racing_runs} stored racing run{'s' * (self.racing_runs > 1)}"
 
 
 def artifact_of(model_sha256: str, combo: dict, tuning_trials: int | None) -> tuple:
@@ -208,6 +229,42 @@ def learn_costs(results: list[dict], submitted: dict[str, datetime] | None = Non
     return costs
 
 
+def learn_racing(store: ObjectStore, results: list[dict], costs: EngineCosts) -> None:
+    """What the newest stored racing runs (those with quick results among `results`, archived)
+    did, into `costs`: the share of their quick-measured combinations they refined (`racing.json`)
+    and of their TVM artifacts (hardware and batch size, measured or failed, predictions apart)
+    they tuned rather than skipped (their summaries' failures at stage `skipped`)."""
+    newest: dict[str, str] = {}
+    for result in results:
+        if result.get("precision") == "quick" and result.get("run_id"):
+            newest[result["run_id"]] = max(newest.get(result["run_id"], ""), str(result.get("measured_at") or ""))
+    quick = refined = artifacts = tuned = runs = 0
+    for run_id in sorted(newest, key=newest.__getitem__, reverse=True)[:MAX_RACING_RUNS_READ]:
+        try:
+            decided = json.loads(store.get_bytes(keys.racing(run_id)))
+            summary = json.loads(store.get_bytes(keys.summary(run_id)))
+        except (NotFound, ValueError):
+            continue  # not raced yet, or not archived yet
+        was_tuned: dict[tuple, bool] = {}
+        for row, stage in [(r, None) for r in summary.get("results", [])] + [
+            (f, f.get("stage")) for f in summary.get("failures", [])
+        ]:
+            combo = row.get("combo") or {}
+            if combo.get("optimizer") != Optimizer.tvm.value or row.get("predicted") or stage in ("plan", "prediction"):
+                continue
+            where = (combo.get("hardware"), combo.get("batch_size"))
+            was_tuned[where] = was_tuned.get(where, False) or stage != "skipped"
+        runs += 1
+        quick += len(decided.get("quick") or {})
+        refined += len(decided.get("refine") or {})
+        artifacts += len(was_tuned)
+        tuned += sum(was_tuned.values())
+    if runs:
+        costs.racing_runs = runs
+        costs.refined_share = refined / quick if quick else costs.refined_share
+        costs.tvm_tuned_share = tuned / artifacts if artifacts else costs.tvm_tuned_share
+
+
 def submitted_at(store: ObjectStore, run_ids: set[str]) -> dict[str, datetime]:
     """When each run was submitted, from its record (runs without one are left out)."""
     found = {}
@@ -224,4 +281,6 @@ def stored_costs(store: ObjectStore | None) -> EngineCosts:
     if store is None:
         return EngineCosts()
     results = stored_results(store)
-    return learn_costs(results, submitted_at(store, {r["run_id"] for r in results if r.get("run_id")}))
+    costs = learn_costs(results, submitted_at(store, {r["run_id"] for r in results if r.get("run_id")}))
+    learn_racing(store, results, costs)
+    return costs

@@ -43,11 +43,6 @@ from workloads.custom import check_npz
 AWS_CONVERTER_MB = 3008
 AWS_INFERENCE_MB = 256
 
-# Racing (`core/racing.py`, precision `quick`): a quick pass times every combination with
-# QUICK_TIME_CAP_SHARE of the time cap, then those that can still be an answer are measured again
-# to full precision: REFINED_SHARE of them is assumed (an assumption until racing runs are stored).
-REFINED_SHARE = 0.4
-
 Shapes = dict[str, tuple[tuple[int, ...], str]]
 
 
@@ -176,7 +171,7 @@ class Plan:
     @property
     def racing_wall_s(self) -> float:
         """The run's wall time if it races (`racing_s`)."""
-        return racing_s(self.combos, self.checks_s)
+        return racing_s(self.combos, self.costs, self.checks_s)
 
     def impossible(self) -> dict[str, PlannedCombo]:
         return {c.key: c for c in self.combos if c.state == "impossible"}
@@ -197,7 +192,16 @@ class Plan:
                 "estimated_benchmark_cost_usd": round(self.benchmark_cost_usd, 6),
             },
             # what the time estimates rest on, and whether `estimated_wall_s` races (`quick`)
-            "estimates": {"from": self.costs.source(), "precision": self.precision},
+            "estimates": {
+                "from": self.costs.source(),
+                "precision": self.precision,
+                # what the racing estimate assumes the race will do (`racing_s`)
+                "racing": {
+                    "refined_share": round(self.costs.refined_share, 3),
+                    "tvm_tuned_share": round(self.costs.tvm_tuned_share, 3),
+                    "from": self.costs.racing_source(),
+                },
+            },
         }
 
 
@@ -274,14 +278,22 @@ def conversion_s(costs: EngineCosts, optimizer: Optimizer, tuning_trials: int) -
     return costs.conversion_s[optimizer] + tuning
 
 
-def racing_s(combos: list[PlannedCombo], checks_s: float = 0.0) -> float:
+def racing_s(combos: list[PlannedCombo], costs: EngineCosts, checks_s: float = 0.0) -> float:
     """A racing run's wall time: every artifact converted, every combination timed in a quick
     pass (its overhead and its samples within QUICK_TIME_CAP_SHARE of the cap), and
-    REFINED_SHARE of them timed to full precision after it (a measurement of its own: overhead
-    and sampling again)."""
+    `costs.refined_share` of them timed to full precision after it (a measurement of its own:
+    overhead and sampling again). TVM's artifacts, their quick pass and refinements count at
+    `costs.tvm_tuned_share`: the rest of its batch sizes are expected skipped, their tuning unable
+    to change the answer (`core/tuning_stakes.py`). Both shares are what the stored racing runs
+    did, else priors (`core.plan_costs`)."""
+
+    def expected(c: PlannedCombo) -> float:  # the share of runs in which this combination is measured at all
+        return costs.tvm_tuned_share if c.combo.optimizer == Optimizer.tvm else 1.0
+
     measured = [c for c in combos if c.state == "measure"]
+    quick_cap = QUICK_TIME_CAP_SHARE * SAMPLING_CAP_S
     quick = sum(
-        c.measurement_s - c.sampling_s + min(c.sampling_s, QUICK_TIME_CAP_SHARE * SAMPLING_CAP_S) for c in measured
+        expected(c) * (c.conversion_s + c.measurement_s - c.sampling_s + min(c.sampling_s, quick_cap)) for c in measured
     )
-    refined = REFINED_SHARE * sum(c.measurement_s for c in measured)
-    return sum(c.conversion_s for c in measured) + quick + refined + checks_s
+    refined = costs.refined_share * sum(expected(c) * c.measurement_s for c in measured)
+    return quick + refined + checks_s

@@ -58,16 +58,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def estimate_basis(plan) -> str:
     """What the time estimate rests on, and what racing is expected to save (`core.planning.racing_s`)."""
-    from core.planning import REFINED_SHARE
     from core.racing import QUICK_TIME_CAP_SHARE
 
     totals = plan.as_dict()["totals"]
     basis = plan.as_dict()["estimates"]["from"]
     saves = totals["estimated_racing_saves_s"]
     exact, racing = totals["estimated_wall_s_exact"] / 60, totals["estimated_wall_s_racing"] / 60
+    costs = plan.costs
     return (
-        f"estimates {basis}; racing (`--precision quick`: a quick pass at "
-        f"{QUICK_TIME_CAP_SHARE:.0%} of the timing, then {REFINED_SHARE:.0%} of the combinations measured fully, "
-        f"as assumed) {racing:.1f} min, everything to full precision (`--precision exact`) {exact:.1f} min: racing "
+        f"estimates {basis}; racing (`--precision quick`: a quick pass at {QUICK_TIME_CAP_SHARE:.0%} of the timing, "
+        f"then {costs.refined_share:.0%} of the combinations measured fully and TVM tuned at "
+        f"{costs.tvm_tuned_share:.0%} of its batch sizes: {costs.racing_source()}) {racing:.1f} min, "
+        f"everything to full precision (`--precision exact`) {exact:.1f} min: racing "
         + (f"saves {saves / 60:.1f} min" if saves >= 0 else f"costs {-saves / 60:.1f} min more here")
     )

@@ -16,13 +16,15 @@ import pytest
 from adapters.memory_store import MemoryStore
 from core.plan_costs import (
     PRIOR_OVERHEAD_S,
+    PRIOR_REFINED_SHARE,
+    PRIOR_TVM_TUNED_SHARE,
     SAMPLING_CAP_S,
     EngineCosts,
     learn_costs,
     sampling_s,
     stored_costs,
 )
-from core.planning import REFINED_SHARE, plan_run
+from core.planning import plan_run
 from core.racing import QUICK_TIME_CAP_SHARE
 from schemas import keys
 from schemas.combos import Combo, Optimizer
@@ -143,12 +145,78 @@ def test_racing_is_expected_to_save_the_sampling_of_the_combinations_it_does_not
     measured = [c for c in plan.combos if c.state == "measure"]
     quick_cap = QUICK_TIME_CAP_SHARE * SAMPLING_CAP_S
     quick = sum(c.measurement_s - c.sampling_s + min(c.sampling_s, quick_cap) for c in measured)
-    expected = sum(c.conversion_s for c in measured) + quick + REFINED_SHARE * sum(c.measurement_s for c in measured)
-    assert plan.racing_wall_s == pytest.approx(expected)
+    refined = PRIOR_REFINED_SHARE * sum(c.measurement_s for c in measured)
+    assert plan.racing_wall_s == pytest.approx(sum(c.conversion_s for c in measured) + quick + refined)
     assert plan.wall_s == plan.racing_wall_s  # a quick run's estimate is the racing one
     totals = plan.as_dict()["totals"]
     assert totals["estimated_racing_saves_s"] == pytest.approx(plan.exact_wall_s - plan.racing_wall_s, abs=0.1)
     assert plan_run(_request(), None, store, shapes=lambda batch: {}).wall_s == pytest.approx(plan.exact_wall_s)
+    assert plan.as_dict()["estimates"]["racing"]["from"] == "priors (no racing run stored yet)"
+
+
+def test_racing_expects_tvm_tuned_only_at_the_share_of_batch_sizes_racing_runs_tuned():
+    """TVM's tuning (minutes per batch size) is skipped where the other engines' figures show it
+    cannot change the answer; a plan charges TVM's conversion, quick pass and refinement at the
+    share of TVM artifacts racing runs tuned, not at every batch size."""
+    matrix = {"optimizers": {"intel": ["onnx", "tvm"]}, "batch_sizes": [1, 4], "memory_sizes_mb": [1024, 3538]}
+    plan = plan_run(_request(precision="quick", matrix=matrix), None, MemoryStore(), shapes=lambda batch: {})
+    onnx = [c for c in plan.combos if c.state == "measure" and c.combo.optimizer == Optimizer.onnx]
+    tvm = [c for c in plan.combos if c.state == "measure" and c.combo.optimizer == Optimizer.tvm]
+    assert sum(c.conversion_s for c in tvm) > 10 * sum(c.conversion_s for c in onnx)  # tuning: the bulk of it
+
+    def charged(combos, share):
+        quick_cap = QUICK_TIME_CAP_SHARE * SAMPLING_CAP_S
+        quick = sum(c.conversion_s + c.measurement_s - c.sampling_s + min(c.sampling_s, quick_cap) for c in combos)
+        return share * (quick + PRIOR_REFINED_SHARE * sum(c.measurement_s for c in combos))
+
+    expected = charged(onnx, 1.0) + charged(tvm, PRIOR_TVM_TUNED_SHARE)
+    assert plan.racing_wall_s == pytest.approx(expected)
+    assert plan.exact_wall_s > plan.racing_wall_s + 0.5 * sum(c.conversion_s for c in tvm)
+
+
+def _store_racing_run(store: MemoryStore, run_id: str, *, quick: int, refined: int, tvm: dict[int, str]) -> None:
+    """A racing run's traces: one quick result (what marks it a racing run), its race (`quick`
+    figures, `refine`) and its summary, TVM at each batch size of `tvm` measured ("tuned"),
+    skipped ("skipped") or out of memory after tuning ("inference")."""
+    combo = {"hardware": "intel", "optimizer": "onnx", "batch_size": 1, "memory_mb": 1769}
+    result = {
+        "combo": combo,
+        "model": {"sha256": SHA},
+        "run_id": run_id,
+        "precision": "quick",
+        "measured_at": STARTED.isoformat(),
+        "latency_ms": {"p50": 2.0, "p99": 2.4},
+    }
+    store.put_bytes(keys.result_version("onnx-b1-1769", f"{run_id}.quick"), json.dumps(result).encode())
+    decided = {"quick": {f"c{i}": {} for i in range(quick)}, "refine": {f"k{i}": {} for i in range(refined)}}
+    store.put_bytes(keys.racing(run_id), json.dumps(decided).encode())
+    rows, failures = [], []
+    for batch, what in tvm.items():
+        for memory in (1024, 3538):
+            tvm_combo = {**combo, "optimizer": "tvm", "batch_size": batch, "memory_mb": memory}
+            if what == "tuned":
+                rows.append({"combo": tvm_combo})
+            else:
+                failures.append({"combo": tvm_combo, "stage": what})
+        failures.append(
+            {"combo": {**combo, "optimizer": "tvm", "batch_size": batch, "memory_mb": 2048}, "stage": "prediction"}
+        )  # a predicted size: not a TVM artifact of its own
+    store.put_bytes(keys.summary(run_id), json.dumps({"results": rows, "failures": failures}).encode())
+
+
+def test_racing_shares_are_learned_from_the_racing_runs_stored():
+    store = MemoryStore()
+    _store_racing_run(store, "race-1", quick=30, refined=6, tvm={1: "tuned", 2: "skipped", 4: "skipped"})
+    _store_racing_run(store, "race-2", quick=10, refined=4, tvm={1: "inference", 2: "skipped"})
+    costs = stored_costs(store)
+    assert costs.racing_runs == 2
+    assert costs.refined_share == pytest.approx(10 / 40)
+    assert costs.tvm_tuned_share == pytest.approx(2 / 5)  # an out-of-memory TVM was tuned first
+    assert costs.racing_source() == "learned from 2 stored racing runs"
+    # a run not archived yet (no summary) teaches nothing
+    _store_racing_run(store, "race-3", quick=10, refined=10, tvm={1: "tuned"})
+    store.put_bytes(keys.summary("race-3"), b"not yet")
+    assert stored_costs(store).refined_share == pytest.approx(10 / 40)
 
 
 def test_a_conversion_this_run_did_not_do_is_not_taken_out_of_its_combination():

@@ -44,6 +44,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -96,7 +97,7 @@ MODELS = {
 KINDS = ("fastest", "cheapest", "balanced")
 
 
-def run_once(name: str, precision: str, args: argparse.Namespace) -> dict:
+def run_once(name: str, precision: str, args: argparse.Namespace, data_dir: Path) -> dict:
     slug, workload, size = MODELS[name]
     if name == "minilm":
         from bench.bench_int8 import minilm
@@ -104,63 +105,65 @@ def run_once(name: str, precision: str, args: argparse.Namespace) -> dict:
         model_path, _sentences = minilm()
     else:
         model_path = exported_example(slug, workload, size, CACHE)
-    with tempfile.TemporaryDirectory(prefix=f"bench-answer-{precision}-") as tmp:
-        app = embedded(Settings(data_dir=Path(tmp) / "data", measure_time_cap_s=args.time_cap))
-        model = store_model(app.store, model_path, workload, size)
-        matrix = Matrix(
-            optimizers={"intel": args.optimizers.split(",")},
-            batch_sizes=[int(b) for b in args.batches.split(",")],
-            memory_sizes_mb=[int(m) for m in args.memory.split(",")],
-        )
-        request = RequestSubmitted(
-            model=model, matrix=matrix, predict=args.predict, precision=precision, tuning_trials=args.trials
-        )
-        # what `ayci plan` says of this run before it starts (its store fresh: the priors), held against the run
-        estimate_s = plan_of(request, model_path, None, app.store).wall_s
-        counts = {"quick": 0, "full": 0}
-        seen: dict[str, tuple[float, dict]] = {}  # answer stage -> (seconds since submission, the answer then)
-        started = time.perf_counter()
+    app = embedded(Settings(data_dir=data_dir, measure_time_cap_s=args.time_cap))
+    learned = bool(app.store.list_keys(keys.results_prefix()))  # the models run before in this precision's store
+    model = store_model(app.store, model_path, workload, size)
+    matrix = Matrix(
+        optimizers={"intel": args.optimizers.split(",")},
+        batch_sizes=[int(b) for b in args.batches.split(",")],
+        memory_sizes_mb=[int(m) for m in args.memory.split(",")],
+    )
+    request = RequestSubmitted(
+        model=model, matrix=matrix, predict=args.predict, precision=precision, tuning_trials=args.trials
+    )
+    # what `ayci plan` says of this run before it starts, held against the run: on a fresh store (its
+    # priors) and, after another model's run in this precision's store, learned from that run's results
+    estimate_s = plan_of(request, model_path, None, None).wall_s
+    learned_s = plan_of(request, model_path, None, app.store).wall_s if learned else None
+    counts = {"quick": 0, "full": 0}
+    seen: dict[str, tuple[float, dict]] = {}  # answer stage -> (seconds since submission, the answer then)
+    started = time.perf_counter()
 
-        def look() -> None:
-            """The running answer as the delivery before left it: the first time of each stage."""
-            if "final" in seen:
-                return
-            try:
-                doc = json.loads(app.store.get_bytes(keys.answer(envelope.run_id)))
-            except NotFound:
-                return
-            stage = doc.get("stage")
-            if stage and stage not in seen:
-                seen[stage] = (time.perf_counter() - started, {**doc, "lock_wait_before_s": round(sum(LOCK_WAITS), 1)})
-
-        def observe(queue: str, event) -> None:
-            look()
-            if args.first_answer_only and any(stage != "gathering" for stage in seen):
-                raise FirstAnswer  # out of the bus's loop: the run is left unfinished
-            if event.type == "ModelConverted" and queue.startswith("inference"):
-                refine = getattr(event.payload, "refine", False)
-                counts["full" if refine or precision == "exact" else "quick"] += 1
-
-        app.bus.observers.append(observe)
-        load_before = os.getloadavg()[0]
-        LOCK_WAITS.clear()
-        # as `ayci run` submits (services/request/submission.submit_run): the run's record is what TVM's
-        # tuning waits on for the other engines' figures (core/tuning_stakes.waits_for_others)
-        envelope = submit_run(app.store, app.publisher, request)
-        with contextlib.suppress(FirstAnswer):
-            app.bus.run_until_idle()
-        wall = time.perf_counter() - started
-        look()
-        load_after = os.getloadavg()[0]
+    def look() -> None:
+        """The running answer as the delivery before left it: the first time of each stage."""
+        if "final" in seen:
+            return
         try:
-            summary = json.loads(app.store.get_bytes(keys.summary(envelope.run_id)))
-        except NotFound:  # --first-answer-only
-            summary = {"results": [], "recommendation": None}
-        phases = {**run_phases(app.store, envelope.run_id, summary), "lock_wait_s": round(sum(LOCK_WAITS), 1)}
-        try:
-            answer = json.loads(app.store.get_bytes(keys.answer(envelope.run_id)))
+            doc = json.loads(app.store.get_bytes(keys.answer(envelope.run_id)))
         except NotFound:
-            answer = None
+            return
+        stage = doc.get("stage")
+        if stage and stage not in seen:
+            seen[stage] = (time.perf_counter() - started, {**doc, "lock_wait_before_s": round(sum(LOCK_WAITS), 1)})
+
+    def observe(queue: str, event) -> None:
+        look()
+        if args.first_answer_only and any(stage != "gathering" for stage in seen):
+            raise FirstAnswer  # out of the bus's loop: the run is left unfinished
+        if event.type == "ModelConverted" and queue.startswith("inference"):
+            refine = getattr(event.payload, "refine", False)
+            counts["full" if refine or precision == "exact" else "quick"] += 1
+
+    app.bus.observers.append(observe)
+    load_before = os.getloadavg()[0]
+    LOCK_WAITS.clear()
+    # as `ayci run` submits (services/request/submission.submit_run): the run's record is what TVM's
+    # tuning waits on for the other engines' figures (core/tuning_stakes.waits_for_others)
+    envelope = submit_run(app.store, app.publisher, request)
+    with contextlib.suppress(FirstAnswer):
+        app.bus.run_until_idle()
+    wall = time.perf_counter() - started
+    look()
+    load_after = os.getloadavg()[0]
+    try:
+        summary = json.loads(app.store.get_bytes(keys.summary(envelope.run_id)))
+    except NotFound:  # --first-answer-only
+        summary = {"results": [], "recommendation": None}
+    phases = {**run_phases(app.store, envelope.run_id, summary), "lock_wait_s": round(sum(LOCK_WAITS), 1)}
+    try:
+        answer = json.loads(app.store.get_bytes(keys.answer(envelope.run_id)))
+    except NotFound:
+        answer = None
     recommendation = summary.get("recommendation") or {}
     shown = [(t, doc) for stage, (t, doc) in seen.items() if stage != "gathering"]
     first_s, first_doc = min(shown, key=lambda pair: pair[0]) if shown else (wall, None)
@@ -193,6 +196,7 @@ def run_once(name: str, precision: str, args: argparse.Namespace) -> dict:
         "combinations": len(matrix.combos()),
         "wall_s": wall,
         "plan_estimate_s": estimate_s,
+        "plan_learned_estimate_s": learned_s,
         "first_answer_s": first_s if precision == "quick" else wall,
         "quick_pass_answer_s": seen["quick"][0] if "quick" in seen else None,
         **first,
@@ -285,8 +289,16 @@ def main() -> int:
     )
     args = parser.parse_args()
     report = []
+    precisions = args.precisions.split(",")
+    # one store per precision, fresh for the first model: the next model's plan learns from the runs before
+    # it (what `ayci plan` knows on a store with other models' results); nothing of one model serves another
+    stores = {p: Path(tempfile.mkdtemp(prefix=f"bench-answer-{p}-")) for p in precisions}
     for name in args.models.split(","):
-        runs = {p: run_once(name, p, args) for p in args.precisions.split(",")}
+        runs = {}
+        for p in precisions:
+            runs[p] = run_once(name, p, args, stores[p] / "data")
+            brief = {k: v for k, v in runs[p].items() if k not in ("rows", "first_answer_text")}
+            print(f"run done: {json.dumps(brief)}", flush=True)  # each run's figures as it ends
         row = {p: {k: v for k, v in r.items() if k != "rows"} for p, r in runs.items()}
         if "quick" in runs and "exact" in runs:
             row["agreement"] = agree(runs["quick"], runs["exact"])
@@ -298,6 +310,8 @@ def main() -> int:
         print_row(name, row)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
+    for store in stores.values():
+        shutil.rmtree(store, ignore_errors=True)
     return 0
 
 
@@ -319,12 +333,13 @@ def print_row(name: str, row: dict) -> None:
             )
     for precision in ("quick", "exact"):
         r = row.get(precision)
-        if r and r.get("plan_estimate_s"):
-            own = r["wall_s"] - r["lock_wait_s"]
-            print(
-                f"  {precision}: `ayci plan` estimated {r['plan_estimate_s'] / 60:.1f} min; the run took "
-                f"{own / 60:.1f} min without lock waits ({(r['plan_estimate_s'] / own - 1) * 100:+.0f} %, goal ±25 %)"
-            )
+        for basis, key in (("on a fresh store (priors)", "plan_estimate_s"), ("learned", "plan_learned_estimate_s")):
+            if r and r.get(key):
+                own = r["wall_s"] - r["lock_wait_s"]
+                print(
+                    f"  {precision}: `ayci plan` {basis} estimated {r[key] / 60:.1f} min; the run took "
+                    f"{own / 60:.1f} min without lock waits ({(r[key] / own - 1) * 100:+.0f} %, goal ±25 %)"
+                )
     quick = row.get("quick") or {}
     if quick.get("first_answer_stage"):
         print(

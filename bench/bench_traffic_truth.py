@@ -138,6 +138,7 @@ def one(data: Path, run_id: str, pattern: str, rps: float, idle_s: float, args, 
                 "compute",
                 "queued",
                 "overhead",
+                "front",
                 "echo",
                 "waited_for_cold_share",
             )

@@ -44,7 +44,11 @@ LAMBDA_FULL_VCPU_MB = 1769  # below it a Lambda size has a share of one vCPU: la
 # priors, seconds (no stored result of the engine): overhead per combination beyond its sampling,
 # conversion per artifact, TVM tuning per trial
 PRIOR_OVERHEAD_S = {Optimizer.base: 6.0, Optimizer.onnx: 6.0, Optimizer.onnx_int8: 6.0, Optimizer.tvm: 6.0}
-PRIOR_CONVERSION_S = {Optimizer.base: 3.0, Optimizer.onnx: 7.0, Optimizer.onnx_int8: 25.0, Optimizer.tvm: 30.0}
+# conversion per artifact: a model's first of an optimizer on a hardware, and its next batch sizes, which start
+# from what the first made (the ONNX export, onnx_int8's chosen recipe): ResNet-18 224 and all-MiniLM-L6-v2, 2026-12-06:
+# base 0.01 s (its artifact is the model file), onnx 6.4 s then 0.2 s, onnx_int8 12 and 33 s then 8 and 11 s
+PRIOR_CONVERSION_S = {Optimizer.base: 0.5, Optimizer.onnx: 7.0, Optimizer.onnx_int8: 22.0, Optimizer.tvm: 30.0}
+PRIOR_NEXT_CONVERSION_S = {Optimizer.base: 0.5, Optimizer.onnx: 0.5, Optimizer.onnx_int8: 9.0, Optimizer.tvm: 30.0}
 PRIOR_TRIAL_S = 1.2  # docs/tvm.md: about 1-1.4 s per trial on 2 cores
 PRIOR_P50_MS = 30.0  # a model never measured here, for its sampling (within the cap whatever it is)
 MAX_RESULTS_READ = 400  # stored results read to learn from (the store may hold many more)
@@ -75,6 +79,7 @@ class EngineCosts:
 
     overhead_s: dict[Optimizer, float] = field(default_factory=lambda: dict(PRIOR_OVERHEAD_S))
     conversion_s: dict[Optimizer, float] = field(default_factory=lambda: dict(PRIOR_CONVERSION_S))
+    next_conversion_s: dict[Optimizer, float] = field(default_factory=lambda: dict(PRIOR_NEXT_CONVERSION_S))
     trial_s: float = PRIOR_TRIAL_S
     learned_from: dict[str, int] = field(default_factory=dict)  # optimizer -> results its overhead rests on
     p50s: dict[tuple, float] = field(default_factory=dict)  # (model sha, optimizer, batch, memory) -> p50 ms
@@ -168,12 +173,14 @@ def learn_costs(results: list[dict], submitted: dict[str, datetime] | None = Non
     """`EngineCosts` from stored results (dicts of `MeasuredResult`): an engine's overhead is the
     median, over the combinations measured after another in the same run, of (time since the one
     before - its conversion when this run converted its artifact - its sampling); its conversion
-    the median of its artifacts' conversion; TVM's seconds per trial from its tuned artifacts.
+    the median of its artifacts' conversion, a model's first artifact of the engine on a hardware
+    apart from its next ones (by when each was first measured); TVM's seconds per trial from its tuned artifacts.
     `submitted` (run id -> when it was submitted) times a run's first combination from the
     submission: the run's start (workers starting, the first reference outputs) is its cost."""
     costs = EngineCosts()
     by_run: dict[str, list[tuple[datetime, dict]]] = defaultdict(list)
-    conversions: dict[Optimizer, dict[str, float]] = defaultdict(dict)
+    # (model, hardware, optimizer) -> artifact -> (first measured with it, its conversion)
+    conversions: dict[tuple, dict[str, tuple[str, float]]] = defaultdict(dict)
     trial_s: dict[str, float] = {}
     for result in results:
         try:
@@ -187,7 +194,12 @@ def learn_costs(results: list[dict], submitted: dict[str, datetime] | None = Non
         if when is not None and result.get("run_id"):
             by_run[result["run_id"]].append((when, result))
         artifact = result.get("artifact_key") or ""
-        conversions[optimizer][artifact] = float(result.get("conversion_s") or 0.0)
+        family = conversions[(result["model"]["sha256"], combo.get("hardware"), optimizer)]
+        at = str(result.get("measured_at") or "")
+        family[artifact] = (
+            min(at, family[artifact][0]) if artifact in family else at,
+            float(result.get("conversion_s") or 0.0),
+        )
         if artifact:
             asked = (result.get("conversion") or {}).get("trials_asked")
             costs.artifacts[artifact_of(result["model"]["sha256"], result["combo"], asked)] = artifact
@@ -220,10 +232,18 @@ def learn_costs(results: list[dict], submitted: dict[str, datetime] | None = Non
     for optimizer, values in overheads.items():
         costs.overhead_s[optimizer] = statistics.median(values)
         costs.learned_from[optimizer.value] = len(values)
-    for optimizer, per_artifact in conversions.items():
-        converted = [s for s in per_artifact.values() if s > 0]
-        if converted:
-            costs.conversion_s[optimizer] = statistics.median(converted)
+    firsts: dict[Optimizer, list[float]] = defaultdict(list)
+    nexts: dict[Optimizer, list[float]] = defaultdict(list)
+    for (_, _, optimizer), per_artifact in conversions.items():
+        ordered = [s for _, s in sorted(per_artifact.values()) if s > 0]
+        if ordered:
+            firsts[optimizer].append(ordered[0])
+            nexts[optimizer] += ordered[1:]
+    for optimizer, values in firsts.items():
+        costs.conversion_s[optimizer] = statistics.median(values)
+    for optimizer, values in nexts.items():
+        if values:
+            costs.next_conversion_s[optimizer] = statistics.median(values)
     if trial_s:
         costs.trial_s = statistics.median(trial_s.values())
     return costs
@@ -231,13 +251,15 @@ def learn_costs(results: list[dict], submitted: dict[str, datetime] | None = Non
 
 def learn_racing(store: ObjectStore, results: list[dict], costs: EngineCosts) -> None:
     """What the newest stored racing runs (those with quick results among `results`, archived)
-    did, into `costs`: the share of their quick-measured combinations they refined (`racing.json`)
+    did, into `costs`: the share of their quick measurements they refined (`racing.json`)
     and of their TVM artifacts (hardware and batch size, measured or failed, predictions apart)
     they tuned rather than skipped (their summaries' failures at stage `skipped`)."""
     newest: dict[str, str] = {}
+    measured: dict[str, int] = defaultdict(int)  # run -> its quick measurements
     for result in results:
         if result.get("precision") == "quick" and result.get("run_id"):
             newest[result["run_id"]] = max(newest.get(result["run_id"], ""), str(result.get("measured_at") or ""))
+            measured[result["run_id"]] += 1
     quick = refined = artifacts = tuned = runs = 0
     for run_id in sorted(newest, key=newest.__getitem__, reverse=True)[:MAX_RACING_RUNS_READ]:
         try:
@@ -255,7 +277,7 @@ def learn_racing(store: ObjectStore, results: list[dict], costs: EngineCosts) ->
             where = (combo.get("hardware"), combo.get("batch_size"))
             was_tuned[where] = was_tuned.get(where, False) or stage != "skipped"
         runs += 1
-        quick += len(decided.get("quick") or {})
+        quick += measured[run_id]
         refined += len(decided.get("refine") or {})
         artifacts += len(was_tuned)
         tuned += sum(was_tuned.values())

@@ -218,7 +218,7 @@ def plan_run(
     prices = load_prices().region(request.price_region)
     plan = Plan(costs=stored_costs(store), precision=request.precision)
     costs = plan.costs
-    converted: set[tuple] = set()
+    converted: set[tuple] = set()  # artifacts (hardware, optimizer, batch) this plan converts
     measured, predicted = measured_and_predicted(request)
     for combo in [*measured, *predicted]:
         key = combo_key(request.model, combo, request.tuning)
@@ -247,7 +247,9 @@ def plan_run(
             converted.add(artifact)
             stored = costs.stored_artifact(request.model.sha256, combo, request.tuning_trials)
             if stored is None or store is None or not store.exists(keys.manifest(stored)):  # else reused
-                conversion = conversion_s(costs, combo.optimizer, request.tuning_trials)
+                # a next batch size of an engine starts from what its first made (the ONNX export, the int8 recipe)
+                after_first = any(a[:2] == artifact[:2] for a in converted - {artifact})
+                conversion = conversion_s(costs, combo.optimizer, request.tuning_trials, after_first)
         measurement = costs.combination_s(request.model.sha256, combo)
         plan.combos.append(
             PlannedCombo(
@@ -272,10 +274,11 @@ def plan_run(
     return plan
 
 
-def conversion_s(costs: EngineCosts, optimizer: Optimizer, tuning_trials: int) -> float:
-    """One artifact's conversion as stored results tell; TVM's with its tuning (ended by its time limit)."""
+def conversion_s(costs: EngineCosts, optimizer: Optimizer, tuning_trials: int, after_first: bool = False) -> float:
+    """One artifact's conversion as stored results tell (`after_first`: a next batch size of the
+    model's engine on that hardware); TVM's with its tuning (ended by its time limit)."""
     tuning = min(tuning_trials * costs.trial_s, TUNING_TIME_LIMIT_S) if optimizer == Optimizer.tvm else 0.0
-    return costs.conversion_s[optimizer] + tuning
+    return (costs.next_conversion_s if after_first else costs.conversion_s)[optimizer] + tuning
 
 
 def racing_s(combos: list[PlannedCombo], costs: EngineCosts, checks_s: float = 0.0) -> float:

@@ -15,6 +15,8 @@ import pytest
 
 from adapters.memory_store import MemoryStore
 from core.plan_costs import (
+    PRIOR_CONVERSION_S,
+    PRIOR_NEXT_CONVERSION_S,
     PRIOR_OVERHEAD_S,
     PRIOR_REFINED_SHARE,
     PRIOR_TVM_TUNED_SHARE,
@@ -175,20 +177,21 @@ def test_racing_expects_tvm_tuned_only_at_the_share_of_batch_sizes_racing_runs_t
 
 
 def _store_racing_run(store: MemoryStore, run_id: str, *, quick: int, refined: int, tvm: dict[int, str]) -> None:
-    """A racing run's traces: one quick result (what marks it a racing run), its race (`quick`
-    figures, `refine`) and its summary, TVM at each batch size of `tvm` measured ("tuned"),
-    skipped ("skipped") or out of memory after tuning ("inference")."""
+    """A racing run's traces: its quick results (what marks it a racing run), its race (figures
+    that raced, predicted sizes among them, and `refine`) and its summary, TVM at each batch size
+    of `tvm` measured ("tuned"), skipped ("skipped") or out of memory after tuning ("inference")."""
     combo = {"hardware": "intel", "optimizer": "onnx", "batch_size": 1, "memory_mb": 1769}
-    result = {
-        "combo": combo,
-        "model": {"sha256": SHA},
-        "run_id": run_id,
-        "precision": "quick",
-        "measured_at": STARTED.isoformat(),
-        "latency_ms": {"p50": 2.0, "p99": 2.4},
-    }
-    store.put_bytes(keys.result_version("onnx-b1-1769", f"{run_id}.quick"), json.dumps(result).encode())
-    decided = {"quick": {f"c{i}": {} for i in range(quick)}, "refine": {f"k{i}": {} for i in range(refined)}}
+    for i in range(quick):  # its quick measurements
+        result = {
+            "combo": combo,
+            "model": {"sha256": SHA},
+            "run_id": run_id,
+            "precision": "quick",
+            "measured_at": STARTED.isoformat(),
+            "latency_ms": {"p50": 2.0, "p99": 2.4},
+        }
+        store.put_bytes(keys.result_version(f"onnx-{i}", f"{run_id}.quick"), json.dumps(result).encode())
+    decided = {"quick": {f"c{i}": {} for i in range(quick + 5)}, "refine": {f"k{i}": {} for i in range(refined)}}
     store.put_bytes(keys.racing(run_id), json.dumps(decided).encode())
     rows, failures = [], []
     for batch, what in tvm.items():
@@ -307,3 +310,28 @@ def test_an_artifact_still_stored_is_not_converted_again():
     assert all(
         c.conversion_s == 0 for c in after.combos if c.combo.optimizer == Optimizer.onnx and c.combo.batch_size == 1
     )
+
+
+def test_a_next_batch_size_is_charged_what_the_engines_next_conversions_took():
+    """An engine's first artifact of a model makes what its next batch sizes start from (the ONNX
+    export, onnx_int8's chosen recipe): its conversion is learned apart from theirs, and a plan
+    charges the first batch size one and the others the other."""
+
+    def converted(batch: int, seconds: float, minute: int) -> dict:
+        return {
+            "combo": {"hardware": "intel", "optimizer": "onnx", "batch_size": batch, "memory_mb": 1769},
+            "model": {"sha256": SHA},
+            "run_id": "run-1",
+            "measured_at": (STARTED + timedelta(minutes=minute)).isoformat(),
+            "conversion_s": seconds,
+            "artifact_key": f"onnx-b{batch}",
+            "latency_ms": {"p50": 2.0, "p99": 2.4},
+        }
+
+    costs = learn_costs([converted(4, 0.3, 2), converted(1, 6.4, 0), converted(2, 0.2, 1)])
+    assert costs.conversion_s[Optimizer.onnx] == pytest.approx(6.4)
+    assert costs.next_conversion_s[Optimizer.onnx] == pytest.approx(0.25)
+    matrix = {"optimizers": {"intel": ["onnx"]}, "batch_sizes": [1, 8], "memory_sizes_mb": [1769]}
+    plan = plan_run(_request(matrix=matrix), None, None, shapes=lambda batch: {})
+    charged = sorted(c.conversion_s for c in plan.combos if c.state == "measure")
+    assert charged == [PRIOR_NEXT_CONVERSION_S[Optimizer.onnx], PRIOR_CONVERSION_S[Optimizer.onnx]]

@@ -46,10 +46,11 @@ LAMBDA_FULL_VCPU_MB = 1769  # below it a Lambda size has a share of one vCPU: la
 PRIOR_OVERHEAD_S = {Optimizer.base: 6.0, Optimizer.onnx: 6.0, Optimizer.onnx_int8: 6.0, Optimizer.tvm: 6.0}
 # conversion per artifact: a model's first of an optimizer on a hardware, and its next batch sizes, which start
 # from what the first made (the ONNX export, onnx_int8's chosen recipe): ResNet-18 224 and all-MiniLM-L6-v2, 2026-12-06:
-# base 0.01 s (its artifact is the model file), onnx 6.4 s then 0.2 s, onnx_int8 12 and 33 s then 8 and 11 s
-PRIOR_CONVERSION_S = {Optimizer.base: 0.5, Optimizer.onnx: 7.0, Optimizer.onnx_int8: 22.0, Optimizer.tvm: 30.0}
-PRIOR_NEXT_CONVERSION_S = {Optimizer.base: 0.5, Optimizer.onnx: 0.5, Optimizer.onnx_int8: 9.0, Optimizer.tvm: 30.0}
-PRIOR_TRIAL_S = 1.2  # docs/tvm.md: about 1-1.4 s per trial on 2 cores
+# base 0.01 s (its artifact is the model file), onnx 6.4 s then 0.2 s, onnx_int8 12 and 33 s then 8 and 11 s;
+# tvm's build around its tuning 64-85 s and 14 s, its tuning 2.6-3.5 s and 1.4 s per trial (64 trials)
+PRIOR_CONVERSION_S = {Optimizer.base: 0.5, Optimizer.onnx: 7.0, Optimizer.onnx_int8: 22.0, Optimizer.tvm: 45.0}
+PRIOR_NEXT_CONVERSION_S = {Optimizer.base: 0.5, Optimizer.onnx: 0.5, Optimizer.onnx_int8: 9.0, Optimizer.tvm: 45.0}
+PRIOR_TRIAL_S = 2.0
 PRIOR_P50_MS = 30.0  # a model never measured here, for its sampling (within the cap whatever it is)
 MAX_RESULTS_READ = 400  # stored results read to learn from (the store may hold many more)
 
@@ -62,6 +63,11 @@ MAX_RESULTS_READ = 400  # stored results read to learn from (the store may hold 
 # 9 of 36 and 0 of 4 (an earlier ResNet-18 run: 9 of 39).
 PRIOR_REFINED_SHARE = 0.33  # (19 + 9 + 9) / (39 + 36 + 39)
 PRIOR_TVM_TUNED_SHARE = 0.125  # 1 of 8
+# The priors count as this many racing runs of the issue's matrix (38 quick measurements, 4 TVM artifacts each)
+# beside the stored ones: how much a run decides depends on the model (MiniLM's race tuned TVM at one batch size
+# and refined 15 of 39; ResNet-18's tuned none and refined 9 of 36), so one stored run of another model moves the
+# shares only part of the way.
+PRIOR_RACING_RUNS = (2, 38, 4)
 MAX_RACING_RUNS_READ = 12  # the newest racing runs learned from
 
 
@@ -251,7 +257,8 @@ def learn_costs(results: list[dict], submitted: dict[str, datetime] | None = Non
 
 def learn_racing(store: ObjectStore, results: list[dict], costs: EngineCosts) -> None:
     """What the newest stored racing runs (those with quick results among `results`, archived)
-    did, into `costs`: the share of their quick measurements they refined (`racing.json`)
+    did, into `costs` beside the priors (`PRIOR_RACING_RUNS`): the share of their quick measurements
+    they refined (`racing.json`)
     and of their TVM artifacts (hardware and batch size, measured or failed, predictions apart)
     they tuned rather than skipped (their summaries' failures at stage `skipped`)."""
     newest: dict[str, str] = {}
@@ -282,9 +289,14 @@ def learn_racing(store: ObjectStore, results: list[dict], costs: EngineCosts) ->
         artifacts += len(was_tuned)
         tuned += sum(was_tuned.values())
     if runs:
+        prior_runs, prior_quick, prior_artifacts = PRIOR_RACING_RUNS
         costs.racing_runs = runs
-        costs.refined_share = refined / quick if quick else costs.refined_share
-        costs.tvm_tuned_share = tuned / artifacts if artifacts else costs.tvm_tuned_share
+        costs.refined_share = (PRIOR_REFINED_SHARE * prior_runs * prior_quick + refined) / (
+            prior_runs * prior_quick + quick
+        )
+        costs.tvm_tuned_share = (PRIOR_TVM_TUNED_SHARE * prior_runs * prior_artifacts + tuned) / (
+            prior_runs * prior_artifacts + artifacts
+        )
 
 
 def submitted_at(store: ObjectStore, run_ids: set[str]) -> dict[str, datetime]:

@@ -18,6 +18,7 @@ from core.plan_costs import (
     PRIOR_CONVERSION_S,
     PRIOR_NEXT_CONVERSION_S,
     PRIOR_OVERHEAD_S,
+    PRIOR_RACING_RUNS,
     PRIOR_REFINED_SHARE,
     PRIOR_TVM_TUNED_SHARE,
     SAMPLING_CAP_S,
@@ -213,13 +214,20 @@ def test_racing_shares_are_learned_from_the_racing_runs_stored():
     _store_racing_run(store, "race-2", quick=10, refined=4, tvm={1: "inference", 2: "skipped"})
     costs = stored_costs(store)
     assert costs.racing_runs == 2
-    assert costs.refined_share == pytest.approx(10 / 40)
-    assert costs.tvm_tuned_share == pytest.approx(2 / 5)  # an out-of-memory TVM was tuned first
+    runs, quick, artifacts = PRIOR_RACING_RUNS  # the priors count as that many runs beside the stored ones
+    assert costs.refined_share == pytest.approx((PRIOR_REFINED_SHARE * runs * quick + 10) / (runs * quick + 40))
+    # an out-of-memory TVM was tuned first: 2 of 5 tuned
+    assert costs.tvm_tuned_share == pytest.approx(
+        (PRIOR_TVM_TUNED_SHARE * runs * artifacts + 2) / (runs * artifacts + 5)
+    )
     assert costs.racing_source() == "learned from 2 stored racing runs"
+    # the stored runs move the shares from the priors toward what they did
+    assert PRIOR_REFINED_SHARE > costs.refined_share > 10 / 40
+    assert PRIOR_TVM_TUNED_SHARE < costs.tvm_tuned_share < 2 / 5
     # a run not archived yet (no summary) teaches nothing
     _store_racing_run(store, "race-3", quick=10, refined=10, tvm={1: "tuned"})
     store.put_bytes(keys.summary("race-3"), b"not yet")
-    assert stored_costs(store).refined_share == pytest.approx(10 / 40)
+    assert stored_costs(store).refined_share == pytest.approx(costs.refined_share)
 
 
 def test_a_conversion_this_run_did_not_do_is_not_taken_out_of_its_combination():

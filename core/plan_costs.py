@@ -53,6 +53,7 @@ PRIOR_NEXT_CONVERSION_S = {Optimizer.base: 0.5, Optimizer.onnx: 0.5, Optimizer.o
 PRIOR_TRIAL_S = 2.0
 PRIOR_P50_MS = 30.0  # a model never measured here, for its sampling (within the cap whatever it is)
 MAX_RESULTS_READ = 400  # stored results read to learn from (the store may hold many more)
+MIN_OWN_FIGURES = 3  # a plan's model's own overheads per engine before they replace every model's
 
 # A racing run (`core/racing.py`, precision `quick`) measures every combination quickly, then again
 # to full precision only those that can still be an answer; TVM is tuned at a batch size only where
@@ -175,19 +176,25 @@ def stored_results(store: ObjectStore, limit: int = MAX_RESULTS_READ) -> list[di
     return found
 
 
-def learn_costs(results: list[dict], submitted: dict[str, datetime] | None = None) -> EngineCosts:
+def learn_costs(
+    results: list[dict], submitted: dict[str, datetime] | None = None, model_sha256: str | None = None
+) -> EngineCosts:
     """`EngineCosts` from stored results (dicts of `MeasuredResult`): an engine's overhead is the
     median, over the combinations measured after another in the same run, of (time since the one
     before - its conversion when this run converted its artifact - its sampling); its conversion
     the median of its artifacts' conversion, a model's first artifact of the engine on a hardware
     apart from its next ones (by when each was first measured); TVM's seconds per trial from its tuned artifacts.
     `submitted` (run id -> when it was submitted) times a run's first combination from the
-    submission: the run's start (workers starting, the first reference outputs) is its cost."""
+    submission: the run's start (workers starting, the first reference outputs) is its cost.
+    `model_sha256`: the model a plan is for; where the results hold enough of its own
+    (`MIN_OWN_FIGURES` per engine and figure), an engine's figures are learned from them alone: a
+    model's load, agreement and conversions are its own (ResNet-18's onnx_int8 conversion 12 s,
+    MiniLM's 33 s)."""
     costs = EngineCosts()
     by_run: dict[str, list[tuple[datetime, dict]]] = defaultdict(list)
     # (model, hardware, optimizer) -> artifact -> (first measured with it, its conversion)
     conversions: dict[tuple, dict[str, tuple[str, float]]] = defaultdict(dict)
-    trial_s: dict[str, float] = {}
+    trial_s: dict[str, tuple[str, float]] = {}  # tvm artifact -> (its model, seconds per trial)
     for result in results:
         try:
             optimizer = Optimizer(result["combo"]["optimizer"])
@@ -211,8 +218,8 @@ def learn_costs(results: list[dict], submitted: dict[str, datetime] | None = Non
             costs.artifacts[artifact_of(result["model"]["sha256"], result["combo"], asked)] = artifact
         trials = (result.get("conversion") or {}).get("trials") or 0
         if optimizer == Optimizer.tvm and trials and result.get("tuning_s"):
-            trial_s[artifact] = float(result["tuning_s"]) / int(trials)
-    overheads: dict[Optimizer, list[float]] = defaultdict(list)
+            trial_s[artifact] = (result["model"]["sha256"], float(result["tuning_s"]) / int(trials))
+    overheads: dict[Optimizer, list[tuple[str, float]]] = defaultdict(list)  # (model, overhead)
     for measured in by_run.values():
         measured.sort(key=lambda pair: pair[0])
         run_id = measured[0][1]["run_id"]
@@ -233,25 +240,31 @@ def learn_costs(results: list[dict], submitted: dict[str, datetime] | None = Non
                     gap -= converting
             share = QUICK_TIME_CAP_SHARE if result.get("precision") == "quick" else 1.0
             overheads[Optimizer(result["combo"]["optimizer"])].append(
-                max(0.0, gap - sampling_s(float(result["latency_ms"]["p50"]), share))
+                (result["model"]["sha256"], max(0.0, gap - sampling_s(float(result["latency_ms"]["p50"]), share)))
             )
+
+    def learned(figures: list[tuple[str, float]], minimum: int = MIN_OWN_FIGURES) -> list[float]:
+        """The model's own figures where there are `minimum` of them, else every model's."""
+        own = [v for model, v in figures if model == model_sha256]
+        return own if len(own) >= minimum else [v for _, v in figures]
+
     for optimizer, values in overheads.items():
-        costs.overhead_s[optimizer] = statistics.median(values)
-        costs.learned_from[optimizer.value] = len(values)
-    firsts: dict[Optimizer, list[float]] = defaultdict(list)
-    nexts: dict[Optimizer, list[float]] = defaultdict(list)
-    for (_, _, optimizer), per_artifact in conversions.items():
+        costs.overhead_s[optimizer] = statistics.median(learned(values))
+        costs.learned_from[optimizer.value] = len(learned(values))
+    firsts: dict[Optimizer, list[tuple[str, float]]] = defaultdict(list)
+    nexts: dict[Optimizer, list[tuple[str, float]]] = defaultdict(list)
+    for (model, _, optimizer), per_artifact in conversions.items():
         ordered = [s for _, s in sorted(per_artifact.values()) if s > 0]
         if ordered:
-            firsts[optimizer].append(ordered[0])
-            nexts[optimizer] += ordered[1:]
+            firsts[optimizer].append((model, ordered[0]))
+            nexts[optimizer] += [(model, s) for s in ordered[1:]]
     for optimizer, values in firsts.items():
-        costs.conversion_s[optimizer] = statistics.median(values)
+        costs.conversion_s[optimizer] = statistics.median(learned(values, minimum=1))
     for optimizer, values in nexts.items():
         if values:
-            costs.next_conversion_s[optimizer] = statistics.median(values)
+            costs.next_conversion_s[optimizer] = statistics.median(learned(values, minimum=1))
     if trial_s:
-        costs.trial_s = statistics.median(trial_s.values())
+        costs.trial_s = statistics.median(learned(list(trial_s.values()), minimum=1))
     return costs
 
 
@@ -310,11 +323,12 @@ def submitted_at(store: ObjectStore, run_ids: set[str]) -> dict[str, datetime]:
     return found
 
 
-def stored_costs(store: ObjectStore | None) -> EngineCosts:
-    """The costs learned from what `store` holds (the priors without one)."""
+def stored_costs(store: ObjectStore | None, model_sha256: str | None = None) -> EngineCosts:
+    """The costs learned from what `store` holds (the priors without one), `model_sha256`'s own
+    first where it holds enough (`learn_costs`)."""
     if store is None:
         return EngineCosts()
     results = stored_results(store)
-    costs = learn_costs(results, submitted_at(store, {r["run_id"] for r in results if r.get("run_id")}))
+    costs = learn_costs(results, submitted_at(store, {r["run_id"] for r in results if r.get("run_id")}), model_sha256)
     learn_racing(store, results, costs)
     return costs

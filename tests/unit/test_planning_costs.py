@@ -343,3 +343,31 @@ def test_a_next_batch_size_is_charged_what_the_engines_next_conversions_took():
     plan = plan_run(_request(matrix=matrix), None, None, shapes=lambda batch: {})
     charged = sorted(c.conversion_s for c in plan.combos if c.state == "measure")
     assert charged == [PRIOR_NEXT_CONVERSION_S[Optimizer.onnx], PRIOR_CONVERSION_S[Optimizer.onnx]]
+
+
+def test_a_plan_learns_from_its_own_models_results_where_the_store_holds_enough():
+    """A model's load, agreement and conversions are its own: a store holding the model's results
+    and another's estimates its engines from its own; a model never measured, from all of them."""
+    store = MemoryStore()
+    _store_run(store, _request())  # this model: onnx overhead 5 s, conversion 12 s
+    other = "b" * 64
+
+    def slow(seconds: int, batch: int) -> dict:  # another model, measured 60 s apart, its conversions 40 s
+        return {
+            "combo": {"hardware": "intel", "optimizer": "onnx", "batch_size": batch, "memory_mb": 1769},
+            "model": {"sha256": other},
+            "run_id": "run-other",
+            "measured_at": (STARTED + timedelta(hours=1, seconds=seconds)).isoformat(),
+            "conversion_s": 40.0,
+            "artifact_key": f"other-b{batch}",
+            "latency_ms": {"p50": 2.0, "p99": 2.4},
+        }
+
+    for i in range(9):
+        store.put_bytes(keys.result_version(f"other-{i}", "run-other"), json.dumps(slow(60 * i, 1 + i)).encode())
+    own = stored_costs(store, SHA)
+    assert own.overhead_s[Optimizer.onnx] == pytest.approx(OVERHEAD["onnx"])
+    assert own.conversion_s[Optimizer.onnx] == CONVERSION["onnx"]
+    anyone = stored_costs(store, "c" * 64)
+    assert anyone.overhead_s[Optimizer.onnx] > 2 * OVERHEAD["onnx"]  # the other model's 60 s gaps weigh in
+    assert anyone.conversion_s[Optimizer.onnx] == pytest.approx((CONVERSION["onnx"] + 40.0) / 2)

@@ -15,11 +15,13 @@ model load, its session tuning). A plan then charges each combination its engine
 plus the sampling its expected latency needs (`expected_p50_ms`: the same model's stored results
 when there are any).
 
-With nothing stored (or an engine never measured here), `PRIOR_*`, set on this 2-core host so
-that two runs come within 25 %: the README's ResNet-18 224 run (8 combinations, base and onnx,
-190 s; the priors give 149 s, -21 %) and the 6-layer BERT run of issue #38 (18 measured with
-`--predict`, 6.0 min; the priors give 7.2 min, +20 %, where `ayci plan` said 20.7 before). Two
-runs are thin ground: once results are stored, what they say replaces the priors.
+With nothing stored (or an engine never measured here), `PRIOR_*`, set on this 2-core host from
+the runs of docs/benchmarks.md ("Time to the answer"), where they come within 25 % of the README's
+example matrix (quick +4 %, exact +19 %) and of the issue-38 96-combination matrix in exact
+(ResNet-18 -14 %, all-MiniLM-L6-v2 +16 %) and quick on MiniLM (-2 %), but not quick on ResNet-18
+(+70 %: its race skipped every TVM tuning and refined a quarter, which no prior can know before
+the race). Once results are stored, what they say replaces the priors: the plan's model's own
+first (`learn_costs`).
 """
 
 from __future__ import annotations

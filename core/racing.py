@@ -253,29 +253,34 @@ def domination(f: Figures, by: Figures) -> Domination:
     )
 
 
-def picks(candidates: list[Figures], balance_weight: float = 0.5) -> dict[str, str | None]:
+def picks(candidates: list[Figures], balance_weight: float = 0.5, scale: list[Figures] = ()) -> dict[str, str | None]:
     """Fastest (p99), cheapest (cost) and balanced (`report/recommendation.balance_scores`'
-    rule) among `candidates`, on their point figures."""
+    rule, normalised over the candidates and `scale`: `balance_ranking`) among `candidates`, on
+    their point figures."""
     if not candidates:
         return dict.fromkeys(KINDS)
     return {
         "fastest": min(candidates, key=lambda f: (f.p99, f.cost)).label,
         "cheapest": min(candidates, key=lambda f: (f.cost, f.p99)).label,
-        "balanced": balance_ranking(candidates, balance_weight)[0],
+        "balanced": balance_ranking(candidates, balance_weight, scale)[0],
     }
 
 
-def balance_ranking(candidates: list[Figures], balance_weight: float = 0.5) -> list[str]:
+def balance_ranking(candidates: list[Figures], balance_weight: float = 0.5, scale: list[Figures] = ()) -> list[str]:
     """The candidates' labels by balanced score (`report/recommendation.balance_scores`' rule:
-    `w * cost' + (1 - w) * p99'`, each normalised to 0..1 over the candidates), best first."""
+    `w * cost' + (1 - w) * p99'`, each normalised to 0..1), best first. The scale spans the
+    candidates and `scale`: what the race stopped as dominated, which a run of precision exact
+    measures fully and normalises over; without them the quick answer's balanced pick moved with
+    what the race stopped (ResNet-18's README matrix: b4 3538 MB against exact's b1 3538 MB)."""
     p99 = {f.label: f.p99 for f in candidates}
     cost = {f.label: f.cost for f in candidates}
+    span = [*candidates, *scale]
 
-    def normalised(values: dict[str, float]) -> dict[str, float]:
-        low, high = min(values.values()), max(values.values())
+    def normalised(values: dict[str, float], what: str) -> dict[str, float]:
+        low, high = min(getattr(f, what) for f in span), max(getattr(f, what) for f in span)
         return {k: (v - low) / (high - low) if high > low else 0.0 for k, v in values.items()}
 
-    p, c = normalised(p99), normalised(cost)
+    p, c = normalised(p99, "p99"), normalised(cost, "cost")
     score = {k: balance_weight * c[k] + (1 - balance_weight) * p[k] for k in p99}
     return sorted(score, key=lambda k: (score[k], p99[k], cost[k]))
 
@@ -326,7 +331,7 @@ def margins(
         out[kind] = f"{kind}: {best.label}; the next, {named(nxt)}, " + phrase.format(f"{value:.0f} % ± {spread:.0f} %")
     balanced = by_label.get(chosen.get("balanced") or "")
     if balanced is not None:
-        ranking = [label for label in balance_ranking(candidates, balance_weight) if label != balanced.label]
+        ranking = [label for label in balance_ranking(candidates, balance_weight, beaten) if label != balanced.label]
         if not ranking:
             out["balanced"] = f"balanced: {balanced.label} (the only candidate)"
         else:
@@ -354,8 +359,8 @@ def answer(
     race_result = race_result or Race()
     shut = set(race_result.dominated) | set(race_result.out)
     candidates = [f for f in rows.values() if f.label not in shut]
-    chosen = picks(candidates, balance_weight)
     beaten = [f for f in rows.values() if f.label in race_result.dominated]
+    chosen = picks(candidates, balance_weight, beaten)
     return {
         "stage": stage,
         "balance_weight": balance_weight,
@@ -513,7 +518,7 @@ def refreshed(doc: dict[str, Any]) -> dict[str, Any]:
         doc["stage"] = "provisional"
     candidates = [Figures.of(v) for v in doc["rows"].values()]
     beaten = [Figures.of(v["figures"]) for v in doc["dominated"].values() if v.get("figures")]
-    doc["picks"] = picks(candidates, doc.get("balance_weight", 0.5))
+    doc["picks"] = picks(candidates, doc.get("balance_weight", 0.5), beaten)
     doc["margins"] = margins(candidates, doc["picks"], doc.get("balance_weight", 0.5), beaten)
     return doc
 

@@ -34,9 +34,12 @@ def recommend(
     slo_p99_ms: float | None,
     min_agreement: float,
     balance_weight: float = 0.5,
+    scale_rows: Iterable[SummaryResult] = (),
 ) -> Recommendation:
     """The recommendation for a run's `results` (rows of a summary, or stored result dicts
-    with `combo`, `latency_ms`, `agreement`, `cost`); combinations are named by their labels."""
+    with `combo`, `latency_ms`, `agreement`, `cost`); combinations are named by their labels.
+    `scale_rows`: rows that are not candidates but span the balanced score's scale, as they would
+    in a run that measured them fully (a racing run's dominated rows: `core.racing.balance_ranking`)."""
     results = rows(results)
     candidates, excluded = [], {}
     for result in results:
@@ -62,7 +65,16 @@ def recommend(
         )
     p99 = {r.label: r.latency_ms.p99 for r in candidates}
     cost = {r.label: r.cost.per_million_inferences_usd for r in candidates}
-    scores = balance_scores(p99, cost, balance_weight)
+    spanning = [r for r in scale_rows if r.cost is not None and r.latency_ms.p99 is not None]
+    scores = balance_scores(
+        p99,
+        cost,
+        balance_weight,
+        scale=(
+            [r.latency_ms.p99 for r in spanning],
+            [r.cost.per_million_inferences_usd for r in spanning],
+        ),
+    )
     return Recommendation(
         fastest=min(p99, key=lambda k: (p99[k], cost[k])),
         cheapest=min(cost, key=lambda k: (cost[k], p99[k])),
@@ -136,15 +148,17 @@ def divergence_detail(result: SummaryResult) -> str:
     return f"; {divergence.get('detail') or divergence.get('error')}"
 
 
-def balance_scores(p99: dict[str, float], cost: dict[str, float], weight: float) -> dict[str, float]:
-    """`weight * cost' + (1 - weight) * p99'` per key, each normalised to 0..1 over the keys
-    (all equal: 0)."""
+def balance_scores(
+    p99: dict[str, float], cost: dict[str, float], weight: float, scale: tuple[list[float], list[float]] = ([], [])
+) -> dict[str, float]:
+    """`weight * cost' + (1 - weight) * p99'` per key, each normalised to 0..1 over the keys and
+    `scale`'s further p99s and costs (all equal: 0)."""
 
-    def normalised(values: dict[str, float]) -> dict[str, float]:
-        low, high = min(values.values()), max(values.values())
+    def normalised(values: dict[str, float], further: list[float]) -> dict[str, float]:
+        low, high = min([*values.values(), *further]), max([*values.values(), *further])
         return {k: (v - low) / (high - low) if high > low else 0.0 for k, v in values.items()}
 
-    p, c = normalised(p99), normalised(cost)
+    p, c = normalised(p99, scale[0]), normalised(cost, scale[1])
     return {k: weight * c[k] + (1 - weight) * p[k] for k in p99}
 
 

@@ -227,6 +227,7 @@ def _archive(
         slo_p99_ms=request.slo_p99_ms,
         min_agreement=request.min_agreement,
         balance_weight=request.balance_weight,
+        scale_rows=[r for r in results if r.label in stopped],  # balanced spans them, as in an exact run
     )
     if plan.predicted:
         recommendation = recommendation.with_checks(check_report)

@@ -117,6 +117,22 @@ def test_the_balanced_pick_has_its_margin_on_both_figures_against_the_next_by_sc
     assert beaten["balanced"].startswith(f"balanced: {middle.label}; the next, ")
 
 
+def test_the_balanced_score_spans_what_the_race_stopped_as_an_exact_run_spans_everything():
+    """Normalised over the candidates alone, the balanced pick moved with what the race stopped: a
+    run of precision exact measures the dominated fully and its scale spans them."""
+    quickest = fig("intel/onnx/b1/3538MB", p99=10, cost=1.3)
+    cheaper = fig("intel/onnx/b4/3538MB", p99=30, cost=1.1)
+    between = fig("intel/onnx/b2/3538MB", p99=20, cost=1.25)
+    stopped = fig("intel/base/b4/512MB", p99=500, cost=2.4)
+    assert race([quickest, cheaper, between, stopped]).dominated.keys() == {stopped.label}
+    exact = picks([quickest, cheaper, between, stopped])["balanced"]
+    assert exact == cheaper.label
+    assert picks([quickest, cheaper, between], scale=[stopped])["balanced"] == exact
+    assert picks([quickest, cheaper, between])["balanced"] != exact  # what the candidates alone gave
+    text = margins([quickest, cheaper, between], {"balanced": exact}, beaten=[stopped])["balanced"]
+    assert text.startswith(f"balanced: {exact}; the next, {between.label},")
+
+
 def test_figures_of_a_measured_result_widen_its_intervals_by_the_run_to_run_slack():
     row = {
         "combo_key": "k",

@@ -119,6 +119,13 @@ def test_the_quick_answer_picks_what_the_exact_run_picks_with_margins(app, fakes
     assert all(cap == FULL_CAP_S for *_, cap in fakes.caps[-6:])  # the exact run: everything to full precision
     for kind in PICKS:
         assert quick["recommendation"][kind] == exact["recommendation"][kind]
+    # the balanced score spans what the race stopped, as the exact run's spans everything it measured
+    # (its quick figures 4 % off): the same scale, whatever the race stopped
+    stopped = {label(r) for r in quick["results"] if r.get("dominated_by")}
+    assert stopped and not stopped & set(quick["recommendation"]["candidates"])
+    for name, candidate in quick["recommendation"]["candidates"].items():
+        expected = exact["recommendation"]["candidates"][name]["balance_score"]
+        assert candidate["balance_score"] == pytest.approx(expected, rel=0.06, abs=1e-3), name
     margins = quick["recommendation"]["margins"]
     assert margins["cheapest"].startswith(f"cheapest: {quick['recommendation']['cheapest']}; the next, ")
     assert " % ± " in margins["cheapest"] and margins["cheapest"].endswith("% more")

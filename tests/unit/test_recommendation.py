@@ -108,3 +108,13 @@ def test_balance_scores_are_normalised():
 
 def test_pareto_keeps_ties_and_drops_the_dominated():
     assert pareto_front({"a": 1, "b": 1, "c": 2}, {"a": 1, "b": 1, "c": 2}) == ["a", "b"]
+
+
+def test_rows_that_are_not_candidates_can_span_the_balanced_scale():
+    """A racing run's dominated rows are not candidates, but an exact run would have normalised its
+    balanced score over them: `scale` widens the range, and the pick follows."""
+    p99, cost = {"a": 10.0, "b": 30.0, "c": 20.0}, {"a": 1.3, "b": 1.1, "c": 1.25}
+    alone = balance_scores(p99, cost, 0.5)
+    spanned = balance_scores(p99, cost, 0.5, scale=([500.0], [2.4]))
+    assert alone["a"] == alone["b"] == 0.5
+    assert min(spanned, key=spanned.get) == "b" and spanned["b"] < spanned["a"] < alone["a"]

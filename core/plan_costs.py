@@ -61,11 +61,11 @@ MIN_OWN_FIGURES = 3  # a plan's model's own overheads per engine before they rep
 # to full precision only those that can still be an answer; TVM is tuned at a batch size only where
 # the other engines' figures leave it a chance (`core/tuning_stakes.py`). How much of each a run
 # does is the race's to decide; a plan learns it from the racing runs stored, else these priors, from
-# the issue-38 matrices measured here on the current code (96 combinations, --predict, docs/benchmarks.md):
-# all-MiniLM-L6-v2 refined 19 of its 39 quick measurements and tuned TVM at 1 batch size of 4, ResNet-18
-# 9 of 36 and 0 of 4 (an earlier ResNet-18 run: 9 of 39).
-PRIOR_REFINED_SHARE = 0.33  # (19 + 9 + 9) / (39 + 36 + 39)
-PRIOR_TVM_TUNED_SHARE = 0.125  # 1 of 8
+# the issue-38 matrices measured here (96 combinations, --predict, docs/benchmarks.md), two runs of each model:
+# all-MiniLM-L6-v2 refined 17 and 15 of its 39 quick measurements and tuned TVM at 1 batch size of 4 each time,
+# ResNet-18 9 of 36 twice and TVM at none.
+PRIOR_REFINED_SHARE = 0.33  # (17 + 15 + 9 + 9) / (39 + 39 + 36 + 36)
+PRIOR_TVM_TUNED_SHARE = 0.125  # 2 of 16
 # The priors count as this many racing runs of the issue's matrix (38 quick measurements, 4 TVM artifacts each)
 # beside the stored ones: how much a run decides depends on the model (MiniLM's race tuned TVM at one batch size
 # and refined 15 of 39; ResNet-18's tuned none and refined 9 of 36), so one stored run of another model moves the
@@ -189,9 +189,9 @@ def learn_costs(
     `submitted` (run id -> when it was submitted) times a run's first combination from the
     submission: the run's start (workers starting, the first reference outputs) is its cost.
     `model_sha256`: the model a plan is for; where the results hold enough of its own
-    (`MIN_OWN_FIGURES` per engine and figure), an engine's figures are learned from them alone: a
-    model's load, agreement and conversions are its own (ResNet-18's onnx_int8 conversion 12 s,
-    MiniLM's 33 s)."""
+    (`MIN_OWN_FIGURES` overheads of an engine; one conversion of it, one TVM tuning), an engine's
+    figures are learned from them alone: a model's load, agreement and conversions are its own
+    (ResNet-18's onnx_int8 conversion 12 s, MiniLM's 33 s)."""
     costs = EngineCosts()
     by_run: dict[str, list[tuple[datetime, dict]]] = defaultdict(list)
     # (model, hardware, optimizer) -> artifact -> (first measured with it, its conversion)

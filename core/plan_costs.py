@@ -250,9 +250,10 @@ def learn_costs(
         own = [v for model, v in figures if model == model_sha256]
         return own if len(own) >= minimum else [v for _, v in figures]
 
-    for optimizer, values in overheads.items():
-        costs.overhead_s[optimizer] = statistics.median(learned(values))
-        costs.learned_from[optimizer.value] = len(learned(values))
+    for optimizer, figures in overheads.items():
+        values = learned(figures)
+        costs.overhead_s[optimizer] = statistics.median(values)
+        costs.learned_from[optimizer.value] = len(values)
     firsts: dict[Optimizer, list[tuple[str, float]]] = defaultdict(list)
     nexts: dict[Optimizer, list[tuple[str, float]]] = defaultdict(list)
     for (model, _, optimizer), per_artifact in conversions.items():

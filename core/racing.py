@@ -254,9 +254,8 @@ def domination(f: Figures, by: Figures) -> Domination:
 
 
 def picks(candidates: list[Figures], balance_weight: float = 0.5, scale: list[Figures] = ()) -> dict[str, str | None]:
-    """Fastest (p99), cheapest (cost) and balanced (`report/recommendation.balance_scores`'
-    rule, normalised over the candidates and `scale`: `balance_ranking`) among `candidates`, on
-    their point figures."""
+    """Fastest (p99), cheapest (cost) and balanced (normalised over the candidates and `scale`:
+    `balance_ranking`) among `candidates`, on their point figures."""
     if not candidates:
         return dict.fromkeys(KINDS)
     return {
@@ -266,22 +265,29 @@ def picks(candidates: list[Figures], balance_weight: float = 0.5, scale: list[Fi
     }
 
 
+def balance_scores(
+    p99: dict[str, float], cost: dict[str, float], weight: float, scale: tuple[list[float], list[float]] = ([], [])
+) -> dict[str, float]:
+    """`weight * cost' + (1 - weight) * p99'` per key, each normalised to 0..1 over the keys and
+    `scale`'s further p99s and costs (all equal: 0): the balanced score of the recommendation
+    (`report/recommendation.py`) and of the race."""
+
+    def normalised(values: dict[str, float], further: list[float]) -> dict[str, float]:
+        low, high = min([*values.values(), *further]), max([*values.values(), *further])
+        return {k: (v - low) / (high - low) if high > low else 0.0 for k, v in values.items()}
+
+    p, c = normalised(p99, scale[0]), normalised(cost, scale[1])
+    return {k: weight * c[k] + (1 - weight) * p[k] for k in p99}
+
+
 def balance_ranking(candidates: list[Figures], balance_weight: float = 0.5, scale: list[Figures] = ()) -> list[str]:
-    """The candidates' labels by balanced score (`report/recommendation.balance_scores`' rule:
-    `w * cost' + (1 - w) * p99'`, each normalised to 0..1), best first. The scale spans the
+    """The candidates' labels by balanced score (`balance_scores`), best first. The scale spans the
     candidates and `scale`: what the race stopped as dominated, which a run of precision exact
     measures fully and normalises over; without them the quick answer's balanced pick moved with
     what the race stopped (ResNet-18's README matrix: b4 3538 MB against exact's b1 3538 MB)."""
     p99 = {f.label: f.p99 for f in candidates}
     cost = {f.label: f.cost for f in candidates}
-    span = [*candidates, *scale]
-
-    def normalised(values: dict[str, float], what: str) -> dict[str, float]:
-        low, high = min(getattr(f, what) for f in span), max(getattr(f, what) for f in span)
-        return {k: (v - low) / (high - low) if high > low else 0.0 for k, v in values.items()}
-
-    p, c = normalised(p99, "p99"), normalised(cost, "cost")
-    score = {k: balance_weight * c[k] + (1 - balance_weight) * p[k] for k in p99}
+    score = balance_scores(p99, cost, balance_weight, ([f.p99 for f in scale], [f.cost for f in scale]))
     return sorted(score, key=lambda k: (score[k], p99[k], cost[k]))
 
 

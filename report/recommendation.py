@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from core.racing import balance_scores
 from schemas.combos import Combo
 from schemas.documents import BreakEven, SummaryResult
 from schemas.recommendation import Candidate, Criteria, Recommendation
@@ -146,20 +147,6 @@ def divergence_detail(result: SummaryResult) -> str:
         size = f"max abs diff {diff:.3g}" if diff is not None else divergence.get("detail", "")
         return f"; first diverges at node {divergence['node']} ({divergence['op_type']}): {size}"
     return f"; {divergence.get('detail') or divergence.get('error')}"
-
-
-def balance_scores(
-    p99: dict[str, float], cost: dict[str, float], weight: float, scale: tuple[list[float], list[float]] = ([], [])
-) -> dict[str, float]:
-    """`weight * cost' + (1 - weight) * p99'` per key, each normalised to 0..1 over the keys and
-    `scale`'s further p99s and costs (all equal: 0)."""
-
-    def normalised(values: dict[str, float], further: list[float]) -> dict[str, float]:
-        low, high = min([*values.values(), *further]), max([*values.values(), *further])
-        return {k: (v - low) / (high - low) if high > low else 0.0 for k, v in values.items()}
-
-    p, c = normalised(p99, scale[0]), normalised(cost, scale[1])
-    return {k: weight * c[k] + (1 - weight) * p[k] for k in p99}
 
 
 def pareto_front(p99: dict[str, float], cost: dict[str, float]) -> list[str]:

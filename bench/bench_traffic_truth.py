@@ -13,7 +13,11 @@ worker: the p99 among cold starts) and 2 s (the cold-start share just under 1 %:
 edge between them, where a few cold starts more or less move it).
 
     .venv/bin/python bench/bench_traffic_truth.py [--run RUN_ID --data-dir DIR]
-        [--rows steady:10:30,spiky:5:0.5,...] [--requests 2000] [--max-workers 2] [--json out.json]
+        [--rows steady:10:30,spiky:5:0.5,...] [--requests 2000] [--max-workers 2] [--repeat N] [--json out.json]
+
+`--repeat N` runs each row N times on the same arrivals (the same seed) and prints how far the live pool's
+own figures moved between those runs: a figure the pool does not reproduce within the bound cannot be
+predicted within it either, by any simulation (`reproduced`).
 
 Without `--run`, a tiny image model (32x32, ONNX, 1024 MB) is measured first in a fresh data folder.
 """
@@ -41,7 +45,7 @@ from schemas.combos import Matrix
 from schemas.events import RequestSubmitted
 from services.request.submission import new_run, store_model
 from serving.app import create_app
-from serving.loadtest import LoadPlan, run_loadtest
+from serving.loadtest import TOLERANCE, LoadPlan, run_loadtest
 from serving.open_loop import BURST_SHARE, burst_multiplier
 
 
@@ -91,7 +95,7 @@ def parse_rows(text: str, idle_default: float) -> list[tuple[str, float, float]]
     return rows
 
 
-def one(data: Path, run_id: str, pattern: str, rps: float, idle_s: float, args, out: Path) -> dict:
+def one(data: Path, run_id: str, pattern: str, rps: float, idle_s: float, args, out: Path, repeat: int = 0) -> dict:
     plan = LoadPlan(
         rps=rps, duration_s=duration_for(pattern, rps, args.requests), pattern=pattern, seed=args.seed, lambda_like=True
     )
@@ -109,7 +113,13 @@ def one(data: Path, run_id: str, pattern: str, rps: float, idle_s: float, args, 
         ).start()
         try:
             report = run_loadtest(
-                endpoint, plan, out / f"{pattern}-{rps:g}-idle{idle_s:g}", create_app(endpoint), hold_lock=False
+                endpoint,
+                plan,
+                out / f"{pattern}-{rps:g}-idle{idle_s:g}" / f"repeat{repeat}"
+                if args.repeat > 1
+                else out / f"{pattern}-{rps:g}-idle{idle_s:g}",
+                create_app(endpoint),
+                hold_lock=False,
             )
         finally:
             endpoint.close()
@@ -118,6 +128,7 @@ def one(data: Path, run_id: str, pattern: str, rps: float, idle_s: float, args, 
         "pattern": pattern,
         "rps": rps,
         "idle_s": idle_s,
+        "repeat": repeat,
         "duration_s": plan.duration_s,
         "load_before": load_before,
         "load_after": os.getloadavg()[0],
@@ -164,6 +175,7 @@ def main() -> int:
     # instances do not slow each other down; a pool that oversubscribes the host is not Lambda-like)
     parser.add_argument("--max-workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each row on the same arrivals")
     parser.add_argument("--json")
     args = parser.parse_args()
     configure_logging()
@@ -188,16 +200,61 @@ def main() -> int:
     with measurement_lock.exclusive() as lock_wait_s:
         print(f"waited {lock_wait_s:.1f} s for the machine's measurement lock; holding it for every row", flush=True)
         for pattern, rps, idle_s in parse_rows(args.rows, args.idle_time):
-            rows.append(row := one(data, run_id, pattern, rps, idle_s, args, work))
-            row["lock_wait_s"] = lock_wait_s if len(rows) == 1 else 0.0
-            if args.json:  # as it goes: a long bench stopped midway keeps its rows
-                Path(args.json).write_text(json.dumps(rows, indent=1))
-            print_row(row)
+            for repeat in range(args.repeat):
+                rows.append(row := one(data, run_id, pattern, rps, idle_s, args, work, repeat))
+                row["lock_wait_s"] = lock_wait_s if len(rows) == 1 else 0.0
+                if args.json:  # as it goes: a long bench stopped midway keeps its rows
+                    Path(args.json).write_text(json.dumps(rows, indent=1))
+                print_row(row)
     passed = sum(r["comparison"]["verdict"] == "pass" for r in rows)
     print(f"{passed} of {len(rows)} pass")
+    if args.repeat > 1:
+        print_reproduction(rows)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0
+
+
+def reproduction(runs: list[dict]) -> dict:
+    """How far the live pool's figures moved across runs of one row on the same arrivals: each figure's
+    range, and whether every run lies within the check's bound of their median (`reproduced`)."""
+    out = {}
+    for figure in ("p50", "p99"):
+        values = sorted(r["observed"][f"{figure}_ms"] for r in runs)
+        median = values[len(values) // 2]
+        out[figure] = {
+            "observed_ms": values,
+            "median_ms": median,
+            "reproduced": all(abs(v / median - 1) <= TOLERANCE for v in values),  # the check's own bound
+        }
+    colds = sorted(r["observed"]["cold_starts"] for r in runs)
+    out["cold_starts"] = colds
+    out["verdicts"] = [r["comparison"]["verdict"] for r in runs]
+    return out
+
+
+def print_reproduction(rows: list[dict]) -> None:
+    """The live pool against itself: each row's figures across its runs on the same arrivals."""
+    print("the live pool against itself (the same arrivals, run again):")
+    print(
+        f"{'pattern':7} {'req/s':>5} {'idle':>4} {'p50 ms, each run':>26} {'p99 ms, each run':>28} "
+        f"{'cold starts':>14}  verdicts"
+    )
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["pattern"], row["rps"], row["idle_s"]), []).append(row)
+    for (pattern, rps, idle_s), runs in groups.items():
+        seen = reproduction(runs)
+        for row in runs:
+            row["reproduction"] = seen
+        p50, p99 = seen["p50"], seen["p99"]
+        print(
+            f"{pattern:7} {rps:5g} {idle_s:4g} "
+            f"{'/'.join(f'{v:.2f}' for v in p50['observed_ms']):>20} {'yes' if p50['reproduced'] else 'NO':>5} "
+            f"{'/'.join(f'{v:.1f}' for v in p99['observed_ms']):>22} {'yes' if p99['reproduced'] else 'NO':>5} "
+            f"{'/'.join(map(str, seen['cold_starts'])):>14}  {', '.join(seen['verdicts'])}",
+            flush=True,
+        )
 
 
 def print_row(row: dict) -> None:

@@ -1,0 +1,21 @@
+"""bench/bench_traffic_truth.py's repeat: the live pool's figures against themselves."""
+
+from bench.bench_traffic_truth import reproduction
+
+
+def _run(p50: float, p99: float, cold: int, verdict: str = "pass") -> dict:
+    return {"observed": {"p50_ms": p50, "p99_ms": p99, "cold_starts": cold}, "comparison": {"verdict": verdict}}
+
+
+def test_a_figure_within_the_checks_bound_of_its_median_is_reproduced():
+    seen = reproduction([_run(8.0, 30.0, 12), _run(8.4, 33.0, 13), _run(7.9, 28.0, 11)])
+    assert seen["p50"] == {"observed_ms": [7.9, 8.0, 8.4], "median_ms": 8.0, "reproduced": True}
+    assert seen["p99"]["median_ms"] == 30.0 and seen["p99"]["reproduced"]
+    assert seen["cold_starts"] == [11, 12, 13] and seen["verdicts"] == ["pass"] * 3
+
+
+def test_a_p99_that_moves_past_the_bound_between_runs_is_not_reproduced():
+    # steady 20 req/s at idle 2 s, the same arrivals: 72 and 191 ms (docs/benchmarks.md)
+    seen = reproduction([_run(8.8, 72.0, 5, "fail"), _run(7.4, 191.3, 11, "fail"), _run(8.1, 180.0, 10, "fail")])
+    assert seen["p99"]["observed_ms"] == [72.0, 180.0, 191.3] and not seen["p99"]["reproduced"]
+    assert seen["p50"]["reproduced"]  # 7.4-8.8 around 8.1: within ±15 %

@@ -287,6 +287,7 @@ def main() -> int:
         action="store_true",
         help="stop each run when its first answer is shown (time to the first answer alone; no summary, no picks)",
     )
+    parser.add_argument("--keep-stores", action="store_true", help="keep each precision's store (its results, logs)")
     args = parser.parse_args()
     report = []
     precisions = args.precisions.split(",")
@@ -311,7 +312,10 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
     for store in stores.values():
-        shutil.rmtree(store, ignore_errors=True)
+        if args.keep_stores:
+            print(f"kept: {store}")
+        else:
+            shutil.rmtree(store, ignore_errors=True)
     return 0
 
 

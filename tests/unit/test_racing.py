@@ -143,10 +143,11 @@ def test_the_balanced_score_spans_what_the_race_stopped_as_an_exact_run_spans_ev
     assert text.startswith(f"balanced: {exact}; the next, {between.label},")
 
 
-def test_figures_of_a_measured_result_widen_its_intervals_by_the_run_to_run_slack():
-    row = {
+def measured_row(memory_mb: int = 1024, **extra) -> dict:
+    """A measured result's row: p99 8 ms [7-9], cost $2/M, cv 0.1 over 100 samples."""
+    return {
         "combo_key": "k",
-        "combo": {"hardware": "intel", "optimizer": "onnx", "batch_size": 1, "memory_mb": 1024},
+        "combo": {"hardware": "intel", "optimizer": "onnx", "batch_size": 1, "memory_mb": memory_mb},
         "latency_ms": {
             "p50": 5.0,
             "p90": 7.0,
@@ -157,8 +158,12 @@ def test_figures_of_a_measured_result_widen_its_intervals_by_the_run_to_run_slac
             "iterations": 100,
         },
         "cost": {"per_million_inferences_usd": 2.0},
-        "precision": "quick",
+        **extra,
     }
+
+
+def test_figures_of_a_measured_result_widen_its_intervals_by_the_run_to_run_slack():
+    row = measured_row(precision="quick")
     f = figures_of(SummaryResult.of(row))
     assert f.label == "intel/onnx/b1/1024MB" and f.precision == "quick"
     assert f.p99_low == pytest.approx(7.0 / (1 + RUN_TO_RUN_SLACK))
@@ -174,22 +179,7 @@ def test_figures_of_a_measured_result_widen_its_intervals_by_the_run_to_run_slac
 def test_a_measurement_that_took_every_core_of_its_host_is_widened_more():
     # 3538 MB is 2 vCPUs: on a 2-core host nothing is left for the host's other work, and such a measurement moved
     # 18 % (median) between runs against 5 % for one with a core to spare (docs/benchmarks.md, "Run to run")
-    row = {
-        "combo_key": "k",
-        "combo": {"hardware": "intel", "optimizer": "onnx", "batch_size": 1, "memory_mb": 3538},
-        "latency_ms": {
-            "p50": 5.0,
-            "p90": 7.0,
-            "p99": 8.0,
-            "p99_ci95_low": 7.0,
-            "p99_ci95_high": 9.0,
-            "cv": 0.1,
-            "iterations": 100,
-        },
-        "cost": {"per_million_inferences_usd": 2.0},
-        "vcpus": 2.0,
-        "vcpus_available": 2,
-    }
+    row = measured_row(3538, vcpus=2.0, vcpus_available=2)
     every_core = figures_of(SummaryResult.of(row))
     assert RUN_TO_RUN_SLACK_EVERY_CORE > RUN_TO_RUN_SLACK
     assert every_core.p99_high == pytest.approx(9.0 * (1 + RUN_TO_RUN_SLACK_EVERY_CORE))

@@ -99,6 +99,7 @@ def one(data: Path, run_id: str, pattern: str, rps: float, idle_s: float, args, 
     plan = LoadPlan(
         rps=rps, duration_s=duration_for(pattern, rps, args.requests), pattern=pattern, seed=args.seed, lambda_like=True
     )
+    row_dir = out / f"{pattern}-{rps:g}-idle{idle_s:g}"
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="ayci-truth-") as tmp:
         endpoint = serving_endpoint(
@@ -115,9 +116,7 @@ def one(data: Path, run_id: str, pattern: str, rps: float, idle_s: float, args, 
             report = run_loadtest(
                 endpoint,
                 plan,
-                out / f"{pattern}-{rps:g}-idle{idle_s:g}" / f"repeat{repeat}"
-                if args.repeat > 1
-                else out / f"{pattern}-{rps:g}-idle{idle_s:g}",
+                row_dir / f"repeat{repeat}" if args.repeat > 1 else row_dir,
                 create_app(endpoint),
                 hold_lock=False,
             )

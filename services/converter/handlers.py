@@ -127,7 +127,12 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
                 return [_converted(pending, manifest, reused=True)]
         if combo.optimizer == Optimizer.tvm and pending.tuning_trials > 0:
             skipped = skip_reason(
-                deps.store, event.run_id, model.workload.value, combo.hardware.value, combo.batch_size
+                deps.store,
+                event.run_id,
+                model.workload.value,
+                combo.hardware.value,
+                combo.batch_size,
+                pending.tuning_trials,
             )
             if skipped is not None:  # the run's figures so far: tuning TVM here cannot change the answer
                 bound.info("tvm_tuning_skipped", reason=skipped)

@@ -29,7 +29,9 @@ cheapest within its margin, balanced different); the first (provisional) answer 
 57.6 s of the run's own work, 1107.6 s wall behind 1050 s of lock waits. Later the same day on a quiet host
 (docs/benchmarks.md): MiniLM exact 25.4 min, quick 14.3 min (0.56; first answer 70.9 s; fastest and cheapest the
 same, balanced within its margin), quick again with the int8 recipe reused 12.8 min; ResNet-18 quick 7.5 min
-(first answer 46.9 s).
+(first answer 46.9 s). 2026-12-07, an Intel host, TVM's best case taken at the run's 64 trials: ResNet-18 quick
+5.8 min against exact 28.2 (0.21; first answer 31 s), MiniLM quick 14.6 against 22.1 (0.66; nothing dominated:
+torch runs it about as fast as int8 there).
 
     .venv/bin/python bench/bench_time_to_answer.py                       # the matrix (hours in exact)
     .venv/bin/python bench/bench_time_to_answer.py --models resnet18 --precisions quick --first-answer-only

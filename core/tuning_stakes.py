@@ -33,11 +33,11 @@ from schemas.documents import SummaryResult
 from schemas.events import RunPlanned
 
 # The lowest TVM / ONNX Runtime latency measured per workload kind and tuning budget (trials asked,
-# this 2-core host): (trials, ratio) pairs. At 600 trials (docs/tvm.md): ResNet-18 0.62, the
-# encoder 0.82, the detector 0.70. At 64 trials (docs/tvm.md, "What 64 trials find"; every batch
-# size tuned as a run tunes them, seeded from each other, at 512, 1769 and 3538 MB, p50 and p99):
-# all-MiniLM-L6-v2 1.22 at the lowest, ResNet-18 10.9 (most of its kernels stay untuned at that
-# budget). Both kinds take 1.2, the lowest any model showed: one model's figure is not a kind's.
+# 2-core hosts): (trials, ratio) pairs. At 600 trials (docs/tvm.md): ResNet-18 0.62, the encoder
+# 0.82, the detector 0.70. At 64 trials (docs/tvm.md, "What 64 trials find"; every batch size
+# tuned as a run tunes them, seeded from each other, at 512, 1769 and 3538 MB, p50 and p99):
+# all-MiniLM-L6-v2 1.22 at the lowest, ResNet-18 10.9 (8 of its tasks tuned at that budget).
+# Both kinds take 1.2, the lowest any model showed: one model's figure is not a kind's.
 PRIOR_RATIOS: dict[str, tuple[tuple[int, float], ...]] = {
     "image_classification": ((64, 1.2), (600, 0.62)),
     "nlp": ((64, 1.2), (600, 0.82)),

@@ -12,6 +12,10 @@ combination with a quarter of the timing budget (`QUICK_TIME_CAP_SHARE`): rough 
 - out: cannot be an answer for a reason timing precision does not change (it disagrees with
   base, is emulated, host-limited...), or its p99's lower bound is above the SLO.
 
+A quick measurement whose samples converged before the quick pass's cap, with session settings tuned
+at its own size and undisturbed, is already a full one (`converged_in_quick_pass`): a measurement
+to full precision stops at the same rule. It is kept as such (not refined, reusable by later runs).
+
 With `predict` a family (hardware, optimizer, batch) stops only when none of its sizes, measured
 or predicted, is a contender: its predicted sizes rest on all of its anchors.
 
@@ -203,6 +207,18 @@ def figures_of(row: SummaryResult, family: str | None = None) -> Figures | None:
         precision=row.precision or "exact",
         predicted=row.predicted,
     )
+
+
+def converged_in_quick_pass(report: dict[str, Any]) -> bool:
+    """Whether a quick-pass measurement (`measuring/launcher.py` report) is a full one: its samples met
+    full precision's stopping rule (`measuring/measure.py converged`: the p50 within ±2 % and the p99
+    within ±10 %, 95 %, on at least 100 samples) before the quick pass's shorter cap; its session settings
+    were tuned at its own size (not borrowed from another size's quick pass: `engine_tuning`); and no other
+    work disturbed it. Measured again to full precision, it would stop at the same rule with the same
+    settings: measuring it again is time spent for nothing."""
+    latency = report.get("latency_ms") or {}
+    disturbed = bool((report.get("load") or {}).get("disturbed"))
+    return bool(latency.get("converged")) and not report.get("engine_tuning") and not disturbed
 
 
 def run_to_run_slack(row: SummaryResult) -> float:

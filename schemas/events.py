@@ -185,7 +185,8 @@ class ProfileRequested(Payload):
 
 class InferenceDone(Payload):
     """Version 2: `refine`, the full-precision measurement of a combination the quick pass
-    measured (it replaces the quick one); `precision` of the measurement."""
+    measured (it replaces the quick one); `precision`, the pass that measured it (`quick`: a racing
+    run's first pass; its result is rough unless it converged there, `core.racing.converged_in_quick_pass`)."""
 
     TYPE = "InferenceDone"
     VERSION = 2

@@ -25,7 +25,7 @@ from pathlib import Path
 import structlog
 
 from core.ports import MeasurementRefused, MeasuringFunctions, NotFound, ObjectStore
-from core.racing import QUICK_TIME_CAP_SHARE
+from core.racing import QUICK_TIME_CAP_SHARE, converged_in_quick_pass
 from core.results import QUICK_SUFFIX, keep_result, stored_plan
 from core.runtime import Delayed
 from engines.targets import native_hardware
@@ -127,6 +127,9 @@ def _measured(event: Envelope, measured: tuple[dict, bool], deps: InferenceDeps,
     converted: ModelConverted = event.payload
     combo, model = converted.combo, converted.model
     report, emulated = measured
+    rough = quick and not converged_in_quick_pass(report)
+    if quick and not rough:
+        bound.info("measurement_converged_in_quick_pass", iterations=report["latency_ms"].get("iterations"))
     result = MeasuredResult.model_validate(
         {
             "combo_key": converted.combo_key,
@@ -145,8 +148,9 @@ def _measured(event: Envelope, measured: tuple[dict, bool], deps: InferenceDeps,
             "cost": None
             if emulated or report.get("host_limited")
             else result_cost(report, combo, default_price_region()),
-            # rough figures of a racing run's first pass: kept apart, never reused (core/results.py)
-            **({"precision": "quick"} if quick else {}),
+            # rough figures of a racing run's first pass: kept apart, never reused (core/results.py); one that
+            # converged before the quick cap is a full measurement (`converged_in_quick_pass`)
+            **({"precision": "quick"} if rough else {}),
         }
     )
     if not result.confined:
@@ -166,6 +170,7 @@ def _measured(event: Envelope, measured: tuple[dict, bool], deps: InferenceDeps,
         )  # the result names its profile (which names its trace)
     key = keep_result(deps.store, result)
     done = result.inference_done(result_key=key, reused=False)
+    # the pass that measured it (the result's own `precision` says whether its figures are rough)
     return [done.model_copy(update={"refine": converted.refine, "precision": "quick" if quick else "exact"})]
 
 

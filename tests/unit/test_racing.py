@@ -11,6 +11,7 @@ from core.racing import (
     Figures,
     answer,
     answer_lines,
+    converged_in_quick_pass,
     figures_of,
     margins,
     picks,
@@ -224,3 +225,13 @@ def test_a_p99_of_few_samples_has_its_worst_case_beyond_them_and_a_mean_of_few_a
     assert f.p99_high == pytest.approx((720.0 + 3 * 0.05 * 695.0) * (1 + RUN_TO_RUN_SLACK))
     half = 2.78 * 0.05 / 5**0.5  # Student's t with 4 degrees of freedom, not 1.96
     assert f.cost_high == pytest.approx(100.0 * (1 + half) * (1 + RUN_TO_RUN_SLACK))
+
+
+def test_a_quick_measurement_is_a_full_one_only_converged_tuned_at_its_own_size_and_undisturbed():
+    report = {"latency_ms": {"converged": True, "iterations": 100}, "load": {"disturbed": False}}
+    assert converged_in_quick_pass(report)
+    assert not converged_in_quick_pass({**report, "latency_ms": {"converged": False, "iterations": 30}})
+    borrowed = {"settings": {"intra_op_threads": 1}, "tuned_at": "intel/onnx/b1/1769MB"}
+    assert not converged_in_quick_pass({**report, "engine_tuning": borrowed})  # another size's settings
+    assert not converged_in_quick_pass({**report, "load": {"disturbed": True}})
+    assert not converged_in_quick_pass({"latency_ms": {}})

@@ -32,14 +32,16 @@ class RacingFakes(Fakes):
         self.caps: list[tuple[str, int, float]] = []
         self.quick_bias = 1.04
         self.crash_refinements = False
+        self.converge_quick: set[tuple[str, int]] = set()  # (optimizer, memory): converges within the quick cap
 
     def measure(self, spec, python_command) -> dict:
         quick = spec.time_cap_s < FULL_CAP_S
         self.crash = self.crash_refinements and not quick
         report = super().measure(spec, python_command)
         self.caps.append((spec.optimizer, spec.memory_mb, spec.time_cap_s))
-        p50 = SPEED[spec.optimizer] * 1769 / min(spec.memory_mb, 1769) * (self.quick_bias if quick else 1.0)
-        samples, tail = (30, 0.25) if quick else (300, 0.05)
+        converges = not quick or (spec.optimizer, spec.memory_mb) in self.converge_quick
+        p50 = SPEED[spec.optimizer] * 1769 / min(spec.memory_mb, 1769) * (1.0 if converges else self.quick_bias)
+        samples, tail = (300, 0.05) if converges else (30, 0.25)
         report["latency_ms"] |= {
             "p50": p50,
             "p90": p50 * 1.1,
@@ -51,6 +53,7 @@ class RacingFakes(Fakes):
             "p99_ci95_high": p50 * 1.2 * (1 + tail),
             "cv": 0.1,
             "iterations": samples,
+            "converged": converges,  # 30 samples cannot (100 at least: measuring/measure.py)
             "billed_ms_mean": float(int(p50) + 1),
         }
         return report
@@ -139,6 +142,22 @@ def test_a_refinement_replaces_the_quick_result_and_is_the_one_later_runs_reuse(
     assert stored is not None and stored.version == keys.result_version(row["combo_key"], summary["run_id"])
     quick_version = keys.result_version(row["combo_key"], f"{summary['run_id']}.quick")
     assert json.loads(app.store.get_bytes(quick_version))["precision"] == "quick"
+
+
+def test_a_quick_measurement_that_converged_is_a_full_one_never_measured_again(app, fakes):
+    fakes.converge_quick = {("onnx_int8", 1769)}  # a fast model: its samples meet full precision's rule early
+    summary = submit(app, precision="quick")
+    assert [cap for o, m, cap in fakes.caps if (o, m) == ("onnx_int8", 1769)] == [FULL_CAP_S / 4]  # measured once
+    row = next(r for r in summary["results"] if label(r) == "intel/onnx_int8/b1/1769MB")
+    assert row.get("precision") is None and row["latency_ms"]["converged"]
+    racing = json.loads(app.store.get_bytes(keys.racing(summary["run_id"])))
+    assert row["combo_key"] not in racing["refine"]
+    assert set(racing["refine"])  # the contenders that did not converge are still refined
+    stored = latest_result(app.store, row["combo_key"])  # a later run reuses it
+    assert stored is not None and stored.version == keys.result_version(row["combo_key"], summary["run_id"])
+    assert "intel/onnx_int8/b1/1769MB" in summary["recommendation"]["candidates"]
+    final = json.loads(app.store.get_bytes(keys.answer(summary["run_id"])))
+    assert final["rows"]["intel/onnx_int8/b1/1769MB"]["precision"] == "exact"
 
 
 def test_the_running_answer_is_there_after_the_first_pass_and_final_at_the_end(app, fakes):

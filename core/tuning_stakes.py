@@ -71,11 +71,15 @@ def best_ratio(results: list[dict], workload: str, trials: int) -> float:
     """The largest gain over ONNX Runtime TVM has shown on `workload` with at least `trials`
     trials (a p99 ratio, lower is a larger gain): among stored results (`core.plan_costs.stored_results`)
     pairing tvm and onnx at the same model, hardware, batch and memory (a TVM result that does
-    not say its budget counts, as the largest gain may), and the prior (`prior_ratio`)."""
+    not say its budget counts, as the largest gain may), and the prior (`prior_ratio`). A racing
+    run's rough figures (`precision: quick`) pair with nothing: the smallest of many ratios takes
+    the noisiest. Measured: MiniLM's quick run paired TVM b1 3538 MB (p99 23.0 ms, full) with ONNX
+    Runtime's quick p99 of 40.5 ms (16.1 refined), took 0.57 for TVM's best case where 1.2 stood,
+    and tuned TVM at three batch sizes the prior had skipped."""
     seen: dict[tuple, dict[str, float]] = {}
     for result in results:
         try:
-            if result["model"].get("workload") != workload:
+            if result["model"].get("workload") != workload or result.get("precision") == "quick":
                 continue
             combo = result["combo"]
             tuned_with = _tuned_with(result) if combo["optimizer"] == "tvm" else None

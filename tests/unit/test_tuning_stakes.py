@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from adapters.memory_store import MemoryStore
 from core.tuning_stakes import (
     PRIOR_RATIOS,
@@ -118,6 +120,20 @@ def test_the_largest_gain_stored_on_the_same_workload_kind_counts_when_larger_th
     assert best_ratio(stored, "nlp", 600) == 0.5
     assert best_ratio(stored, "image_classification", 600) == prior_ratio("image_classification", 600)  # another kind
     assert best_ratio([stored[0]], "nlp", 600) == prior_ratio("nlp", 600)
+
+
+def test_a_racing_run_s_rough_figures_pair_with_nothing():
+    onnx = _row("onnx", 3538, 40.5, 1.0)  # a quick pass's p99, 2.5 times its refined figure
+    tvm = _row("tvm", 3538, 23.0, 0.6)
+    assert best_ratio([onnx | {"precision": "quick"}, tvm | {"precision": "exact"}], "nlp", 64) == prior_ratio(
+        "nlp", 64
+    )
+    assert best_ratio([onnx | {"precision": "exact"}, tvm | {"precision": "quick"}], "nlp", 64) == prior_ratio(
+        "nlp", 64
+    )
+    assert best_ratio([onnx | {"precision": "exact"}, tvm | {"precision": "exact"}], "nlp", 64) == pytest.approx(
+        23.0 / 40.5
+    )
 
 
 def test_a_smaller_budget_s_best_case_is_what_budgets_at_least_as_large_have_shown():

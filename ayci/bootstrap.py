@@ -52,7 +52,10 @@ def build_service(
         )
     elif name == "inference":
         deps = inference.InferenceDeps(
-            store=store, time_cap_s=settings.measure_time_cap_s, min_iterations=settings.measure_min_iterations
+            store=store,
+            time_cap_s=settings.measure_time_cap_s,
+            min_iterations=settings.measure_min_iterations,
+            disturbed_retry_s=settings.disturbed_retry_s,
         )
     elif name == "archiver":
         deps = archiver.ArchiverDeps(store=store, target_cpu=settings.target_cpu, **({"now": now} if now else {}))

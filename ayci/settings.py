@@ -19,6 +19,8 @@ class Settings(BaseSettings):
     arm_sysroot: Path = Path(".arm-sysroot")
     measure_time_cap_s: float = 12.0  # per combination, warm iterations (plus at most a quarter of it warming up)
     measure_min_iterations: int = 10
+    # a disturbed measurement (other work took cores it needed, or the host ran slow) is measured again after this
+    disturbed_retry_s: float = 90.0
     reference_timeout_s: float = 300.0  # the base model on the example inputs, in a child process
     reference_memory_mb: int = 10240  # its address-space cap
     conversion_timeout_s: float = 600.0  # a conversion in the sandbox (TVM: plus its tuning's time limit)

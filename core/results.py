@@ -100,7 +100,7 @@ def untrusted_reason(result: MeasuredResult) -> str | None:
     cap). Every request expects a confined, undisturbed measurement: such a result is measured again.
     How it was built (a tvm artifact's tuning budget) is in its key (`schemas/combos.combo_key`)."""
     if result.load is not None and result.load.disturbed:
-        return "disturbed: other work took cores the measurement needed"
+        return f"disturbed: {result.load.disturbance}"
     if not result.confined:
         return f"unconfined: {result.confinement_reason or 'not confined to its memory size'}"
     return None

@@ -22,7 +22,7 @@ from pathlib import Path
 import structlog
 
 from core import measurement_lock
-from measuring import sandbox
+from measuring import host_speed, sandbox
 from measuring.confinement import (
     ConfinementUnavailable,
     Limits,
@@ -268,6 +268,7 @@ def run_confined_child(
     process start, `measure.py`). A sandbox failure is raised as `failure` makes it; a child that printed no
     result raises `MeasurementFailed` with its traceback's gist. `on_progress`: the child's progress lines
     (`sandbox.run`), as they come."""
+    speed_before = host_speed.probe_ms()  # before the load's window opens: its CPU is not other work's
     before = LoadSample.now()
     spawned_at = time.time()
     try:
@@ -286,12 +287,17 @@ def run_confined_child(
         raise failure(exc) from None
     wall_s = time.time() - spawned_at
     after = LoadSample.now()
+    speed_after = host_speed.probe_ms()
     if RESULT_MARKER not in finished.stdout:
         raise MeasurementFailed(f"{what} exited with 0: {from_traceback(finished.stderr)}")
+    speeds = host_speed.SpeedLog()
+    speeds.add(speed_before)
+    speeds.add(speed_after)
+    slowdown = host_speed.slowdown(speed_before, speed_after, speeds.reference_ms())
     return ChildRun(
         result=finished.stdout.rsplit(RESULT_MARKER, 1)[1],
         wall_s=wall_s,
-        load=load_report(before, after, finished.cpu_s, needed_cores=needed_cores),
+        load=load_report(before, after, finished.cpu_s, needed_cores=needed_cores, host_slowdown=slowdown),
         finished=finished,
     )
 

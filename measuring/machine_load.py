@@ -1,10 +1,12 @@
 """How busy the machine was around a measurement, so a disturbed one can be seen and repeated.
 
-`LoadSample.now()` before and after; `load_report(before, after, own_cpu_s, needed_cores)` gives
-the load averages, the CPU pressure (PSI, where the kernel has it) and the cores other work kept
+`LoadSample.now()` before and after; `load_report(before, after, own_cpu_s, needed_cores, host_slowdown)`
+gives the load averages, the CPU pressure (PSI, where the kernel has it) and the cores other work kept
 busy while the measurement ran (all CPU time on the machine minus the measurement's own). It was
 disturbed when other work used more than the cores the measurement left free (plus a margin):
-work that only fills idle cores does not compete with it.
+work that only fills idle cores does not compete with it; or when the host itself ran slower than
+its own reference (`host_speed.py`: a slowdown from outside the machine, which its CPU accounting
+does not see).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from measuring.host_speed import SLOW_HOST_RATIO
 
 DISTURBED_MARGIN_CORES = 0.25  # how far other work may reach into the cores a measurement needs
 
@@ -59,9 +63,16 @@ class LoadSample:
         return cls(time.monotonic(), os.getloadavg()[0], _cpu_pressure_avg10(), _busy_cpu_s())
 
 
-def load_report(before: LoadSample, after: LoadSample, own_cpu_s: float | None, needed_cores: float = 1.0) -> dict:
+def load_report(
+    before: LoadSample,
+    after: LoadSample,
+    own_cpu_s: float | None,
+    needed_cores: float = 1.0,
+    host_slowdown: float | None = None,
+) -> dict:
     """The machine's load around one measurement that needed `needed_cores` (its CPU share,
-    or its threads when unconfined); see the module docstring."""
+    or its threads when unconfined), and how much slower than its reference the host ran around it
+    (`host_speed.slowdown`; None: not probed, or no reference yet); see the module docstring."""
     elapsed = max(1e-6, after.at - before.at)
     other = None
     if before.busy_cpu_s is not None and after.busy_cpu_s is not None and own_cpu_s is not None:
@@ -75,5 +86,8 @@ def load_report(before: LoadSample, after: LoadSample, own_cpu_s: float | None, 
         "cpu_pressure_avg10_before": before.cpu_pressure_avg10,
         "cpu_pressure_avg10_after": after.cpu_pressure_avg10,
         "other_busy_cores": other,  # average cores busy with other work during the measurement
-        "disturbed": other is not None and other > free + DISTURBED_MARGIN_CORES,
+        "other_work_limit_cores": free + DISTURBED_MARGIN_CORES,
+        "host_slowdown": host_slowdown,
+        "disturbed": (other is not None and other > free + DISTURBED_MARGIN_CORES)
+        or (host_slowdown is not None and host_slowdown > SLOW_HOST_RATIO),
     }

@@ -376,7 +376,7 @@ def _compare_one(
     notes = []
     for name, r in (("A", ra), ("B", rb)):
         if r.disturbed:
-            notes.append(f"{name} was measured while other work took cores it needed")
+            notes.append(f"{name} was disturbed: {r.load.disturbance}")
         if not r.confined:
             notes.append(f"{name} was not confined to its memory size")
         if r.emulated:

@@ -112,10 +112,7 @@ def exclusion(result: SummaryResult | dict[str, Any], *, slo_p99_ms: float | Non
     if result.confined is False and not is_estimated(result):  # an estimate from one unconfined thread may be picked
         return f"unconfined: not measured as Lambda would run it ({result.confinement_reason})"
     if result.disturbed:
-        return (
-            f"disturbed: other work used {result.load.other_busy_cores or 0:.1f} cores while it was measured; "
-            "measure again"
-        )
+        return f"disturbed: {result.load.disturbance}; measure again"
     if result.agreement is None:
         return "no agreement with base was measured"
     agreement = result.agreement.score

@@ -143,7 +143,7 @@ def _notes(result: SummaryResult) -> list[str]:
     elif result.confined is False and not estimate.get("mark"):
         notes.append(f"unconfined: {result.confinement_reason}")
     if result.disturbed:
-        notes.append(f"disturbed: other work used {result.load.other_busy_cores:.1f} cores")
+        notes.append(f"disturbed: {result.load.disturbance}")
     return notes
 
 

@@ -212,7 +212,27 @@ class MachineLoad(Flexible):
     cpu_pressure_avg10_before: float | None = None
     cpu_pressure_avg10_after: float | None = None
     other_busy_cores: float | None = None  # average cores busy with other work during the measurement
-    disturbed: bool = False  # other work took cores the measurement needed
+    other_work_limit_cores: float | None = None  # beyond this much other work, the measurement is disturbed
+    # the host's speed around the measurement against its own reference (`measuring/host_speed.py`): a fixed loop
+    # timed before and after it, the slower of the two over the host's fastest of the last hour (None: not probed)
+    host_slowdown: float | None = None
+    disturbed: bool = False  # other work took cores the measurement needed, or the host ran slow
+
+    @property
+    def disturbance(self) -> str | None:
+        """Why the measurement was disturbed, in words (None: it was not)."""
+        if not self.disturbed:
+            return None
+        limit = self.other_work_limit_cores
+        if self.other_busy_cores is not None and (limit is None or self.other_busy_cores > limit):
+            return f"other work used {self.other_busy_cores:.1f} cores while it was measured"
+        if self.host_slowdown is not None:
+            return (
+                f"the host ran {self.host_slowdown:.2f}x slower than its own reference while it was measured "
+                "(a fixed loop timed before and after it; no other process here was busy: a slowdown from outside "
+                "the machine)"
+            )
+        return "other work took cores the measurement needed"
 
 
 class Environment(Flexible):

@@ -157,10 +157,12 @@ class ComboPending(Payload):
 
 class ModelConverted(Payload):
     """A combination's artifact is ready: measure it. Version 2: `refine`, a combination the
-    quick pass found can still be an answer, measured again to full precision (`core/racing.py`)."""
+    quick pass found can still be an answer, measured again to full precision (`core/racing.py`).
+    Version 3: `measured_again`, how many of its measurements were disturbed and are being measured
+    again (`services/inference/handlers.py`, `DISTURBED_MEASURED_AGAIN`)."""
 
     TYPE = "ModelConverted"
-    VERSION = 2
+    VERSION = 3
     model: ModelRef
     combo: Combo
     combo_key: str
@@ -170,6 +172,7 @@ class ModelConverted(Payload):
     tuning_s: float = 0.0
     artifact_reused: bool = False
     refine: bool = False
+    measured_again: int = 0
 
 
 class ProfileRequested(Payload):
@@ -327,7 +330,7 @@ def _added_defaults(old: dict[str, Any]) -> dict[str, Any]:
     `predict`, v4: `traffic`, v5: the optimizer `onnx_int8`, v6: `profile`, v8: `traffic.concurrency_limit`;
     RunPlanned v2:
     `predicted`; CombosReused v2: `bundle`; ModelConverted, InferenceDone and ComboFailed v2: `refine`;
-    ComboFailed v3: the stage `skipped`)."""
+    ComboFailed v3: the stage `skipped`; ModelConverted v3: `measured_again`)."""
     return dict(old)
 
 
@@ -346,6 +349,7 @@ UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {
     ("RequestSubmitted", 6): _request_submitted_v6_to_v7,
     ("RequestSubmitted", 7): _added_defaults,
     ("ModelConverted", 1): _added_defaults,
+    ("ModelConverted", 2): _added_defaults,
     ("ComboPending", 1): _added_defaults,  # v2: min_agreement
     ("InferenceDone", 1): _added_defaults,
     ("ComboFailed", 1): _added_defaults,

@@ -57,6 +57,7 @@ class InferenceDeps:
     time_cap_s: float = 12.0  # warm iterations, per combination
     min_iterations: int = 10
     busy_retry_s: float = 60.0  # when the machine's measurement lock stays busy, try again after this
+    disturbed_retry_s: float = 90.0  # a disturbed measurement is measured again after this (`measure_again_later`)
     measure: Callable[..., dict] = measure
     profile: Callable[..., object] = profile_result  # a profiled pass of a stored result (`profiling.profile_result`)
     work_dir: Path | None = None
@@ -104,11 +105,39 @@ def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload | D
     agreements = judged_agreements(deps.store, plan, event.run_id, converted) if racing and plan else []
     outcome = _measure(event, deps, bound, agreements, quick)
     if not isinstance(outcome, list):
-        outcome = _measured(event, outcome, deps, bound, quick)
+        outcome = measure_again_later(converted, outcome[0], deps, bound, quick) or _measured(
+            event, outcome, deps, bound, quick
+        )
     # a failed refinement is the refinement's end: the quick figures stand
     return [
         p.model_copy(update={"refine": True}) if isinstance(p, ComboFailed) and converted.refine else p for p in outcome
     ]
+
+
+# A disturbed measurement (other work took cores it needed, or the host ran slow: `measuring/machine_load.py`) is
+# measured again this many times, `InferenceDeps.disturbed_retry_s` apart: a slowdown from outside the machine
+# lasted minutes (`measuring/host_speed.py`). The last one is kept, disturbed, and never recommended.
+DISTURBED_MEASURED_AGAIN = 2
+
+
+def measure_again_later(
+    converted: ModelConverted, report: dict, deps: InferenceDeps, bound, quick: bool
+) -> list[Delayed] | None:
+    """The measurement again later, if `report` was disturbed and its tries are not spent (None: keep it). A
+    racing run's quick pass keeps its disturbed measurements: the race measures them again after the pass
+    (`services/archiver/racing.py race_figures`)."""
+    load = report.get("load") or {}
+    if quick or not load.get("disturbed") or converted.measured_again >= DISTURBED_MEASURED_AGAIN:
+        return None
+    bound.info(
+        "measurement_disturbed_measured_again_later",
+        other_busy_cores=load.get("other_busy_cores"),
+        host_slowdown=load.get("host_slowdown"),
+        retry_s=deps.disturbed_retry_s,
+        measured_again=converted.measured_again + 1,
+    )
+    again = converted.model_copy(update={"measured_again": converted.measured_again + 1})
+    return [Delayed(again, datetime.now(UTC) + timedelta(seconds=deps.disturbed_retry_s))]
 
 
 def _measure(event: Envelope, deps: InferenceDeps, bound, agreements: list[dict], quick: bool = False) -> tuple | list:
@@ -160,7 +189,12 @@ def _measured(event: Envelope, measured: tuple[dict, bool], deps: InferenceDeps,
             "measurement_host_limited", vcpus_needed=round(result.vcpus or 0, 2), vcpus_available=result.vcpus_available
         )
     if result.load is not None and result.load.disturbed:
-        bound.info("measurement_disturbed", other_busy_cores=round(result.load.other_busy_cores or 0.0, 2))
+        bound.info(
+            "measurement_disturbed",
+            other_busy_cores=round(result.load.other_busy_cores or 0.0, 2),
+            host_slowdown=result.load.host_slowdown,
+            reason=result.load.disturbance,
+        )
     lat = result.latency_ms
     bound.info("measurement_done", p50_ms=round(lat.p50, 2), p99_ms=round(lat.p99, 2), iterations=lat.iterations)
     # a quick result is profiled too (racing may stop it there); a refined one's profile replaces it

@@ -73,6 +73,9 @@ def test_confined_measurement_reports_how_it_ran(cgroups, onnx_model):
     assert report["agreement"]["score"] == 1.0
     load = report["load"]
     assert load["host_cores"] >= 1 and load["other_busy_cores"] is not None and isinstance(load["disturbed"], bool)
+    # the host's speed probed before and after (measuring/host_speed.py): against its fastest probe, never faster
+    assert load["host_slowdown"] is None or load["host_slowdown"] >= 1.0
+    assert load["other_work_limit_cores"] == pytest.approx(load["host_cores"] - 1 + 0.25)  # 1 vCPU needed
     cold = report["cold_start_ms"]
     assert cold["process_start"] > 0 and cold["imports"] > 0 and cold["model_load"] > 0 and cold["first_inference"] > 0
     assert cold["model_load_compiles"] is True  # ONNX Runtime optimises the graph for this CPU on load

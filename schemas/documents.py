@@ -229,8 +229,8 @@ class MachineLoad(Flexible):
         if self.host_slowdown is not None:
             return (
                 f"the host ran {self.host_slowdown:.2f}x slower than its own reference while it was measured "
-                "(a fixed loop timed before and after it; no other process here was busy: a slowdown from outside "
-                "the machine)"
+                "(a fixed loop timed before and after it), other work here within the cores it left free: a "
+                "slowdown from outside the machine"
             )
         return "other work took cores the measurement needed"
 

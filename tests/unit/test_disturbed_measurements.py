@@ -28,6 +28,17 @@ SLOW_HOST = {
 }
 QUIET = {**SLOW_HOST, "host_slowdown": 1.01, "disturbed": False}
 
+CONVERTED = ModelConverted.model_validate(
+    {
+        "model": {"sha256": "ab" * 32, "size_bytes": 1, "format": "onnx", "workload": "nlp", "input_size": [8]},
+        "combo": {"hardware": "intel", "optimizer": "onnx", "batch_size": 1, "memory_mb": 1769},
+        "combo_key": "k",
+        "artifact_key": "a",
+        "artifact_file": "model.onnx",
+        "conversion_s": 1.0,
+    }
+)
+
 
 class DisturbedFakes(Fakes):
     """Measurements on a host that ran slow for the first `slow[(optimizer, memory)]` of them."""
@@ -75,16 +86,7 @@ def test_a_host_slow_every_time_keeps_the_last_measurement_disturbed_and_says_wh
 
 
 def test_a_quick_pass_keeps_its_disturbed_measurement_for_the_race_to_measure_again():
-    payload = ModelConverted.model_validate(
-        {
-            "model": {"sha256": "ab" * 32, "size_bytes": 1, "format": "onnx", "workload": "nlp", "input_size": [8]},
-            "combo": {"hardware": "intel", "optimizer": "onnx", "batch_size": 1, "memory_mb": 1769},
-            "combo_key": "k",
-            "artifact_key": "a",
-            "artifact_file": "model.onnx",
-            "conversion_s": 1.0,
-        }
-    )
+    payload = CONVERTED
     deps, log = InferenceDeps(store=MemoryStore()), structlog.get_logger()
     report = {"load": SLOW_HOST}
     assert measure_again_later(payload, report, deps, log, quick=True) is None
@@ -96,20 +98,7 @@ def test_a_quick_pass_keeps_its_disturbed_measurement_for_the_race_to_measure_ag
 
 
 def test_a_model_converted_of_version_2_reads_as_never_measured_again():
-    envelope = Envelope.wrap(
-        ModelConverted.model_validate(
-            {
-                "model": {"sha256": "ab" * 32, "size_bytes": 1, "format": "onnx", "workload": "nlp", "input_size": [8]},
-                "combo": {"hardware": "intel", "optimizer": "onnx", "batch_size": 1, "memory_mb": 1769},
-                "combo_key": "k",
-                "artifact_key": "a",
-                "artifact_file": "model.onnx",
-                "conversion_s": 1.0,
-            }
-        ),
-        run_id="r",
-        producer="converter",
-    )
+    envelope = Envelope.wrap(CONVERTED, run_id="r", producer="converter")
     data = envelope.model_dump(mode="json")
     data["schema_version"] = 2
     del data["payload"]["measured_again"]

@@ -31,7 +31,9 @@ cheapest within its margin, balanced different); the first (provisional) answer 
 same, balanced within its margin), quick again with the int8 recipe reused 12.8 min; ResNet-18 quick 7.5 min
 (first answer 46.9 s). 2026-12-07, an Intel host, TVM's best case taken at the run's 64 trials: ResNet-18 quick
 5.8 min against exact 28.2 (0.21; first answer 31 s), MiniLM quick 14.6 against 22.1 (0.66; nothing dominated:
-torch runs it about as fast as int8 there).
+torch runs it about as fast as int8 there). Later that day, converged quick measurements kept and the host-speed
+probe on: MiniLM quick 15.8 against exact 20.2 min (0.78; its quick pass alone 0.35), ResNet-18 quick 7.5 against
+26.8 min (0.28; fastest differs on a doubled p99 at 2 vCPUs).
 
     .venv/bin/python bench/bench_time_to_answer.py                       # the matrix (hours in exact)
     .venv/bin/python bench/bench_time_to_answer.py --models resnet18 --precisions quick --first-answer-only

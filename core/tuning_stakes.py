@@ -26,7 +26,7 @@ from core.deadlines import MEASUREMENT_ESTIMATE_S, conversion_estimate_s
 from core.plan_costs import stored_results
 from core.ports import NotFound, ObjectStore
 from core.racing import Figures, dominates, figures_of
-from core.results import QUICK_SUFFIX, latest_result, stored_plan
+from core.results import QUICK_SUFFIX, is_quick, latest_result, stored_plan
 from schemas import keys
 from schemas.combos import Combo, Optimizer
 from schemas.documents import SummaryResult
@@ -79,7 +79,7 @@ def best_ratio(results: list[dict], workload: str, trials: int) -> float:
     seen: dict[tuple, dict[str, float]] = {}
     for result in results:
         try:
-            if result["model"].get("workload") != workload or result.get("precision") == "quick":
+            if result["model"].get("workload") != workload or is_quick(result):
                 continue
             combo = result["combo"]
             tuned_with = _tuned_with(result) if combo["optimizer"] == "tvm" else None

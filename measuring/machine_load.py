@@ -78,7 +78,7 @@ def load_report(
     if before.busy_cpu_s is not None and after.busy_cpu_s is not None and own_cpu_s is not None:
         other = max(0.0, (after.busy_cpu_s - before.busy_cpu_s - own_cpu_s) / elapsed)
     cores = host_cores()
-    free = cores - min(needed_cores, cores)
+    limit = cores - min(needed_cores, cores) + DISTURBED_MARGIN_CORES  # the free cores, and the margin
     return {
         "host_cores": cores,
         "loadavg_1m_before": before.loadavg_1m,
@@ -86,8 +86,8 @@ def load_report(
         "cpu_pressure_avg10_before": before.cpu_pressure_avg10,
         "cpu_pressure_avg10_after": after.cpu_pressure_avg10,
         "other_busy_cores": other,  # average cores busy with other work during the measurement
-        "other_work_limit_cores": free + DISTURBED_MARGIN_CORES,
+        "other_work_limit_cores": limit,
         "host_slowdown": host_slowdown,
-        "disturbed": (other is not None and other > free + DISTURBED_MARGIN_CORES)
+        "disturbed": (other is not None and other > limit)
         or (host_slowdown is not None and host_slowdown > SLOW_HOST_RATIO),
     }

@@ -15,13 +15,15 @@ model load, its session tuning). A plan then charges each combination its engine
 plus the sampling its expected latency needs (`expected_p50_ms`: the same model's stored results
 when there are any).
 
-With nothing stored (or an engine never measured here), `PRIOR_*`, set on this 2-core host from
-the runs of docs/benchmarks.md ("Time to the answer"), where they come within 25 % of the README's
-example matrix (quick +4 %, exact +19 %) and of the issue-38 96-combination matrix in exact
-(ResNet-18 -14 %, all-MiniLM-L6-v2 +16 %) and quick on MiniLM (-2 %), but not quick on ResNet-18
-(+70 %: its race skipped every TVM tuning and refined a quarter, which no prior can know before
-the race). Once results are stored, what they say replaces the priors: the plan's model's own
-first (`learn_costs`).
+With nothing stored of the plan's workload, its `PRIORS`: what the issue-38 matrix (96 combinations,
+--predict, TVM at 64 trials, docs/benchmarks.md "Time to the answer") took on this 2-core Intel host, two runs
+of each precision per model, ResNet-18 for image classification and all-MiniLM-L6-v2 for NLP. The two kinds
+differ most where no engine-wide figure can follow them: TVM's build and its seconds per trial (a
+convolutional network's tasks 4 and 2 times an encoder's), onnx_int8's recipe search (the encoder's 3 times),
+the latency a sample takes and how much of a race is refined (the encoder's engines lie within each other's
+slack: 0.87 of its quick measurements refined, against ResNet-18's 0.35). A workload measured here has its own;
+another (object detection, custom inputs) the mean of those measured. Once results are stored, what they say
+replaces the priors: the plan's model's own first, then its workload's (`learn_costs`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from datetime import datetime
 from core.ports import NotFound, ObjectStore
 from core.racing import QUICK_TIME_CAP_SHARE
 from schemas import keys
-from schemas.combos import Combo, Optimizer
+from schemas.combos import Combo, Optimizer, Workload
 
 # measuring/measure.py: at least TAIL_MIN_SAMPLES samples (more until the intervals converge),
 # timing capped at MeasureSpec.time_cap_s plus a quarter of it warming up
@@ -43,33 +45,92 @@ SAMPLING_CAP_S = 15.0
 EXPECTED_SAMPLES = 200  # samples to converge (100 at least; 60-370 seen), warm-up windows included
 LAMBDA_FULL_VCPU_MB = 1769  # below it a Lambda size has a share of one vCPU: latency grows as the share shrinks
 
-# priors, seconds (no stored result of the engine): overhead per combination beyond its sampling,
-# conversion per artifact, TVM tuning per trial
-PRIOR_OVERHEAD_S = {Optimizer.base: 6.0, Optimizer.onnx: 6.0, Optimizer.onnx_int8: 6.0, Optimizer.tvm: 6.0}
-# conversion per artifact: a model's first of an optimizer on a hardware, and its next batch sizes, which start
-# from what the first made (the ONNX export, onnx_int8's chosen recipe): ResNet-18 224 and all-MiniLM-L6-v2, 2026-12-06:
-# base 0.01 s (its artifact is the model file), onnx 6.4 s then 0.2 s, onnx_int8 12 and 33 s then 8 and 11 s;
-# tvm's build around its tuning 64-85 s and 14 s, its tuning 2.6-3.5 s and 1.4 s per trial (64 trials)
-PRIOR_CONVERSION_S = {Optimizer.base: 0.5, Optimizer.onnx: 7.0, Optimizer.onnx_int8: 22.0, Optimizer.tvm: 45.0}
-PRIOR_NEXT_CONVERSION_S = {Optimizer.base: 0.5, Optimizer.onnx: 0.5, Optimizer.onnx_int8: 9.0, Optimizer.tvm: 45.0}
-PRIOR_TRIAL_S = 2.0
-PRIOR_P50_MS = 30.0  # a model never measured here, for its sampling (within the cap whatever it is)
+
+@dataclass(frozen=True)
+class Priors:
+    """What a plan charges an engine before any result of its workload is stored: its overhead per
+    combination beyond sampling, conversion per artifact (a model's first of an engine on a hardware, then
+    its next batch sizes, which start from what the first made: the ONNX export, onnx_int8's recipe), TVM's
+    seconds per tuning trial, the latency of one sample at a full vCPU, and what a race does: the share of
+    its quick measurements it refines, of its TVM artifacts it tunes."""
+
+    overhead_s: dict[Optimizer, float]
+    conversion_s: dict[Optimizer, float]
+    next_conversion_s: dict[Optimizer, float]
+    trial_s: float
+    sample_p50_ms: dict[Optimizer, float]
+    refined_share: float
+    tvm_tuned_share: float
+    basis: str
+
+
+def _engines(base: float, onnx: float, onnx_int8: float, tvm: float) -> dict[Optimizer, float]:
+    return {Optimizer.base: base, Optimizer.onnx: onnx, Optimizer.onnx_int8: onnx_int8, Optimizer.tvm: tvm}
+
+
+# Learned (`learn_costs`) from the fresh stores of the runs of 2026-12-07 (commits 1bd69ac and a8f50dc): the
+# medians of each model's two exact runs; the share refined over its two quick runs; the share of TVM artifacts
+# tuned over those and the two racing runs of each on the earlier host (AMD EPYC, 2026-12-06), as (tuned + 1) /
+# (artifacts + 2): none of 16 tuned is not proof that the next image model never tunes.
+PRIORS: dict[Workload, Priors] = {
+    Workload.image_classification: Priors(
+        overhead_s=_engines(3.5, 4.0, 1.9, 13.0),  # TVM's: its slow untuned kernels' warm-up
+        conversion_s=_engines(0.5, 4.6, 7.7, 51.0),
+        next_conversion_s=_engines(0.5, 0.1, 5.4, 61.0),
+        trial_s=2.4,
+        sample_p50_ms=_engines(25.0, 16.0, 3.7, 270.0),  # ResNet-18 at 224: TVM at 64 trials 11-32x ONNX Runtime
+        refined_share=0.35,  # (12 + 13) / (36 + 36)
+        tvm_tuned_share=0.056,  # (0 + 1) / (16 + 2)
+        basis="ResNet-18's runs",
+    ),
+    Workload.nlp: Priors(
+        overhead_s=_engines(2.3, 5.2, 3.3, 2.3),
+        conversion_s=_engines(0.5, 6.0, 23.5, 12.5),
+        next_conversion_s=_engines(0.5, 0.3, 8.6, 12.1),
+        trial_s=1.25,
+        sample_p50_ms=_engines(17.0, 26.0, 16.0, 37.0),  # all-MiniLM-L6-v2 at 128 tokens
+        refined_share=0.87,  # (35 + 33) / (39 + 39)
+        tvm_tuned_share=0.28,  # (4 + 1) / (16 + 2)
+        basis="all-MiniLM-L6-v2's runs",
+    ),
+}
+
+
+def _mean(values: list[float]) -> float:
+    return statistics.fmean(values)
+
+
+# a workload with no runs measured here: the mean of those measured
+DEFAULT_PRIORS = Priors(
+    overhead_s={o: _mean([p.overhead_s[o] for p in PRIORS.values()]) for o in Optimizer},
+    conversion_s={o: _mean([p.conversion_s[o] for p in PRIORS.values()]) for o in Optimizer},
+    next_conversion_s={o: _mean([p.next_conversion_s[o] for p in PRIORS.values()]) for o in Optimizer},
+    trial_s=_mean([p.trial_s for p in PRIORS.values()]),
+    sample_p50_ms={o: _mean([p.sample_p50_ms[o] for p in PRIORS.values()]) for o in Optimizer},
+    refined_share=_mean([p.refined_share for p in PRIORS.values()]),
+    tvm_tuned_share=_mean([p.tvm_tuned_share for p in PRIORS.values()]),
+    basis="the mean of the workloads measured here",
+)
+
+
+def priors_for(workload: str | None) -> Priors:
+    """The priors of `workload` (`PRIORS`), else `DEFAULT_PRIORS`."""
+    try:
+        return PRIORS.get(Workload(workload), DEFAULT_PRIORS) if workload else DEFAULT_PRIORS
+    except ValueError:
+        return DEFAULT_PRIORS
+
+
 MAX_RESULTS_READ = 400  # stored results read to learn from (the store may hold many more)
 MIN_OWN_FIGURES = 3  # a plan's model's own overheads per engine before they replace every model's
 
 # A racing run (`core/racing.py`, precision `quick`) measures every combination quickly, then again
 # to full precision only those that can still be an answer; TVM is tuned at a batch size only where
 # the other engines' figures leave it a chance (`core/tuning_stakes.py`). How much of each a run
-# does is the race's to decide; a plan learns it from the racing runs stored, else these priors, from
-# the issue-38 matrices measured here (96 combinations, --predict, docs/benchmarks.md), two runs of each model:
-# all-MiniLM-L6-v2 refined 17 and 15 of its 39 quick measurements and tuned TVM at 1 batch size of 4 each time,
-# ResNet-18 9 of 36 twice and TVM at none.
-PRIOR_REFINED_SHARE = 0.33  # (17 + 15 + 9 + 9) / (39 + 39 + 36 + 36)
-PRIOR_TVM_TUNED_SHARE = 0.125  # 2 of 16
-# The priors count as this many racing runs of the issue's matrix (38 quick measurements, 4 TVM artifacts each)
-# beside the stored ones: how much a run decides depends on the model (MiniLM's race tuned TVM at one batch size
-# and refined 15 of 39; ResNet-18's tuned none and refined 9 of 36), so one stored run of another model moves the
-# shares only part of the way.
+# does is the race's to decide; a plan learns it from the racing runs of its workload stored, beside its
+# workload's priors (`Priors.refined_share`, `tvm_tuned_share`), which count as this many racing runs of the
+# issue's matrix (38 quick measurements, 4 TVM artifacts each): how much a race decides depends on the model,
+# so one stored run of another model of the workload moves the shares only part of the way.
 PRIOR_RACING_RUNS = (2, 38, 4)
 MAX_RACING_RUNS_READ = 12  # the newest racing runs learned from
 
@@ -86,24 +147,33 @@ class EngineCosts:
     artifact; TVM seconds per trial; stored p50s, to expect a combination's latency; how many
     results each figure rests on (0: the prior)."""
 
-    overhead_s: dict[Optimizer, float] = field(default_factory=lambda: dict(PRIOR_OVERHEAD_S))
-    conversion_s: dict[Optimizer, float] = field(default_factory=lambda: dict(PRIOR_CONVERSION_S))
-    next_conversion_s: dict[Optimizer, float] = field(default_factory=lambda: dict(PRIOR_NEXT_CONVERSION_S))
-    trial_s: float = PRIOR_TRIAL_S
+    priors: Priors = DEFAULT_PRIORS  # the workload's (`priors_for`): what each figure is until results say
+    overhead_s: dict[Optimizer, float] = field(default_factory=dict)
+    conversion_s: dict[Optimizer, float] = field(default_factory=dict)
+    next_conversion_s: dict[Optimizer, float] = field(default_factory=dict)
+    trial_s: float | None = None
     learned_from: dict[str, int] = field(default_factory=dict)  # optimizer -> results its overhead rests on
     p50s: dict[tuple, float] = field(default_factory=dict)  # (model sha, optimizer, batch, memory) -> p50 ms
     artifacts: dict[tuple, str] = field(default_factory=dict)  # `artifact_of` -> the artifact key results name
     # a racing run: the share of its quick-measured combinations measured again fully, of its TVM artifacts
     # tuned, and the racing runs both rest on (0: the priors)
-    refined_share: float = PRIOR_REFINED_SHARE
-    tvm_tuned_share: float = PRIOR_TVM_TUNED_SHARE
+    refined_share: float | None = None
+    tvm_tuned_share: float | None = None
     racing_runs: int = 0
+
+    def __post_init__(self) -> None:
+        self.overhead_s = {**self.priors.overhead_s, **self.overhead_s}
+        self.conversion_s = {**self.priors.conversion_s, **self.conversion_s}
+        self.next_conversion_s = {**self.priors.next_conversion_s, **self.next_conversion_s}
+        self.trial_s = self.priors.trial_s if self.trial_s is None else self.trial_s
+        self.refined_share = self.priors.refined_share if self.refined_share is None else self.refined_share
+        self.tvm_tuned_share = self.priors.tvm_tuned_share if self.tvm_tuned_share is None else self.tvm_tuned_share
 
     def expected_p50_ms(self, model_sha256: str, combo: Combo) -> float:
         """The combination's latency as far as stored results tell: the same model, engine and
         batch at the nearest memory size (scaled by the vCPU share below a full vCPU), else
-        another batch (scaled by batch), else another engine; else `PRIOR_P50_MS` per sample of
-        the batch at a full vCPU."""
+        another batch (scaled by batch), else another engine; else the workload's prior latency of
+        the engine per sample of the batch at a full vCPU (`Priors.sample_p50_ms`)."""
 
         def share(memory: int) -> float:
             return min(1.0, memory / LAMBDA_FULL_VCPU_MB)
@@ -118,7 +188,7 @@ class EngineCosts:
             if found:
                 (_, _, batch, memory), p50 = min(found, key=lambda kv: abs(kv[0][3] - combo.memory_mb))
                 return p50 * share(memory) / share(combo.memory_mb) * combo.batch_size / batch
-        return PRIOR_P50_MS * combo.batch_size / share(combo.memory_mb)
+        return self.priors.sample_p50_ms[combo.optimizer] * combo.batch_size / share(combo.memory_mb)
 
     def stored_artifact(self, model_sha256: str, combo: Combo, tuning_trials: int) -> str | None:
         """The key of the artifact a stored result of this model was measured with, for this
@@ -132,12 +202,12 @@ class EngineCosts:
 
     def source(self) -> str:
         if not self.learned_from:
-            return "priors (no results stored yet)"
+            return f"priors (no results stored yet: {self.priors.basis})"
         return "learned from stored results: " + ", ".join(f"{k} {n}" for k, n in sorted(self.learned_from.items()))
 
     def racing_source(self) -> str:
         if not self.racing_runs:
-            return "priors (no racing run stored yet)"
+            return f"priors (no racing run stored yet: {self.priors.basis})"
         return f"learned from {self.racing_runs} stored racing run{'s' * (self.racing_runs > 1)}"
 
 
@@ -179,7 +249,10 @@ def stored_results(store: ObjectStore, limit: int = MAX_RESULTS_READ) -> list[di
 
 
 def learn_costs(
-    results: list[dict], submitted: dict[str, datetime] | None = None, model_sha256: str | None = None
+    results: list[dict],
+    submitted: dict[str, datetime] | None = None,
+    model_sha256: str | None = None,
+    workload: str | None = None,
 ) -> EngineCosts:
     """`EngineCosts` from stored results (dicts of `MeasuredResult`): an engine's overhead is the
     median, over the combinations measured after another in the same run, of (time since the one
@@ -191,8 +264,9 @@ def learn_costs(
     `model_sha256`: the model a plan is for; where the results hold enough of its own
     (`MIN_OWN_FIGURES` overheads of an engine; one conversion of it, one TVM tuning), an engine's
     figures are learned from them alone: a model's load, agreement and conversions are its own
-    (ResNet-18's onnx_int8 conversion 12 s, MiniLM's 33 s)."""
-    costs = EngineCosts()
+    (ResNet-18's onnx_int8 conversion 12 s, MiniLM's 33 s). `workload`: the plan's; what `results` do not
+    say stays its priors (`priors_for`). The results are expected of that workload (`of_workload`)."""
+    costs = EngineCosts(priors=priors_for(workload))
     by_run: dict[str, list[tuple[datetime, dict]]] = defaultdict(list)
     # (model, hardware, optimizer) -> artifact -> (first measured with it, its conversion)
     conversions: dict[tuple, dict[str, tuple[str, float]]] = defaultdict(dict)
@@ -307,10 +381,10 @@ def learn_racing(store: ObjectStore, results: list[dict], costs: EngineCosts) ->
     if runs:
         prior_runs, prior_quick, prior_artifacts = PRIOR_RACING_RUNS
         costs.racing_runs = runs
-        costs.refined_share = (PRIOR_REFINED_SHARE * prior_runs * prior_quick + refined) / (
+        costs.refined_share = (costs.priors.refined_share * prior_runs * prior_quick + refined) / (
             prior_runs * prior_quick + quick
         )
-        costs.tvm_tuned_share = (PRIOR_TVM_TUNED_SHARE * prior_runs * prior_artifacts + tuned) / (
+        costs.tvm_tuned_share = (costs.priors.tvm_tuned_share * prior_runs * prior_artifacts + tuned) / (
             prior_runs * prior_artifacts + artifacts
         )
 
@@ -326,12 +400,24 @@ def submitted_at(store: ObjectStore, run_ids: set[str]) -> dict[str, datetime]:
     return found
 
 
-def stored_costs(store: ObjectStore | None, model_sha256: str | None = None) -> EngineCosts:
-    """The costs learned from what `store` holds (the priors without one), `model_sha256`'s own
-    first where it holds enough (`learn_costs`)."""
+def of_workload(results: list[dict], workload: str | None) -> list[dict]:
+    """The results of `workload`'s models (all of them when it is not said): what a convolutional network's
+    conversions, tuning and race took says little of an encoder's, and its workload's priors say more."""
+    if workload is None:
+        return results
+    return [r for r in results if (r.get("model") or {}).get("workload") in (None, workload)]
+
+
+def stored_costs(
+    store: ObjectStore | None, model_sha256: str | None = None, workload: str | None = None
+) -> EngineCosts:
+    """The costs learned from what `store` holds of `workload` (its priors without any), `model_sha256`'s
+    own first where it holds enough (`learn_costs`)."""
     if store is None:
-        return EngineCosts()
-    results = stored_results(store)
-    costs = learn_costs(results, submitted_at(store, {r["run_id"] for r in results if r.get("run_id")}), model_sha256)
+        return EngineCosts(priors=priors_for(workload))
+    results = of_workload(stored_results(store), workload)
+    costs = learn_costs(
+        results, submitted_at(store, {r["run_id"] for r in results if r.get("run_id")}), model_sha256, workload
+    )
     learn_racing(store, results, costs)
     return costs

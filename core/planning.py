@@ -216,7 +216,9 @@ def plan_run(
     measure with estimates."""
     shapes = shapes or request_shapes(store, request)
     prices = load_prices().region(request.price_region)
-    plan = Plan(costs=stored_costs(store, request.model.sha256), precision=request.precision)
+    plan = Plan(
+        costs=stored_costs(store, request.model.sha256, request.model.workload.value), precision=request.precision
+    )
     costs = plan.costs
     converted: set[tuple] = set()  # artifacts (hardware, optimizer, batch) this plan converts
     measured, predicted = measured_and_predicted(request)

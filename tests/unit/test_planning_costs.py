@@ -15,22 +15,20 @@ import pytest
 
 from adapters.memory_store import MemoryStore
 from core.plan_costs import (
-    PRIOR_CONVERSION_S,
-    PRIOR_NEXT_CONVERSION_S,
-    PRIOR_OVERHEAD_S,
+    DEFAULT_PRIORS,
     PRIOR_RACING_RUNS,
-    PRIOR_REFINED_SHARE,
-    PRIOR_TVM_TUNED_SHARE,
+    PRIORS,
     SAMPLING_CAP_S,
     EngineCosts,
     learn_costs,
+    priors_for,
     sampling_s,
     stored_costs,
 )
 from core.planning import plan_run
 from core.racing import QUICK_TIME_CAP_SHARE
 from schemas import keys
-from schemas.combos import Combo, Optimizer
+from schemas.combos import Combo, Optimizer, Workload
 from schemas.events import RequestSubmitted
 
 SHA = "a" * 64
@@ -39,6 +37,7 @@ STARTED = datetime(2026, 12, 6, 1, 0, tzinfo=UTC)
 OVERHEAD = {"base": 9.0, "onnx": 5.0}
 CONVERSION = {"base": 2.0, "onnx": 12.0}
 STARTUP_S = 4.0  # from the submission to the first combination's start
+IMAGE = PRIORS[Workload.image_classification]  # the workload of `_request`'s model
 
 
 def _request(**update) -> RequestSubmitted:
@@ -135,9 +134,9 @@ def test_a_larger_matrix_of_the_same_model_is_estimated_from_its_stored_latencie
 
 def test_without_stored_results_the_plan_rests_on_the_priors_and_says_so():
     plan = plan_run(_request(), None, MemoryStore(), shapes=lambda batch: {})
-    assert plan.as_dict()["estimates"]["from"] == "priors (no results stored yet)"
+    assert plan.as_dict()["estimates"]["from"] == "priors (no results stored yet: ResNet-18's runs)"
     measured = [c for c in plan.combos if c.state == "measure"]
-    assert all(c.measurement_s == PRIOR_OVERHEAD_S[c.combo.optimizer] + c.sampling_s for c in measured)
+    assert all(c.measurement_s == IMAGE.overhead_s[c.combo.optimizer] + c.sampling_s for c in measured)
     assert all(0 < c.sampling_s <= SAMPLING_CAP_S for c in measured)
 
 
@@ -148,13 +147,13 @@ def test_racing_is_expected_to_save_the_sampling_of_the_combinations_it_does_not
     measured = [c for c in plan.combos if c.state == "measure"]
     quick_cap = QUICK_TIME_CAP_SHARE * SAMPLING_CAP_S
     quick = sum(c.measurement_s - c.sampling_s + min(c.sampling_s, quick_cap) for c in measured)
-    refined = PRIOR_REFINED_SHARE * sum(c.measurement_s for c in measured)
+    refined = IMAGE.refined_share * sum(c.measurement_s for c in measured)
     assert plan.racing_wall_s == pytest.approx(sum(c.conversion_s for c in measured) + quick + refined)
     assert plan.wall_s == plan.racing_wall_s  # a quick run's estimate is the racing one
     totals = plan.as_dict()["totals"]
     assert totals["estimated_racing_saves_s"] == pytest.approx(plan.exact_wall_s - plan.racing_wall_s, abs=0.1)
     assert plan_run(_request(), None, store, shapes=lambda batch: {}).wall_s == pytest.approx(plan.exact_wall_s)
-    assert plan.as_dict()["estimates"]["racing"]["from"] == "priors (no racing run stored yet)"
+    assert plan.as_dict()["estimates"]["racing"]["from"] == "priors (no racing run stored yet: ResNet-18's runs)"
 
 
 def test_racing_expects_tvm_tuned_only_at_the_share_of_batch_sizes_racing_runs_tuned():
@@ -170,9 +169,9 @@ def test_racing_expects_tvm_tuned_only_at_the_share_of_batch_sizes_racing_runs_t
     def charged(combos, share):
         quick_cap = QUICK_TIME_CAP_SHARE * SAMPLING_CAP_S
         quick = sum(c.conversion_s + c.measurement_s - c.sampling_s + min(c.sampling_s, quick_cap) for c in combos)
-        return share * (quick + PRIOR_REFINED_SHARE * sum(c.measurement_s for c in combos))
+        return share * (quick + IMAGE.refined_share * sum(c.measurement_s for c in combos))
 
-    expected = charged(onnx, 1.0) + charged(tvm, PRIOR_TVM_TUNED_SHARE)
+    expected = charged(onnx, 1.0) + charged(tvm, IMAGE.tvm_tuned_share)
     assert plan.racing_wall_s == pytest.approx(expected)
     assert plan.exact_wall_s > plan.racing_wall_s + 0.5 * sum(c.conversion_s for c in tvm)
 
@@ -212,22 +211,22 @@ def test_racing_shares_are_learned_from_the_racing_runs_stored():
     store = MemoryStore()
     _store_racing_run(store, "race-1", quick=30, refined=6, tvm={1: "tuned", 2: "skipped", 4: "skipped"})
     _store_racing_run(store, "race-2", quick=10, refined=4, tvm={1: "inference", 2: "skipped"})
-    costs = stored_costs(store)
+    costs = stored_costs(store, workload="image_classification")
     assert costs.racing_runs == 2
     runs, quick, artifacts = PRIOR_RACING_RUNS  # the priors count as that many runs beside the stored ones
-    assert costs.refined_share == pytest.approx((PRIOR_REFINED_SHARE * runs * quick + 10) / (runs * quick + 40))
+    assert costs.refined_share == pytest.approx((IMAGE.refined_share * runs * quick + 10) / (runs * quick + 40))
     # an out-of-memory TVM was tuned first: 2 of 5 tuned
     assert costs.tvm_tuned_share == pytest.approx(
-        (PRIOR_TVM_TUNED_SHARE * runs * artifacts + 2) / (runs * artifacts + 5)
+        (IMAGE.tvm_tuned_share * runs * artifacts + 2) / (runs * artifacts + 5)
     )
     assert costs.racing_source() == "learned from 2 stored racing runs"
     # the stored runs move the shares from the priors toward what they did
-    assert PRIOR_REFINED_SHARE > costs.refined_share > 10 / 40
-    assert PRIOR_TVM_TUNED_SHARE < costs.tvm_tuned_share < 2 / 5
+    assert IMAGE.refined_share > costs.refined_share > 10 / 40
+    assert IMAGE.tvm_tuned_share < costs.tvm_tuned_share < 2 / 5
     # a run not archived yet (no summary) teaches nothing
     _store_racing_run(store, "race-3", quick=10, refined=10, tvm={1: "tuned"})
     store.put_bytes(keys.summary("race-3"), b"not yet")
-    assert stored_costs(store).refined_share == pytest.approx(costs.refined_share)
+    assert stored_costs(store, workload="image_classification").refined_share == pytest.approx(costs.refined_share)
 
 
 def test_a_conversion_this_run_did_not_do_is_not_taken_out_of_its_combination():
@@ -342,7 +341,7 @@ def test_a_next_batch_size_is_charged_what_the_engines_next_conversions_took():
     matrix = {"optimizers": {"intel": ["onnx"]}, "batch_sizes": [1, 8], "memory_sizes_mb": [1769]}
     plan = plan_run(_request(matrix=matrix), None, None, shapes=lambda batch: {})
     charged = sorted(c.conversion_s for c in plan.combos if c.state == "measure")
-    assert charged == [PRIOR_NEXT_CONVERSION_S[Optimizer.onnx], PRIOR_CONVERSION_S[Optimizer.onnx]]
+    assert charged == [IMAGE.next_conversion_s[Optimizer.onnx], IMAGE.conversion_s[Optimizer.onnx]]
 
 
 def test_a_plan_learns_from_its_own_models_results_where_the_store_holds_enough():
@@ -371,3 +370,60 @@ def test_a_plan_learns_from_its_own_models_results_where_the_store_holds_enough(
     anyone = stored_costs(store, "c" * 64)
     assert anyone.overhead_s[Optimizer.onnx] > 2 * OVERHEAD["onnx"]  # the other model's 60 s gaps weigh in
     assert anyone.conversion_s[Optimizer.onnx] == pytest.approx((CONVERSION["onnx"] + 40.0) / 2)
+
+
+TRIALS = 64  # within TVM's tuning time limit at either workload's seconds per trial
+
+
+def _tvm_plan(workload: str, store: MemoryStore | None = None, precision: str = "exact"):
+    matrix = {"optimizers": {"intel": ["onnx", "tvm"]}, "batch_sizes": [1, 4], "memory_sizes_mb": [1024, 3538]}
+    size = [16] if workload == "nlp" else [32, 32]
+    model = {**_request().model.model_dump(mode="json"), "workload": workload, "input_size": size}
+    request = _request(matrix=matrix, model=model, precision=precision, tuning_trials=TRIALS)
+    return plan_run(request, None, store, shapes=lambda batch: {})
+
+
+def test_with_nothing_stored_a_plan_charges_its_workloads_priors():
+    """A convolutional network's TVM build and tuning trials took 4 and 2 times an encoder's, its race refined
+    0.35 of its quick measurements against the encoder's 0.87: one figure for both missed each by 40 %."""
+    nlp = PRIORS[Workload.nlp]
+    assert IMAGE.trial_s > 1.5 * nlp.trial_s and IMAGE.conversion_s[Optimizer.tvm] > 3 * nlp.conversion_s[Optimizer.tvm]
+    image_plan, nlp_plan = _tvm_plan("image_classification"), _tvm_plan("nlp")
+    tvm_conversion = {
+        name: sum(c.conversion_s for c in plan.combos if c.combo.optimizer == Optimizer.tvm)
+        for name, plan in (("image", image_plan), ("nlp", nlp_plan))
+    }
+    trials = TRIALS
+    assert tvm_conversion["image"] == pytest.approx(
+        IMAGE.conversion_s[Optimizer.tvm] + IMAGE.next_conversion_s[Optimizer.tvm] + 2 * trials * IMAGE.trial_s
+    )
+    assert tvm_conversion["nlp"] == pytest.approx(
+        nlp.conversion_s[Optimizer.tvm] + nlp.next_conversion_s[Optimizer.tvm] + 2 * trials * nlp.trial_s
+    )
+    assert image_plan.costs.refined_share == IMAGE.refined_share and nlp_plan.costs.refined_share == nlp.refined_share
+    assert "all-MiniLM-L6-v2" in nlp_plan.as_dict()["estimates"]["from"]
+    # a workload with no runs measured here: the mean of those measured
+    custom = _tvm_plan("object_detection")
+    assert custom.costs.priors is DEFAULT_PRIORS and priors_for("no such workload") is DEFAULT_PRIORS
+    assert custom.costs.trial_s == pytest.approx((IMAGE.trial_s + nlp.trial_s) / 2)
+    assert custom.as_dict()["estimates"]["from"].endswith("the mean of the workloads measured here)")
+
+
+def test_another_workloads_results_do_not_replace_a_plans_priors():
+    """An encoder's stored conversions and race say little of a convolutional network's: a plan learns from its
+    own workload's results, and keeps its priors where there are none."""
+    store = MemoryStore()
+    _store_run(store, _request())  # an image model: onnx conversion 12 s, overhead 5 s
+    _store_racing_run(store, "race-1", quick=30, refined=3, tvm={1: "skipped"})
+    for key in store.list_keys(keys.results_prefix()):  # the stored model's results say it is an image model
+        result = json.loads(store.get_bytes(key))
+        result["model"]["workload"] = "image_classification"
+        store.put_bytes(key, json.dumps(result).encode())
+    other = "b" * 64
+    image = stored_costs(store, other, "image_classification")
+    assert image.conversion_s[Optimizer.onnx] == CONVERSION["onnx"]  # the same workload's model weighs in
+    assert image.racing_runs == 1 and image.refined_share < IMAGE.refined_share
+    nlp = stored_costs(store, other, "nlp")
+    assert nlp.conversion_s == PRIORS[Workload.nlp].conversion_s and nlp.overhead_s == PRIORS[Workload.nlp].overhead_s
+    assert nlp.racing_runs == 0 and nlp.refined_share == PRIORS[Workload.nlp].refined_share
+    assert nlp.source().startswith("priors")

@@ -213,12 +213,29 @@ def converged_in_quick_pass(report: dict[str, Any]) -> bool:
     """Whether a quick-pass measurement (`measuring/launcher.py` report) is a full one: its samples met
     full precision's stopping rule (`measuring/measure.py converged`: the p50 within ±2 % and the p99
     within ±10 %, 95 %, on at least 100 samples) before the quick pass's shorter cap; its session settings
-    were tuned at its own size (not borrowed from another size's quick pass: `engine_tuning`); and no other
-    work disturbed it. Measured again to full precision, it would stop at the same rule with the same
-    settings: measuring it again is time spent for nothing."""
+    are what a full measurement would search (`searched_as_in_full`); and no other work disturbed it.
+    Measured again to full precision, it would stop at the same rule with settings from the same search:
+    measuring it again is time spent for nothing."""
     latency = report.get("latency_ms") or {}
     disturbed = bool((report.get("load") or {}).get("disturbed"))
-    return bool(latency.get("converged")) and not report.get("engine_tuning") and not disturbed
+    return bool(latency.get("converged")) and searched_as_in_full(report.get("engine_tuning")) and not disturbed
+
+
+def searched_as_in_full(tuning: dict[str, Any] | None) -> bool:
+    """Whether a measurement's session settings (`engine_tuning`: None for an engine with none to tune) come
+    from the search a full measurement makes: tuned at its own size (not borrowed from another size's quick
+    pass: `tuned_at`), every candidate timed (the quick pass's shorter tuning budget skips some: `skipped`)
+    and the tuning not failed. Then only the screening's timings were shorter; the same rule chose (the
+    default kept unless another beats it by 5 %, twice)."""
+    if not tuning:
+        return True
+    tried = tuning.get("tried") or []
+    return (
+        tuning.get("settings") is not None
+        and "tuned_at" not in tuning
+        and bool(tried)
+        and not any("skipped" in t for t in tried)
+    )
 
 
 def run_to_run_slack(row: SummaryResult) -> float:

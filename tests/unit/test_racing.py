@@ -235,3 +235,21 @@ def test_a_quick_measurement_is_a_full_one_only_converged_tuned_at_its_own_size_
     assert not converged_in_quick_pass({**report, "engine_tuning": borrowed})  # another size's settings
     assert not converged_in_quick_pass({**report, "load": {"disturbed": True}})
     assert not converged_in_quick_pass({"latency_ms": {}})
+
+
+def test_a_quick_measurement_tuned_at_its_own_size_is_a_full_one_only_when_its_search_tried_every_candidate():
+    """The quick pass tunes ONNX Runtime's session at a quarter of the budget: where it still timed every
+    candidate, its settings come from the search a full measurement makes (found in the runs of 2026-12-07:
+    16 converged quick measurements were measured again for their tuning alone, one of them into a p99 tail
+    that moved ResNet-18's fastest pick)."""
+    report = {"latency_ms": {"converged": True, "iterations": 100}, "load": {"disturbed": False}}
+    default = {"graph_optimization": "all", "intra_op_threads": 2}
+    searched = {
+        "settings": default,
+        "tried": [{"settings": default, "p50_ms": 3.4, "samples": 25}, {"settings": {}, "p50_ms": 3.5, "samples": 25}],
+        "tuning_s": 0.9,
+    }
+    assert converged_in_quick_pass({**report, "engine_tuning": searched})
+    cut_short = {**searched, "tried": [*searched["tried"], {"settings": {}, "skipped": "the tuning budget was spent"}]}
+    assert not converged_in_quick_pass({**report, "engine_tuning": cut_short})
+    assert not converged_in_quick_pass({**report, "engine_tuning": {"settings": None, "failed": "out of memory"}})

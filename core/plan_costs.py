@@ -21,7 +21,7 @@ of each precision per model, ResNet-18 for image classification and all-MiniLM-L
 differ most where no engine-wide figure can follow them: TVM's build and its seconds per trial (a
 convolutional network's tasks 4 and 2 times an encoder's), onnx_int8's recipe search (the encoder's 3 times),
 the latency a sample takes and how much of a race is refined (the encoder's engines lie within each other's
-slack: 0.87 of its quick measurements refined, against ResNet-18's 0.35). A workload measured here has its own;
+slack: 0.9 of its quick measurements refined, against ResNet-18's 0.22). A workload measured here has its own;
 another (object detection, custom inputs) the mean of those measured. Once results are stored, what they say
 replaces the priors: the plan's model's own first, then its workload's (`learn_costs`).
 """
@@ -72,7 +72,7 @@ def _engines(base: float, onnx: float, onnx_int8: float, tvm: float) -> dict[Opt
 
 # Learned (`learn_costs`, at `EXPECTED_SAMPLES`) from the fresh stores of the runs of 2026-12-07 (commits 1bd69ac
 # and a8f50dc): the medians of each model's two exact runs, the latency per sample over the sizes of a full vCPU
-# and more; the share refined over its two quick runs; the share of TVM artifacts
+# and more; the share its race refined; the share of TVM artifacts
 # tuned over those and the two racing runs of each on the earlier host (AMD EPYC, 2026-12-06), as (tuned + 1) /
 # (artifacts + 2): none of 16 tuned is not proof that the next image model never tunes.
 PRIORS: dict[Workload, Priors] = {
@@ -82,7 +82,7 @@ PRIORS: dict[Workload, Priors] = {
         next_conversion_s=_engines(0.5, 0.1, 5.4, 61.0),
         trial_s=2.4,
         sample_p50_ms=_engines(20.4, 12.3, 4.2, 269.0),  # ResNet-18 at 224: TVM at 64 trials 11-32x ONNX Runtime
-        refined_share=0.35,  # (12 + 13) / (36 + 36)
+        refined_share=0.22,  # 6 of the 27 its race weighed (on 7926c97: 8 converged within the quick pass)
         tvm_tuned_share=0.056,  # (0 + 1) / (16 + 2)
         basis="ResNet-18's runs",
     ),
@@ -92,7 +92,7 @@ PRIORS: dict[Workload, Priors] = {
         next_conversion_s=_engines(0.5, 0.3, 8.6, 12.1),
         trial_s=1.25,
         sample_p50_ms=_engines(13.9, 19.8, 13.3, 34.3),  # all-MiniLM-L6-v2 at 128 tokens
-        refined_share=0.87,  # (35 + 33) / (39 + 39)
+        refined_share=0.9,  # 35 of 38 (on 7926c97), 35 and 33 of 39 before
         tvm_tuned_share=0.28,  # (4 + 1) / (16 + 2)
         basis="all-MiniLM-L6-v2's runs",
     ),
@@ -350,8 +350,8 @@ def learn_costs(
 
 def learn_racing(store: ObjectStore, results: list[dict], costs: EngineCosts) -> None:
     """What the newest stored racing runs (those with quick results among `results`, archived)
-    did, into `costs` beside the priors (`PRIOR_RACING_RUNS`): the share of their quick measurements
-    they refined (`racing.json`)
+    did, into `costs` beside the priors (`PRIOR_RACING_RUNS`): the share of their quick pass's measurements
+    (`racing.json`'s `quick`, predicted sizes apart) they refined (its `refine`)
     and of their TVM artifacts (hardware and batch size, measured or failed, predictions apart)
     they tuned rather than skipped (their summaries' failures at stage `skipped`)."""
     newest: dict[str, str] = {}
@@ -377,7 +377,8 @@ def learn_racing(store: ObjectStore, results: list[dict], costs: EngineCosts) ->
             where = (combo.get("hardware"), combo.get("batch_size"))
             was_tuned[where] = was_tuned.get(where, False) or stage != "skipped"
         runs += 1
-        quick += measured[run_id]
+        # the quick pass's measurements the race weighed (those converged within it included; predicted sizes not)
+        quick += sum(not q.get("predicted") for q in (decided.get("quick") or {}).values()) or measured[run_id]
         refined += len(decided.get("refine") or {})
         artifacts += len(was_tuned)
         tuned += sum(was_tuned.values())

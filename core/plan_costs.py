@@ -42,9 +42,7 @@ from schemas.combos import Combo, Optimizer, Workload
 # measuring/measure.py: at least TAIL_MIN_SAMPLES samples (more until the intervals converge),
 # timing capped at MeasureSpec.time_cap_s plus a quarter of it warming up
 SAMPLING_CAP_S = 15.0
-EXPECTED_SAMPLES = (
-    130  # samples to converge (100 at least; 60-370 seen; on the Intel host most stop at 100), warm-up included
-)
+EXPECTED_SAMPLES = 130  # samples a measurement times (100 at least, 60-370 seen; most stop at 100 here)
 LAMBDA_FULL_VCPU_MB = 1769  # below it a Lambda size has a share of one vCPU: latency grows as the share shrinks
 
 
@@ -70,11 +68,11 @@ def _engines(base: float, onnx: float, onnx_int8: float, tvm: float) -> dict[Opt
     return {Optimizer.base: base, Optimizer.onnx: onnx, Optimizer.onnx_int8: onnx_int8, Optimizer.tvm: tvm}
 
 
-# Learned (`learn_costs`, at `EXPECTED_SAMPLES`) from the fresh stores of the runs of 2026-12-07 (commits 1bd69ac
-# and a8f50dc): the medians of each model's two exact runs, the latency per sample over the sizes of a full vCPU
-# and more; the share its race refined; the share of TVM artifacts
-# tuned over those and the two racing runs of each on the earlier host (AMD EPYC, 2026-12-06), as (tuned + 1) /
-# (artifacts + 2): none of 16 tuned is not proof that the next image model never tunes.
+# Learned (`learn_costs`, at `EXPECTED_SAMPLES`) from the fresh stores of the runs of 2026-12-07: the medians of
+# each model's two exact runs (commits 1bd69ac and a8f50dc), the latency per sample over the sizes of a full vCPU
+# and more; the share of its quick pass its race refined (commit 7926c97); the share of TVM artifacts its racing
+# runs tuned, with the two of each on the earlier host (AMD EPYC, 2026-12-06), as (tuned + 1) / (artifacts + 2):
+# none of 16 tuned is not proof that the next image model never tunes.
 PRIORS: dict[Workload, Priors] = {
     Workload.image_classification: Priors(
         overhead_s=_engines(5.1, 5.6, 3.2, 13.0),  # TVM's: its slow untuned kernels' warm-up

@@ -1,7 +1,8 @@
 """Time to the answer: the same matrix in quick (racing) and exact precision, on the embedded default.
 
 For each model (the issue's transformer encoder, all-MiniLM-L6-v2 pretrained, NLP, sequence 128, or
-`encoder`, the smaller example encoder; ResNet-18 224x224) and each
+`encoder`, the smaller example encoder; ResNet-18 224x224; `mobilenet-v2` and `distilbert` from the zoo, which
+none of the plan's priors came from) and each
 precision, a fresh store (nothing reused), the matrix submitted and driven to its summary:
 - wall time, from submission to the archived summary;
 - time to the first answer: quick, when the running answer (`runs/{id}/answer.json`) is first shown,
@@ -98,16 +99,26 @@ MODELS = {
     "encoder": ("encoder-seq128", "nlp", [128]),
     "resnet18": ("resnet18-224", "image_classification", [224, 224]),
 }
+# models none of the plan's priors came from (`core/plan_costs.PRIORS`): the zoo's, full depth, exported with
+# `torch.export` and a dynamic batch (`bench/zoo_models.py`), random weights
+ZOO = ("mobilenet-v2", "distilbert")
 KINDS = ("fastest", "cheapest", "balanced")
 
 
 def run_once(name: str, precision: str, args: argparse.Namespace, data_dir: Path) -> dict:
-    slug, workload, size = MODELS[name]
-    if name == "minilm":
+    if name in ZOO:
+        from bench.zoo_models import export, zoo
+
+        zoo_model = next(m for m in zoo(full=True) if m.name == name)
+        workload, size = zoo_model.workload, zoo_model.input_size
+        model_path = export(zoo_model, "pt2-positional-dynamic", CACHE / "zoo")
+    elif name == "minilm":
         from bench.bench_int8 import minilm
 
+        slug, workload, size = MODELS[name]
         model_path, _sentences = minilm()
     else:
+        slug, workload, size = MODELS[name]
         model_path = exported_example(slug, workload, size, CACHE)
     app = embedded(Settings(data_dir=data_dir, measure_time_cap_s=args.time_cap))
     learned = bool(app.store.list_keys(keys.results_prefix()))  # the models run before in this precision's store

@@ -82,7 +82,7 @@ PRIORS: dict[Workload, Priors] = {
         sample_p50_ms=_engines(20.4, 12.3, 4.2, 269.0),  # ResNet-18 at 224: TVM at 64 trials 11-32x ONNX Runtime
         refined_share=0.22,  # 6 of the 27 its race weighed (on 7926c97: 8 converged within the quick pass)
         tvm_tuned_share=0.056,  # (0 + 1) / (16 + 2)
-        basis="ResNet-18's runs",
+        basis="image classification, measured on ResNet-18",
     ),
     Workload.nlp: Priors(
         overhead_s=_engines(4.2, 6.5, 4.9, 3.0),
@@ -92,7 +92,7 @@ PRIORS: dict[Workload, Priors] = {
         sample_p50_ms=_engines(13.9, 19.8, 13.3, 34.3),  # all-MiniLM-L6-v2 at 128 tokens
         refined_share=0.9,  # 35 of 38 (on 7926c97), 35 and 33 of 39 before
         tvm_tuned_share=0.28,  # (4 + 1) / (16 + 2)
-        basis="all-MiniLM-L6-v2's runs",
+        basis="NLP, measured on all-MiniLM-L6-v2",
     ),
 }
 
@@ -110,7 +110,7 @@ DEFAULT_PRIORS = Priors(
     sample_p50_ms={o: _mean([p.sample_p50_ms[o] for p in PRIORS.values()]) for o in Optimizer},
     refined_share=_mean([p.refined_share for p in PRIORS.values()]),
     tvm_tuned_share=_mean([p.tvm_tuned_share for p in PRIORS.values()]),
-    basis="the mean of the workloads measured here",
+    basis="a workload not measured here: the mean of image classification's and NLP's",
 )
 
 
@@ -203,12 +203,12 @@ class EngineCosts:
 
     def source(self) -> str:
         if not self.learned_from:
-            return f"priors (no results stored yet: {self.priors.basis})"
+            return f"priors for {self.priors.basis} (no results of its workload stored yet)"
         return "learned from stored results: " + ", ".join(f"{k} {n}" for k, n in sorted(self.learned_from.items()))
 
     def racing_source(self) -> str:
         if not self.racing_runs:
-            return f"priors (no racing run stored yet: {self.priors.basis})"
+            return f"priors for {self.priors.basis} (no racing run of its workload stored yet)"
         return f"learned from {self.racing_runs} stored racing run{'s' * (self.racing_runs > 1)}"
 
 

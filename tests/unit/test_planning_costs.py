@@ -134,7 +134,10 @@ def test_a_larger_matrix_of_the_same_model_is_estimated_from_its_stored_latencie
 
 def test_without_stored_results_the_plan_rests_on_the_priors_and_says_so():
     plan = plan_run(_request(), None, MemoryStore(), shapes=lambda batch: {})
-    assert plan.as_dict()["estimates"]["from"] == "priors (no results stored yet: ResNet-18's runs)"
+    assert (
+        plan.as_dict()["estimates"]["from"]
+        == "priors for image classification, measured on ResNet-18 (no results of its workload stored yet)"
+    )
     measured = [c for c in plan.combos if c.state == "measure"]
     assert all(c.measurement_s == IMAGE.overhead_s[c.combo.optimizer] + c.sampling_s for c in measured)
     assert all(0 < c.sampling_s <= SAMPLING_CAP_S for c in measured)
@@ -153,7 +156,10 @@ def test_racing_is_expected_to_save_the_sampling_of_the_combinations_it_does_not
     totals = plan.as_dict()["totals"]
     assert totals["estimated_racing_saves_s"] == pytest.approx(plan.exact_wall_s - plan.racing_wall_s, abs=0.1)
     assert plan_run(_request(), None, store, shapes=lambda batch: {}).wall_s == pytest.approx(plan.exact_wall_s)
-    assert plan.as_dict()["estimates"]["racing"]["from"] == "priors (no racing run stored yet: ResNet-18's runs)"
+    assert (
+        plan.as_dict()["estimates"]["racing"]["from"]
+        == "priors for image classification, measured on ResNet-18 (no racing run of its workload stored yet)"
+    )
 
 
 def test_racing_expects_tvm_tuned_only_at_the_share_of_batch_sizes_racing_runs_tuned():
@@ -407,7 +413,7 @@ def test_with_nothing_stored_a_plan_charges_its_workloads_priors():
     custom = _tvm_plan("object_detection")
     assert custom.costs.priors is DEFAULT_PRIORS and priors_for("no such workload") is DEFAULT_PRIORS
     assert custom.costs.trial_s == pytest.approx((IMAGE.trial_s + nlp.trial_s) / 2)
-    assert custom.as_dict()["estimates"]["from"].endswith("the mean of the workloads measured here)")
+    assert custom.as_dict()["estimates"]["from"].startswith("priors for a workload not measured here")
 
 
 def test_another_workloads_results_do_not_replace_a_plans_priors():

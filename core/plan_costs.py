@@ -22,8 +22,11 @@ differ most where no engine-wide figure can follow them: TVM's build and its sec
 convolutional network's tasks 4 and 2 times an encoder's), onnx_int8's recipe search (the encoder's 3 times),
 the latency a sample takes and how much of a race is refined (the encoder's engines lie within each other's
 slack: 0.9 of its quick measurements refined, against ResNet-18's 0.22). A workload measured here has its own;
-another (object detection, custom inputs) the mean of those measured. Once results are stored, what they say
-replaces the priors: the plan's model's own first, then its workload's (`learn_costs`).
+another (object detection, custom inputs) the mean of those measured. They are one model's each: another model of
+the workload can differ by more than the plan's 25 % (the example encoder, NLP, runs a sample 3 times faster than
+MiniLM and its race refined half as much: its plan came out +97 % quick, +33 % exact). Once results are stored,
+what they say replaces the priors: the plan's model's own first, then its workload's (`learn_costs`), so a
+model's second run is estimated from its first.
 """
 
 from __future__ import annotations

@@ -34,7 +34,11 @@ same, balanced within its margin), quick again with the int8 recipe reused 12.8 
 5.8 min against exact 28.2 (0.21; first answer 31 s), MiniLM quick 14.6 against 22.1 (0.66; nothing dominated:
 torch runs it about as fast as int8 there). Later that day, converged quick measurements kept and the host-speed
 probe on: MiniLM quick 15.8 against exact 20.2 min (0.78; its quick pass alone 0.35), ResNet-18 quick 7.5 against
-26.8 min (0.28; fastest differs on a doubled p99 at 2 vCPUs).
+26.8 min (0.28; fastest differs on a doubled p99 at 2 vCPUs). Later, a converged quick measurement tuned at its own
+size kept as full where its session search timed every candidate: ResNet-18 quick 6.1 min (0.23 and 0.22 of the two
+exact runs; picks the same or within margin), MiniLM quick 15.6 min (0.71-0.77), the example encoder 8.6 against 14.3
+min (0.60); `ayci plan` with per-workload priors within 25 % on MiniLM and ResNet-18 exact and on DistilBERT quick,
+not on the encoder (+97 % quick), MobileNetV2 (-37 %) nor ResNet-18 quick (+33 %).
 
     .venv/bin/python bench/bench_time_to_answer.py                       # the matrix (hours in exact)
     .venv/bin/python bench/bench_time_to_answer.py --models resnet18 --precisions quick --first-answer-only

@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 
 from core.ports import NotFound, ObjectStore
@@ -100,20 +100,21 @@ PRIORS: dict[Workload, Priors] = {
 }
 
 
-def _mean(values: list[float]) -> float:
-    return statistics.fmean(values)
+def mean_priors(priors: list[Priors], basis: str) -> Priors:
+    """Each figure of `priors` averaged (per engine where it is one per engine)."""
+
+    def mean(name: str) -> float | dict[Optimizer, float]:
+        values = [getattr(p, name) for p in priors]
+        if isinstance(values[0], dict):
+            return {o: statistics.fmean(v[o] for v in values) for o in Optimizer}
+        return statistics.fmean(values)
+
+    return Priors(**{f.name: mean(f.name) for f in fields(Priors) if f.name != "basis"}, basis=basis)
 
 
 # a workload with no runs measured here: the mean of those measured
-DEFAULT_PRIORS = Priors(
-    overhead_s={o: _mean([p.overhead_s[o] for p in PRIORS.values()]) for o in Optimizer},
-    conversion_s={o: _mean([p.conversion_s[o] for p in PRIORS.values()]) for o in Optimizer},
-    next_conversion_s={o: _mean([p.next_conversion_s[o] for p in PRIORS.values()]) for o in Optimizer},
-    trial_s=_mean([p.trial_s for p in PRIORS.values()]),
-    sample_p50_ms={o: _mean([p.sample_p50_ms[o] for p in PRIORS.values()]) for o in Optimizer},
-    refined_share=_mean([p.refined_share for p in PRIORS.values()]),
-    tvm_tuned_share=_mean([p.tvm_tuned_share for p in PRIORS.values()]),
-    basis="a workload not measured here: the mean of image classification's and NLP's",
+DEFAULT_PRIORS = mean_priors(
+    list(PRIORS.values()), "a workload not measured here: the mean of image classification's and NLP's"
 )
 
 
@@ -152,26 +153,26 @@ class EngineCosts:
     results each figure rests on (0: the prior)."""
 
     priors: Priors = DEFAULT_PRIORS  # the workload's (`priors_for`): what each figure is until results say
-    overhead_s: dict[Optimizer, float] = field(default_factory=dict)
-    conversion_s: dict[Optimizer, float] = field(default_factory=dict)
-    next_conversion_s: dict[Optimizer, float] = field(default_factory=dict)
-    trial_s: float | None = None
+    overhead_s: dict[Optimizer, float] = field(init=False)
+    conversion_s: dict[Optimizer, float] = field(init=False)
+    next_conversion_s: dict[Optimizer, float] = field(init=False)
+    trial_s: float = field(init=False)
     learned_from: dict[str, int] = field(default_factory=dict)  # optimizer -> results its overhead rests on
     p50s: dict[tuple, float] = field(default_factory=dict)  # (model sha, optimizer, batch, memory) -> p50 ms
     artifacts: dict[tuple, str] = field(default_factory=dict)  # `artifact_of` -> the artifact key results name
     # a racing run: the share of its quick-measured combinations measured again fully, of its TVM artifacts
     # tuned, and the racing runs both rest on (0: the priors)
-    refined_share: float | None = None
-    tvm_tuned_share: float | None = None
+    refined_share: float = field(init=False)
+    tvm_tuned_share: float = field(init=False)
     racing_runs: int = 0
 
-    def __post_init__(self) -> None:
-        self.overhead_s = {**self.priors.overhead_s, **self.overhead_s}
-        self.conversion_s = {**self.priors.conversion_s, **self.conversion_s}
-        self.next_conversion_s = {**self.priors.next_conversion_s, **self.next_conversion_s}
-        self.trial_s = self.priors.trial_s if self.trial_s is None else self.trial_s
-        self.refined_share = self.priors.refined_share if self.refined_share is None else self.refined_share
-        self.tvm_tuned_share = self.priors.tvm_tuned_share if self.tvm_tuned_share is None else self.tvm_tuned_share
+    def __post_init__(self) -> None:  # the priors until stored results say otherwise (`learn_costs`, `learn_racing`)
+        self.overhead_s = dict(self.priors.overhead_s)
+        self.conversion_s = dict(self.priors.conversion_s)
+        self.next_conversion_s = dict(self.priors.next_conversion_s)
+        self.trial_s = self.priors.trial_s
+        self.refined_share = self.priors.refined_share
+        self.tvm_tuned_share = self.priors.tvm_tuned_share
 
     def expected_p50_ms(self, model_sha256: str, combo: Combo) -> float:
         """The combination's latency as far as stored results tell: the same model, engine and

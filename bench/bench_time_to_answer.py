@@ -116,14 +116,14 @@ def run_once(name: str, precision: str, args: argparse.Namespace, data_dir: Path
         zoo_model = next(m for m in zoo(full=True) if m.name == name)
         workload, size = zoo_model.workload, zoo_model.input_size
         model_path = export(zoo_model, "pt2-positional-dynamic", CACHE / "zoo")
-    elif name == "minilm":
-        from bench.bench_int8 import minilm
-
-        slug, workload, size = MODELS[name]
-        model_path, _sentences = minilm()
     else:
         slug, workload, size = MODELS[name]
-        model_path = exported_example(slug, workload, size, CACHE)
+        if name == "minilm":
+            from bench.bench_int8 import minilm
+
+            model_path, _sentences = minilm()
+        else:
+            model_path = exported_example(slug, workload, size, CACHE)
     app = embedded(Settings(data_dir=data_dir, measure_time_cap_s=args.time_cap))
     learned = bool(app.store.list_keys(keys.results_prefix()))  # the models run before in this precision's store
     model = store_model(app.store, model_path, workload, size)

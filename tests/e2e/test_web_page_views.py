@@ -47,7 +47,17 @@ def test_download_the_pick_as_a_lambda_function_and_compare_two_runs(page, tiny_
     # export: the balanced pick by default, or any measured combination
     choices = page.locator("#export-combination option").evaluate_all("options => options.map(o => o.value)")
     assert choices == ["", "intel/onnx/b1/1769MB"]
-    assert "balanced pick (intel/onnx/b1/1769MB)" in page.text_content("#export-combination option[value='']")
+    excluded = page.evaluate("state.results.recommendation.excluded || {}")
+    reused = not excluded  # a disturbed result is measured again by the next run, not reused
+    if excluded:
+        # a busy host (other work took the free core, or the host ran slow, through every retry) leaves the one
+        # row disturbed and unrecommended: the page says so, and the function is exported by its name instead
+        assert set(excluded) == {"intel/onnx/b1/1769MB"} and "disturbed" in excluded["intel/onnx/b1/1769MB"]
+        assert page.text_content("#export-combination option[value='']") == "the balanced pick (none)"
+        assert "not recommended: intel/onnx/b1/1769MB (disturbed" in page.text_content("#recommendation")
+        page.select_option("#export-combination", "intel/onnx/b1/1769MB")
+    else:
+        assert "balanced pick (intel/onnx/b1/1769MB)" in page.text_content("#export-combination option[value='']")
     with page.expect_download() as download:
         page.click("#download-export")
     archive = zipfile.ZipFile(download.value.path())
@@ -59,7 +69,8 @@ def test_download_the_pick_as_a_lambda_function_and_compare_two_runs(page, tiny_
     assert "torch" not in archive.read("function/requirements.txt").decode()
     page.wait_for_function("document.getElementById('export-status').textContent.includes('downloaded')")
 
-    # the same request again: a second run, its result reused; the compare view fills A and B
+    # the same request again: a second run, its result reused (measured again if disturbed); the compare view
+    # fills A and B
     second = submit_and_wait(page)
     assert second != first
     assert page.input_value("#compare-a") == first and page.input_value("#compare-b") == second
@@ -71,7 +82,10 @@ def test_download_the_pick_as_a_lambda_function_and_compare_two_runs(page, tiny_
     rows = page.locator("#compare-table tbody tr")
     assert rows.count() == 1
     assert rows.first.get_attribute("data-combo") == "intel/onnx/b1/1769MB"
-    assert rows.first.get_attribute("data-verdict") == "within noise"  # one stored result, compared with itself
+    if reused:  # one stored result, compared with itself
+        assert rows.first.get_attribute("data-verdict") == "within noise"
+    else:
+        assert rows.first.get_attribute("data-verdict") in ("within noise", "faster", "slower", "mixed")
     figures = rows.first.locator("td.figure").evaluate_all(
         "cells => cells.map(c => [c.dataset.figure, c.dataset.verdict])"
     )
@@ -83,10 +97,14 @@ def test_download_the_pick_as_a_lambda_function_and_compare_two_runs(page, tiny_
         "peak_memory_mb",
         "agreement",
     ]
-    assert all(verdict in ("within noise", "n/a") for _, verdict in figures), figures
     p99 = rows.first.locator("td[data-figure=p99_ms]")
-    assert "→" in p99.text_content() and "+0.0 %" in p99.text_content() and "noise" in p99.get_attribute("title")
-    assert "1 combination(s) in both runs: 0 slower beyond noise" in page.text_content("#compare-status")
+    assert "→" in p99.text_content() and "noise" in p99.get_attribute("title")
+    if reused:
+        assert all(verdict in ("within noise", "n/a") for _, verdict in figures), figures
+        assert "+0.0 %" in p99.text_content()
+        assert "1 combination(s) in both runs: 0 slower beyond noise" in page.text_content("#compare-status")
+    else:
+        assert "1 combination(s) in both runs: " in page.text_content("#compare-status")
 
     with page.expect_download() as markdown:
         page.click("#compare-markdown")

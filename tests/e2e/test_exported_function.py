@@ -96,9 +96,16 @@ def test_exported_function_answers_in_a_fresh_venv_like_base(app, tiny_image_mod
     assert summary["status"] == "complete", summary["failures"]
     out = tmp_path / "export"
     data_dir = str(tmp_path / "data")  # the app fixture's store
-    assert cli_main(["export", run_id, "--out", str(out), "--data-dir", data_dir]) == 0
+    excluded = summary["recommendation"].get("excluded") or {}
+    if excluded:  # a busy host (through every retry) leaves the one row disturbed: no pick, exported by name
+        assert "disturbed" in excluded["intel/onnx/b1/1769MB"] and summary["recommendation"]["balanced"] is None
+        chosen = ["--combination", "intel/onnx/b1/1769MB"]
+    else:
+        assert summary["recommendation"]["balanced"] == "intel/onnx/b1/1769MB"
+        chosen = []
+    assert cli_main(["export", run_id, "--out", str(out), "--data-dir", data_dir, *chosen]) == 0
     deployment = json.loads((out / "export.json").read_text())
-    assert deployment["combination"] == "intel/onnx/b1/1769MB" == summary["recommendation"]["balanced"]
+    assert deployment["combination"] == "intel/onnx/b1/1769MB"
 
     requirements = out / "function" / "requirements.txt"
     pins = dict(line.split("==") for line in requirements.read_text().splitlines() if not line.startswith("#"))

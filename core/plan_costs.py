@@ -52,12 +52,14 @@ LAMBDA_FULL_VCPU_MB = 1769  # below it a Lambda size has a share of one vCPU: la
 @dataclass(frozen=True)
 class Priors:
     """What a plan charges an engine before any result of its workload is stored: its overhead per
-    combination beyond sampling, conversion per artifact (a model's first of an engine on a hardware, then
-    its next batch sizes, which start from what the first made: the ONNX export, onnx_int8's recipe), TVM's
-    seconds per tuning trial, the latency of one sample at a full vCPU, and what a race does: the share of
-    its quick measurements it refines, of its TVM artifacts it tunes."""
+    combination beyond sampling (measured to full precision, and in a racing run's quick pass), conversion per
+    artifact (a model's first of an engine on a hardware, then its next batch sizes, which start from what the
+    first made: the ONNX export, onnx_int8's recipe), TVM's seconds per tuning trial, the latency of one sample at
+    a full vCPU, and what a race does: the share of its quick measurements it refines, of its TVM artifacts it
+    tunes."""
 
     overhead_s: dict[Optimizer, float]
+    quick_overhead_s: dict[Optimizer, float]  # in a racing run's quick pass: a quarter of the session tuning budget
     conversion_s: dict[Optimizer, float]
     next_conversion_s: dict[Optimizer, float]
     trial_s: float
@@ -73,12 +75,15 @@ def _engines(base: float, onnx: float, onnx_int8: float, tvm: float) -> dict[Opt
 
 # Learned (`learn_costs`, at `EXPECTED_SAMPLES`) from the fresh stores of the runs of 2026-12-07: the medians of
 # each model's two exact runs (commits 1bd69ac and a8f50dc), the latency per sample over the sizes of a full vCPU
-# and more; the share of its quick pass its race refined (commit 7926c97); the share of TVM artifacts its racing
-# runs tuned, with the two of each on the earlier host (AMD EPYC, 2026-12-06), as (tuned + 1) / (artifacts + 2):
-# none of 16 tuned is not proof that the next image model never tunes.
+# and more; the quick pass's overheads, the medians of each model's two racing runs (commit 7926c97 and the one
+# before: a quarter of ONNX Runtime's session tuning budget halves its overhead); the share of its quick pass its
+# race refined (commit 7926c97); the share of TVM artifacts its racing runs tuned, with the two of each on the
+# earlier host (AMD EPYC, 2026-12-06), as (tuned + 1) / (artifacts + 2): none of 16 tuned is not proof that the
+# next image model never tunes.
 PRIORS: dict[Workload, Priors] = {
     Workload.image_classification: Priors(
         overhead_s=_engines(5.1, 5.6, 3.2, 13.0),  # TVM's: its slow untuned kernels' warm-up
+        quick_overhead_s=_engines(4.7, 2.6, 2.5, 13.0),  # TVM's: no racing run here tuned it, the full one
         conversion_s=_engines(0.5, 4.6, 7.7, 51.0),
         next_conversion_s=_engines(0.5, 0.1, 5.4, 61.0),
         trial_s=2.4,
@@ -89,6 +94,7 @@ PRIORS: dict[Workload, Priors] = {
     ),
     Workload.nlp: Priors(
         overhead_s=_engines(4.2, 6.5, 4.9, 3.0),
+        quick_overhead_s=_engines(4.1, 2.8, 2.9, 3.7),
         conversion_s=_engines(0.5, 6.0, 23.5, 12.5),
         next_conversion_s=_engines(0.5, 0.3, 8.6, 12.1),
         trial_s=1.25,
@@ -132,10 +138,10 @@ MIN_OWN_FIGURES = 3  # a plan's model's own overheads per engine before they rep
 # A racing run (`core/racing.py`, precision `quick`) measures every combination quickly, then again
 # to full precision only those that can still be an answer; TVM is tuned at a batch size only where
 # the other engines' figures leave it a chance (`core/tuning_stakes.py`). How much of each a run
-# does is the race's to decide; a plan learns it from the racing runs of its workload stored, beside its
-# workload's priors (`Priors.refined_share`, `tvm_tuned_share`), which count as this many racing runs of the
-# issue's matrix (38 quick measurements, 4 TVM artifacts each): how much a race decides depends on the model,
-# so one stored run of another model of the workload moves the shares only part of the way.
+# does is the race's to decide; a plan learns it from its model's own racing runs stored, else from those of its
+# workload, beside its workload's priors (`Priors.refined_share`, `tvm_tuned_share`), which count as this many
+# racing runs of the issue's matrix (38 quick measurements, 4 TVM artifacts each): how much a race decides depends
+# on the model, so one stored run of another model of the workload moves the shares only part of the way.
 PRIOR_RACING_RUNS = (2, 38, 4)
 MAX_RACING_RUNS_READ = 12  # the newest racing runs learned from
 
@@ -154,6 +160,7 @@ class EngineCosts:
 
     priors: Priors = DEFAULT_PRIORS  # the workload's (`priors_for`): what each figure is until results say
     overhead_s: dict[Optimizer, float] = field(init=False)
+    quick_overhead_s: dict[Optimizer, float] = field(init=False)
     conversion_s: dict[Optimizer, float] = field(init=False)
     next_conversion_s: dict[Optimizer, float] = field(init=False)
     trial_s: float = field(init=False)
@@ -165,9 +172,11 @@ class EngineCosts:
     refined_share: float = field(init=False)
     tvm_tuned_share: float = field(init=False)
     racing_runs: int = 0
+    racing_runs_own: bool = False  # the shares are the plan's model's own racing runs'
 
     def __post_init__(self) -> None:  # the priors until stored results say otherwise (`learn_costs`, `learn_racing`)
         self.overhead_s = dict(self.priors.overhead_s)
+        self.quick_overhead_s = dict(self.priors.quick_overhead_s)
         self.conversion_s = dict(self.priors.conversion_s)
         self.next_conversion_s = dict(self.priors.next_conversion_s)
         self.trial_s = self.priors.trial_s
@@ -201,8 +210,13 @@ class EngineCosts:
         asked): a run finds it converted (if it is still stored)."""
         return self.artifacts.get(artifact_of(model_sha256, combo.model_dump(mode="json"), tuning_trials))
 
-    def combination_s(self, model_sha256: str, combo: Combo) -> float:
-        """A measured combination's wall time, its artifact's conversion apart."""
+    def combination_s(self, model_sha256: str, combo: Combo, quick: bool = False) -> float:
+        """A measured combination's wall time, its artifact's conversion apart (`quick`: in a racing run's
+        quick pass, its shorter session tuning and sampling)."""
+        if quick:
+            return self.quick_overhead_s[combo.optimizer] + sampling_s(
+                self.expected_p50_ms(model_sha256, combo), QUICK_TIME_CAP_SHARE
+            )
         return self.overhead_s[combo.optimizer] + sampling_s(self.expected_p50_ms(model_sha256, combo))
 
     def source(self) -> str:
@@ -213,7 +227,8 @@ class EngineCosts:
     def racing_source(self) -> str:
         if not self.racing_runs:
             return f"priors for {self.priors.basis} (no racing run of its workload stored yet)"
-        return f"learned from {self.racing_runs} stored racing run{'s' * (self.racing_runs > 1)}"
+        runs = f"{self.racing_runs} stored racing run{'s' * (self.racing_runs > 1)}"
+        return f"learned from this model's {runs}" if self.racing_runs_own else f"learned from {runs} of its workload"
 
 
 def artifact_of(model_sha256: str, combo: dict, tuning_trials: int | None) -> tuple:
@@ -300,7 +315,8 @@ def learn_costs(
         trials = (result.get("conversion") or {}).get("trials") or 0
         if optimizer == Optimizer.tvm and trials and result.get("tuning_s"):
             trial_s[artifact] = (result["model"]["sha256"], float(result["tuning_s"]) / int(trials))
-    overheads: dict[Optimizer, list[tuple[str, float]]] = defaultdict(list)  # (model, overhead)
+    # (optimizer, in a quick pass) -> (model, overhead)
+    overheads: dict[tuple[Optimizer, bool], list[tuple[str, float]]] = defaultdict(list)
     for measured in by_run.values():
         measured.sort(key=lambda pair: pair[0])
         run_id = measured[0][1]["run_id"]
@@ -319,8 +335,9 @@ def learn_costs(
                 converting = float(result.get("conversion_s") or 0.0) + float(result.get("tuning_s") or 0.0)
                 if gap - converting >= float(result.get("measurement_s") or 0.0):
                     gap -= converting
-            share = QUICK_TIME_CAP_SHARE if result.get("precision") == "quick" else 1.0
-            overheads[Optimizer(result["combo"]["optimizer"])].append(
+            quick = result.get("precision") == "quick"
+            share = QUICK_TIME_CAP_SHARE if quick else 1.0
+            overheads[(Optimizer(result["combo"]["optimizer"]), quick)].append(
                 (result["model"]["sha256"], max(0.0, gap - sampling_s(float(result["latency_ms"]["p50"]), share)))
             )
 
@@ -329,10 +346,16 @@ def learn_costs(
         own = [v for model, v in figures if model == model_sha256]
         return own if len(own) >= minimum else [v for _, v in figures]
 
-    for optimizer, figures in overheads.items():
-        values = learned(figures)
-        costs.overhead_s[optimizer] = statistics.median(values)
-        costs.learned_from[optimizer.value] = len(values)
+    for optimizer in Optimizer:
+        # a quick pass tunes its session with a quarter of the budget: where results say one kind only, the other
+        # is it at the ratio of the priors
+        full, quick = learned(overheads[(optimizer, False)]), learned(overheads[(optimizer, True)])
+        if not full and not quick:
+            continue
+        ratio = costs.priors.quick_overhead_s[optimizer] / costs.priors.overhead_s[optimizer]
+        costs.overhead_s[optimizer] = statistics.median(full) if full else statistics.median(quick) / ratio
+        costs.quick_overhead_s[optimizer] = statistics.median(quick) if quick else statistics.median(full) * ratio
+        costs.learned_from[optimizer.value] = len(full) + len(quick)
     firsts: dict[Optimizer, list[tuple[str, float]]] = defaultdict(list)
     nexts: dict[Optimizer, list[tuple[str, float]]] = defaultdict(list)
     for (model, _, optimizer), per_artifact in conversions.items():
@@ -350,19 +373,23 @@ def learn_costs(
     return costs
 
 
-def learn_racing(store: ObjectStore, results: list[dict], costs: EngineCosts) -> None:
+def learn_racing(store: ObjectStore, results: list[dict], costs: EngineCosts, model_sha256: str | None = None) -> None:
     """What the newest stored racing runs (those with quick results among `results`, archived)
-    did, into `costs` beside the priors (`PRIOR_RACING_RUNS`): the share of their quick pass's measurements
-    (`racing.json`'s `quick`, predicted sizes apart) they refined (its `refine`)
-    and of their TVM artifacts (hardware and batch size, measured or failed, predictions apart)
-    they tuned rather than skipped (their summaries' failures at stage `skipped`)."""
+    did, into `costs`: the share of their quick pass's measurements (`racing.json`'s `quick`, predicted sizes
+    apart) they refined (its `refine`) and of their TVM artifacts (hardware and batch size, measured or failed,
+    predictions apart) they tuned rather than skipped (their summaries' failures at stage `skipped`). The racing
+    runs of `model_sha256` alone where there are any: how much a race refines and whether TVM is worth tuning are
+    the model's (its engines within each other's slack or not), and its own race says it; else every racing run
+    of the workload, beside the priors (`PRIOR_RACING_RUNS`)."""
     newest: dict[str, str] = {}
     measured: dict[str, int] = defaultdict(int)  # run -> its quick measurements
+    model_of: dict[str, str] = {}
     for result in results:
         if result.get("precision") == "quick" and result.get("run_id"):
             newest[result["run_id"]] = max(newest.get(result["run_id"], ""), str(result.get("measured_at") or ""))
             measured[result["run_id"]] += 1
-    quick = refined = artifacts = tuned = runs = 0
+            model_of[result["run_id"]] = (result.get("model") or {}).get("sha256") or ""
+    shares: dict[bool, list[int]] = {True: [0, 0, 0, 0, 0], False: [0, 0, 0, 0, 0]}  # own? -> runs, quick, ...
     for run_id in sorted(newest, key=newest.__getitem__, reverse=True)[:MAX_RACING_RUNS_READ]:
         try:
             decided = json.loads(store.get_bytes(keys.racing(run_id)))
@@ -378,12 +405,18 @@ def learn_racing(store: ObjectStore, results: list[dict], costs: EngineCosts) ->
                 continue
             where = (combo.get("hardware"), combo.get("batch_size"))
             was_tuned[where] = was_tuned.get(where, False) or stage != "skipped"
-        runs += 1
         # the quick pass's measurements the race weighed (those converged within it included; predicted sizes not)
-        quick += sum(not q.get("predicted") for q in (decided.get("quick") or {}).values()) or measured[run_id]
-        refined += len(decided.get("refine") or {})
-        artifacts += len(was_tuned)
-        tuned += sum(was_tuned.values())
+        quick = sum(not q.get("predicted") for q in (decided.get("quick") or {}).values()) or measured[run_id]
+        figures = (1, quick, len(decided.get("refine") or {}), len(was_tuned), sum(was_tuned.values()))
+        for own in {model_of[run_id] == model_sha256, False}:
+            shares[own] = [a + b for a, b in zip(shares[own], figures, strict=True)]
+    if shares[True][0]:
+        runs, quick, refined, artifacts, tuned = shares[True]
+        costs.racing_runs, costs.racing_runs_own = runs, True
+        costs.refined_share = refined / quick if quick else costs.refined_share
+        costs.tvm_tuned_share = tuned / artifacts if artifacts else costs.tvm_tuned_share
+        return
+    runs, quick, refined, artifacts, tuned = shares[False]
     if runs:
         prior_runs, prior_quick, prior_artifacts = PRIOR_RACING_RUNS
         costs.racing_runs = runs
@@ -425,5 +458,5 @@ def stored_costs(
     costs = learn_costs(
         results, submitted_at(store, {r["run_id"] for r in results if r.get("run_id")}), model_sha256, workload
     )
-    learn_racing(store, results, costs)
+    learn_racing(store, results, costs, model_sha256)
     return costs

@@ -23,9 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.lambda_rules import LambdaFit, lambda_fit, output_shapes
-from core.plan_costs import SAMPLING_CAP_S, EngineCosts, sampling_s, stored_costs
+from core.plan_costs import EngineCosts, sampling_s, stored_costs
 from core.ports import NotFound, ObjectStore
-from core.racing import QUICK_TIME_CAP_SHARE
 from core.results import reused_result
 from core.run_plan import MAX_CHECKS, measured_and_predicted, runtime_floor_mb
 from schemas import keys
@@ -129,7 +128,8 @@ class PlannedCombo:
     reason: str | None = None
     conversion_s: float = 0.0  # the artifact's conversion and tuning, counted once per artifact
     measurement_s: float = 0.0  # end to end: the measuring process and what surrounds it (`core.plan_costs`)
-    sampling_s: float = 0.0  # of which timing samples (what a quick pass shortens)
+    sampling_s: float = 0.0  # of which timing samples
+    quick_measurement_s: float = 0.0  # in a racing run's quick pass: its shorter session tuning and sampling
     lambda_fit: LambdaFit | None = None  # Lambda's rules, as far as they are known before measuring
 
     def as_dict(self) -> dict:
@@ -261,6 +261,7 @@ def plan_run(
                 conversion_s=conversion,
                 measurement_s=measurement,
                 sampling_s=sampling_s(costs.expected_p50_ms(request.model.sha256, combo)),
+                quick_measurement_s=costs.combination_s(request.model.sha256, combo, quick=True),
                 lambda_fit=fit,
             )
         )
@@ -285,7 +286,7 @@ def conversion_s(costs: EngineCosts, optimizer: Optimizer, tuning_trials: int, a
 
 def racing_s(combos: list[PlannedCombo], costs: EngineCosts, checks_s: float = 0.0) -> float:
     """A racing run's wall time: every artifact converted, every combination timed in a quick
-    pass (its overhead and its samples within QUICK_TIME_CAP_SHARE of the cap), and
+    pass (its quick overhead and its samples within QUICK_TIME_CAP_SHARE of the cap), and
     `costs.refined_share` of them timed to full precision after it (a measurement of its own:
     overhead and sampling again). TVM's artifacts, their quick pass and refinements count at
     `costs.tvm_tuned_share`: the rest of its batch sizes are expected skipped, their tuning unable
@@ -296,9 +297,6 @@ def racing_s(combos: list[PlannedCombo], costs: EngineCosts, checks_s: float = 0
         return costs.tvm_tuned_share if c.combo.optimizer == Optimizer.tvm else 1.0
 
     measured = [c for c in combos if c.state == "measure"]
-    quick_cap = QUICK_TIME_CAP_SHARE * SAMPLING_CAP_S
-    quick = sum(
-        expected(c) * (c.conversion_s + c.measurement_s - c.sampling_s + min(c.sampling_s, quick_cap)) for c in measured
-    )
+    quick = sum(expected(c) * (c.conversion_s + c.quick_measurement_s) for c in measured)
     refined = costs.refined_share * sum(expected(c) * c.measurement_s for c in measured)
     return quick + refined + checks_s

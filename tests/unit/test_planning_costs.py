@@ -148,8 +148,17 @@ def test_racing_is_expected_to_save_the_sampling_of_the_combinations_it_does_not
     _store_run(store, _request())
     plan = plan_run(_request(precision="quick"), None, store, shapes=lambda batch: {})
     measured = [c for c in plan.combos if c.state == "measure"]
-    quick_cap = QUICK_TIME_CAP_SHARE * SAMPLING_CAP_S
-    quick = sum(c.measurement_s - c.sampling_s + min(c.sampling_s, quick_cap) for c in measured)
+    # the stored run measured to full precision: a quick pass's overhead is its at the priors' ratio (a quarter of
+    # ONNX Runtime's session tuning), its sampling a quarter of the cap at most
+    for c in measured:
+        engine = c.combo.optimizer
+        overhead = plan.costs.overhead_s[engine] * IMAGE.quick_overhead_s[engine] / IMAGE.overhead_s[engine]
+        assert plan.costs.quick_overhead_s[engine] == pytest.approx(overhead)
+        assert c.quick_measurement_s == pytest.approx(
+            overhead + min(c.sampling_s, QUICK_TIME_CAP_SHARE * SAMPLING_CAP_S)
+        )
+    assert plan.costs.quick_overhead_s[Optimizer.onnx] < plan.costs.overhead_s[Optimizer.onnx] / 1.5
+    quick = sum(c.quick_measurement_s for c in measured)
     refined = IMAGE.refined_share * sum(c.measurement_s for c in measured)
     assert plan.racing_wall_s == pytest.approx(sum(c.conversion_s for c in measured) + quick + refined)
     assert plan.wall_s == plan.racing_wall_s  # a quick run's estimate is the racing one
@@ -173,8 +182,7 @@ def test_racing_expects_tvm_tuned_only_at_the_share_of_batch_sizes_racing_runs_t
     assert sum(c.conversion_s for c in tvm) > 10 * sum(c.conversion_s for c in onnx)  # tuning: the bulk of it
 
     def charged(combos, share):
-        quick_cap = QUICK_TIME_CAP_SHARE * SAMPLING_CAP_S
-        quick = sum(c.conversion_s + c.measurement_s - c.sampling_s + min(c.sampling_s, quick_cap) for c in combos)
+        quick = sum(c.conversion_s + c.quick_measurement_s for c in combos)
         return share * (quick + IMAGE.refined_share * sum(c.measurement_s for c in combos))
 
     expected = charged(onnx, 1.0) + charged(tvm, IMAGE.tvm_tuned_share)
@@ -182,7 +190,9 @@ def test_racing_expects_tvm_tuned_only_at_the_share_of_batch_sizes_racing_runs_t
     assert plan.exact_wall_s > plan.racing_wall_s + 0.5 * sum(c.conversion_s for c in tvm)
 
 
-def _store_racing_run(store: MemoryStore, run_id: str, *, quick: int, refined: int, tvm: dict[int, str]) -> None:
+def _store_racing_run(
+    store: MemoryStore, run_id: str, *, quick: int, refined: int, tvm: dict[int, str], model: str = SHA
+) -> None:
     """A racing run's traces: its quick results (what marks it a racing run), its race (figures
     that raced, predicted sizes among them, and `refine`) and its summary, TVM at each batch size
     of `tvm` measured ("tuned"), skipped ("skipped") or out of memory after tuning ("inference")."""
@@ -190,7 +200,7 @@ def _store_racing_run(store: MemoryStore, run_id: str, *, quick: int, refined: i
     for i in range(quick):  # its quick measurements
         result = {
             "combo": combo,
-            "model": {"sha256": SHA},
+            "model": {"sha256": model},
             "run_id": run_id,
             "precision": "quick",
             "measured_at": STARTED.isoformat(),
@@ -226,7 +236,7 @@ def test_racing_shares_are_learned_from_the_racing_runs_stored():
     assert costs.tvm_tuned_share == pytest.approx(
         (IMAGE.tvm_tuned_share * runs * artifacts + 2) / (runs * artifacts + 5)
     )
-    assert costs.racing_source() == "learned from 2 stored racing runs"
+    assert costs.racing_source() == "learned from 2 stored racing runs of its workload"
     # the stored runs move the shares from the priors toward what they did
     assert IMAGE.refined_share > costs.refined_share > 3 / 40
     assert IMAGE.tvm_tuned_share < costs.tvm_tuned_share < 2 / 5
@@ -234,6 +244,25 @@ def test_racing_shares_are_learned_from_the_racing_runs_stored():
     _store_racing_run(store, "race-3", quick=10, refined=10, tvm={1: "tuned"})
     store.put_bytes(keys.summary("race-3"), b"not yet")
     assert stored_costs(store, workload="image_classification").refined_share == pytest.approx(costs.refined_share)
+
+
+def test_a_models_own_racing_run_says_how_much_its_next_race_refines():
+    """How much a race refines is the model's (its engines within each other's slack or not): a model's own racing
+    run is what its next one is expected to do, another model's of the workload only moves the priors."""
+    store = MemoryStore()
+    other = "b" * 64
+    _store_racing_run(store, "theirs", quick=30, refined=27, tvm={1: "tuned", 2: "tuned"}, model=other)
+    theirs = stored_costs(store, SHA, "image_classification")  # not this model's: beside the priors
+    assert theirs.racing_source() == "learned from 1 stored racing run of its workload"
+    assert IMAGE.refined_share < theirs.refined_share < 27 / 30
+    _store_racing_run(store, "mine", quick=20, refined=4, tvm={1: "skipped", 2: "tuned", 4: "skipped"})
+    mine = stored_costs(store, SHA, "image_classification")
+    assert mine.racing_source() == "learned from this model's 1 stored racing run"
+    assert mine.refined_share == pytest.approx(4 / 20) and mine.tvm_tuned_share == pytest.approx(1 / 3)
+    # the other model's plan learns from its own run
+    assert stored_costs(store, other, "image_classification").racing_source() == (
+        "learned from this model's 1 stored racing run"
+    )
 
 
 def test_a_conversion_this_run_did_not_do_is_not_taken_out_of_its_combination():
@@ -292,7 +321,10 @@ def test_a_quick_pass_is_learned_from_with_its_shorter_sampling():
         store.put_bytes(keys.result_version(f"k{index}", "r.quick"), json.dumps(result).encode())
     costs = stored_costs(store)
     assert costs.learned_from == {"onnx": 1}
-    assert costs.overhead_s[Optimizer.onnx] == pytest.approx(10.0 - QUICK_TIME_CAP_SHARE * SAMPLING_CAP_S)
+    assert costs.quick_overhead_s[Optimizer.onnx] == pytest.approx(10.0 - QUICK_TIME_CAP_SHARE * SAMPLING_CAP_S)
+    # no measurement to full precision stored: its overhead is the quick one's at the priors' ratio
+    ratio = DEFAULT_PRIORS.quick_overhead_s[Optimizer.onnx] / DEFAULT_PRIORS.overhead_s[Optimizer.onnx]
+    assert costs.overhead_s[Optimizer.onnx] == pytest.approx(costs.quick_overhead_s[Optimizer.onnx] / ratio)
 
 
 def test_waiting_for_the_measurement_lock_is_not_a_combination_s_cost():

@@ -596,17 +596,35 @@ def fingerprint(doc: dict[str, Any]) -> str:
 PROVISIONAL_DOMINATED_SHOWN = 4  # a provisional answer names this many of what it finds dominated
 
 
+def time_left_s(doc: dict[str, Any]) -> float | None:
+    """Seconds left of a decided race by its running answer: the refinements still under way and the predicted
+    picks' checks (`services/archiver/racing.time_left`); None before the race is decided or without estimates."""
+    estimates = doc.get("refine_s")
+    if doc.get("stage") not in ("quick", "refining") or estimates is None:
+        return None
+    return sum(estimates.get(label, 0.0) for label in doc.get("refining") or []) + float(doc.get("checks_s") or 0.0)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
 def answer_lines(doc: dict[str, Any]) -> list[str]:
     """The running answer as a few lines of text (the CLI, the page)."""
     if not is_shown(doc):
         return []
     rows = {k: Figures.of(v) for k, v in (doc.get("rows") or {}).items()}
     stage = doc.get("stage", "")
+    refining = doc.get("refining") or []
+    left = time_left_s(doc)
+    about = f", about {_duration(left)} left" if left is not None else ""
     head = {
         "provisional": f"first answer, provisional: {doc.get('ended', 0)} of {doc.get('total', 0)} combinations "
         "measured (quick pass); picks may change",
-        "quick": "first answer (quick pass)",
-        "refining": f"refining ({len(doc.get('refining') or [])} left)",
+        "quick": f"first answer (quick pass; refining {len(refining)}{about})"
+        if refining
+        else "first answer (quick pass)",
+        "refining": f"refining ({len(refining)} left{about})",
         "final": "answer",
     }.get(stage, stage)
     lines = [f"{head}:"]

@@ -28,6 +28,7 @@ import structlog
 
 from core.lambda_model.prediction import predict_run
 from core.outcomes import Arrived, arrived_outcomes
+from core.plan_costs import EngineCosts, priors_for
 from core.ports import NotFound, ObjectStore
 from core.racing import (
     PROVISIONAL_STAGES,
@@ -42,6 +43,7 @@ from core.racing import (
     with_outcomes,
 )
 from core.results import is_quick, priced_for_region
+from core.run_plan import MAX_CHECKS
 from report.recommendation import exclusion
 from schemas import keys
 from schemas.combos import Combo, Optimizer
@@ -161,6 +163,7 @@ def race_quick_pass(
                 stage="quick",
                 refining=[Combo.model_validate(c).label for c in refine.values()],
             )
+            running.update(time_left(plan, results, [Combo.model_validate(c) for c in refine.values()], running))
             deps.store.put_bytes(keys.answer(run_id), json.dumps(running).encode())
             log.info(
                 "race_decided",
@@ -190,6 +193,28 @@ def race_quick_pass(
         )
         out.append(converted.model_copy(update={"refine": True}))
     return out
+
+
+def time_left(
+    plan: RunPlanned, results: list[SummaryResult], refined: list[Combo], running: dict[str, Any]
+) -> dict[str, Any]:
+    """What is left of a race once decided, in seconds: each refinement's measurement (`refine_s`: its engine's
+    overhead and the sampling its own quick p50 needs, `core.plan_costs`), and the predicted picks of the answer so
+    far, measured before the run closes (`checks_s`, as the plan charges them: their family's nearest size). The
+    overheads are the workload's priors: a run's own quick pass has a quarter of the session tuning."""
+    sha = plan.model.sha256
+    costs = EngineCosts(priors=priors_for(plan.model.workload.value))
+    costs.p50s = {
+        (sha, r.combo.optimizer.value, r.combo.batch_size, r.combo.memory_mb): r.latency_ms.p50
+        for r in results
+        if r.latency_ms.p50
+    }
+    predicted = {c.label: c for c in plan.predicted.values()}
+    checked = {label for label in (running.get("picks") or {}).values() if label in predicted}
+    return {
+        "refine_s": {c.label: round(costs.combination_s(sha, c), 1) for c in refined},
+        "checks_s": round(sum(costs.combination_s(sha, predicted[label]) for label in sorted(checked)[:MAX_CHECKS]), 1),
+    }
 
 
 def mark_stopped(results: list[SummaryResult], decided: dict | None) -> tuple[list[SummaryResult], dict[str, str]]:
@@ -266,6 +291,7 @@ def on_refined(event: Envelope, deps) -> None:
             stage="refining",
             refining=left,
         )
+        updated.update({k: running[k] for k in ("refine_s", "checks_s") if k in running})
         if deps.store.compare_and_put(keys.answer(event.run_id), json.dumps(updated).encode(), version=version):
             return
 

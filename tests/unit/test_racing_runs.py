@@ -9,11 +9,14 @@ import json
 import pytest
 
 from adapters.memory_store import MemoryStore
-from core.racing import answer_lines
+from core.plan_costs import PRIORS, sampling_s
+from core.racing import answer_lines, time_left_s
 from core.results import latest_result
 from schemas import keys
-from schemas.combos import Matrix
-from schemas.events import Envelope, RequestSubmitted
+from schemas.combos import Matrix, Optimizer, Workload
+from schemas.documents import SummaryResult
+from schemas.events import STORED, Envelope, RequestSubmitted, RunPlanned
+from services.archiver.racing import time_left
 from services.request.submission import new_run
 from tests.fakes import embedded_with_fakes
 from tests.unit.test_pipeline import Fakes, stored_model
@@ -173,6 +176,17 @@ def test_the_running_answer_is_there_after_the_first_pass_and_final_at_the_end(a
     assert first["stage"] in ("quick", "refining") and first["picks"]["cheapest"]
     assert first["dominated"] and first["refining"]
     assert answer_lines(first)[0].startswith(("first answer", "refining"))
+    # once decided, the time left: each refinement's overhead and the sampling its own quick p50 needs
+    priors = PRIORS[Workload.image_classification]  # the stored model's workload
+    assert set(first["refine_s"]) == set(first["refining"]) and first["checks_s"] == 0  # nothing predicted
+    quick_p50 = SPEED["onnx_int8"] * fakes.quick_bias
+    assert first["refine_s"]["intel/onnx_int8/b1/1769MB"] == pytest.approx(
+        priors.overhead_s[Optimizer.onnx_int8] + sampling_s(quick_p50), abs=0.1
+    )
+    lefts = [time_left_s(doc) for doc in seen]
+    assert lefts[0] == pytest.approx(sum(first["refine_s"].values()))
+    assert all(a > b for a, b in zip(lefts, lefts[1:], strict=False)) and len(lefts) == len(first["refining"])
+    assert f"about {lefts[0]:.0f} s left" in answer_lines(first)[0]
     final = json.loads(app.store.get_bytes(keys.answer(summary["run_id"])))
     assert final["stage"] == "final" and final["refining"] == []
     assert final["picks"] == {k: summary["recommendation"][k] for k in PICKS}
@@ -218,9 +232,31 @@ def test_with_predict_families_race_and_a_checked_pick_is_measured_in_full(app, 
     # base 10 times int8's time: a predicted size's cost interval (from quick anchors, widened for run-to-run
     # noise) spans 0.3-1.8 times its figure, and a family stops only when every size of it is dominated
     monkeypatch.setitem(SPEED, "base", 80.0)
+    decided: list[dict] = []
+
+    def observe(queue: str, event: Envelope) -> None:
+        if event.type == "ModelConverted" and event.payload.refine and not decided:
+            decided.append(json.loads(app.store.get_bytes(keys.answer(event.run_id))))
+
+    app.bus.observers.append(observe)
     summary = submit(
         app, precision="quick", optimizers=("base", "onnx_int8"), memory=(512, 1024, 1769, 2048, 3538), predict=True
     )
+    # the time left counts the predicted picks' checks (a full measurement each) beside the refinements
+    predicted_picks = {p for p in decided[0]["picks"].values() if p and decided[0]["rows"][p]["predicted"]}
+    assert (decided[0]["checks_s"] > 0) == bool(predicted_picks)
+    # a predicted pick is charged a full measurement at its family's nearest measured size's latency
+    plan = RunPlanned.model_validate_json(app.store.get_bytes(keys.plan(summary["run_id"])), context=STORED)
+    measured = [SummaryResult.of(r) for r in summary["results"] if not r.get("predicted")]
+    pick = next(c for c in plan.predicted.values() if c.optimizer == Optimizer.onnx_int8 and c.memory_mb == 2048)
+    left = time_left(plan, measured, [], {"picks": {"cheapest": pick.label}})
+    nearest = next(r for r in measured if r.label == "intel/onnx_int8/b1/1769MB").latency_ms.p50
+    priors = PRIORS[Workload.image_classification]
+    assert left == {
+        "refine_s": {},
+        "checks_s": pytest.approx(priors.overhead_s[pick.optimizer] + sampling_s(nearest), abs=0.1),
+    }
+    assert time_left_s(decided[0]) == pytest.approx(sum(decided[0]["refine_s"].values()) + decided[0]["checks_s"])
     assert summary["status"] in ("complete", "partial")
     base = [r for r in summary["results"] if r["combo"]["optimizer"] == "base" and not r.get("predicted")]
     assert base and all(r.get("dominated_by") for r in base)  # the whole family stopped, each with its evidence

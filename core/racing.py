@@ -617,7 +617,7 @@ def answer_lines(doc: dict[str, Any]) -> list[str]:
     stage = doc.get("stage", "")
     refining = doc.get("refining") or []
     left = time_left_s(doc)
-    about = f", about {_duration(left)} left" if left is not None else ""
+    about = f", about {_duration(left)} to go" if left is not None else ""
     head = {
         "provisional": f"first answer, provisional: {doc.get('ended', 0)} of {doc.get('total', 0)} combinations "
         "measured (quick pass); picks may change",

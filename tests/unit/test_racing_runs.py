@@ -186,7 +186,7 @@ def test_the_running_answer_is_there_after_the_first_pass_and_final_at_the_end(a
     lefts = [time_left_s(doc) for doc in seen]
     assert lefts[0] == pytest.approx(sum(first["refine_s"].values()))
     assert all(a > b for a, b in zip(lefts, lefts[1:], strict=False)) and len(lefts) == len(first["refining"])
-    assert f"about {lefts[0]:.0f} s left" in answer_lines(first)[0]
+    assert f"about {lefts[0]:.0f} s to go" in answer_lines(first)[0]
     final = json.loads(app.store.get_bytes(keys.answer(summary["run_id"])))
     assert final["stage"] == "final" and final["refining"] == []
     assert final["picks"] == {k: summary["recommendation"][k] for k in PICKS}

@@ -19,3 +19,15 @@ def test_a_p99_that_moves_past_the_bound_between_runs_is_not_reproduced():
     seen = reproduction([_run(8.8, 72.0, 5, "fail"), _run(7.4, 191.3, 11, "fail"), _run(8.1, 180.0, 10, "fail")])
     assert seen["p99"]["observed_ms"] == [72.0, 180.0, 191.3] and not seen["p99"]["reproduced"]
     assert seen["p50"]["reproduced"]  # 7.4-8.8 around 8.1: within ±15 %
+
+
+def test_a_row_may_ask_for_more_requests_than_the_default_never_fewer():
+    from bench.bench_traffic_truth import DEFAULT_ROWS, parse_rows
+
+    assert parse_rows("steady:20:2:10000,spiky:5,steady:10:0.5:500", 2.0, 2000) == [
+        ("steady", 20.0, 2.0, 10000),
+        ("spiky", 5.0, 2.0, 2000),
+        ("steady", 10.0, 0.5, 2000),  # at least `--requests`
+    ]
+    edge = [row for row in parse_rows(DEFAULT_ROWS, 2.0, 2000) if row[2] == 2.0]
+    assert len(edge) == 4 and all(row[3] == 10000 for row in edge)  # the edge rows: a p99 on one side of the waited

@@ -8,7 +8,16 @@ import numpy as np
 import pytest
 
 from core.lambda_model.arrivals import BURST_MULTIPLIER
-from serving.loadtest import NEAREST, LoadPlan, compare, load_fed, nearest_draws, predicted_figures, regime
+from serving.loadtest import (
+    NEAREST,
+    LoadPlan,
+    compare,
+    load_fed,
+    nearest_draws,
+    p99_determined_requests,
+    predicted_figures,
+    regime,
+)
 from serving.open_loop import Outgoing, RequestTiming, burst_windows, rate_at, run_open_loop, schedule
 
 
@@ -216,9 +225,15 @@ def test_the_regime_says_where_the_p99_lies_by_the_share_that_waited_for_a_cold_
         "regime": "cold starts",
         "predicted_share": 1.0,
         "observed_share": 0.9,
+        "p99_determined_at": pytest.approx(4 * 0.9 / 0.89**2),  # far from 1 %: a handful of requests
     }
     assert regime({}, {**warm, "waited_for_cold_share": 0.01})["regime"] == "edge"
+    assert regime({}, {**warm, "waited_for_cold_share": 0.01})["p99_determined_at"] is None  # no count does
     assert regime({}, None) == {"regime": None}
+    # on the edge: 0.8 % waited, 1.1 requests a cold start (observed), 0.9 % simulated: the p99 needs the larger
+    edge = regime({"waited_for_cold_share": 0.008, "cold_share": 0.008 / 1.1}, {**warm, "waited_for_cold_share": 0.009})
+    assert edge["p99_determined_at"] == pytest.approx(4 * 1.1 * 0.009 / 0.001**2)
+    assert p99_determined_requests(0.008) == pytest.approx(8000) and p99_determined_requests(0.0) == 0
 
 
 def figures(p50, p99, cold_share):

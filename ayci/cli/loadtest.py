@@ -85,4 +85,13 @@ def cmd_loadtest(args: argparse.Namespace) -> int:
         f"waited {report['machine']['lock_wait_s']:.1f} s for the machine's measurement lock; "
         f"where each p99 lies (warm tail, cold starts, or the edge between them): {regimes}"
     )
+    for name, row in report["models"].items():
+        needed, sent = row["regime"].get("p99_determined_at"), row["observed"]["requests"]
+        if row["regime"]["regime"] is not None and (needed is None or needed > sent):
+            console.print(
+                f"{name}: its p99 is not pinned by {sent:,} requests: "
+                + ("no number of requests pins it" if needed is None else f"about {needed:,.0f} would")
+                + " (the share that waited for a cold start is that close to 1 %: the p99 may lie among those"
+                " requests or the warm ones from one run to the next)"
+            )
     return 1 if failed else 0

@@ -198,7 +198,11 @@ def test_the_running_answer_lists_picks_with_intervals_and_what_is_dominated():
     doc = answer({f.label: f for f in (fast, slow)}, outcome, balance_weight=0.5, stage="quick", refining=[fast.label])
     assert doc["picks"]["cheapest"] == fast.label and doc["refining"] == [fast.label]
     lines = answer_lines(doc)
-    assert lines[0] == "first answer (quick pass):"
+    assert lines[0] == "first answer (quick pass; refining 1):"  # no estimates: no time left said
+    doc.update(refine_s={fast.label: 12.0}, checks_s=100.0)  # the time left, once the race is decided
+    assert answer_lines(doc)[0] == "first answer (quick pass; refining 1, about 2 min to go):"
+    refined = {**doc, "stage": "refining", "refining": [], "checks_s": 30.0}  # the refinement arrived
+    assert answer_lines(refined)[0] == "refining (0 left, about 30 s to go):"
     assert any(
         line.strip().startswith("cheapest: intel/onnx_int8/b1/1024MB") and "[9.5-10.5]" in line for line in lines
     )

@@ -82,7 +82,7 @@ def duration_for(pattern: str, rps: float, requests: int) -> float:
     return max(5.0, requests / mean)
 
 
-# pattern, req/s, idle s: the warm-tail regime (idle 30 s), the cold-start regime, then the edge (idle 2 s)
+# pattern, req/s, idle s[, requests]: the warm-tail regime (idle 30 s), the cold-start regime, then the edge (idle 2 s)
 # The edge rows send 10,000 requests: where 0.6-0.8 % of the requests wait for a cold start (the 2,000-request
 # runs of these rows, docs/benchmarks.md), the p99 stays on one side of them only from 2,200-10,500 requests on
 # (`serving.loadtest.p99_determined_requests`); at 2,000 it was the last of them in one run and a warm request in the

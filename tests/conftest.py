@@ -142,11 +142,11 @@ def small_image_model(tmp_path_factory) -> Path:
     )
 
 
-def disturbed_away(summary: dict, label: str) -> bool:
-    """Whether `label` is kept from the recommendation only because its measurement was disturbed (a busy host:
-    other work took the core it needed, through every retry): what a test of a pick on a shared CI machine must
-    accept, and nothing else."""
-    why = (summary["recommendation"].get("excluded") or {}).get(label)
+def disturbed_away(recommendation: dict, label: str) -> bool:
+    """Whether `label` is kept from `recommendation` (a summary's, or the page's results') only because its
+    measurement was disturbed (a busy host: other work took the core it needed, through every retry): what a test
+    of a pick on a shared CI machine must accept, and nothing else."""
+    why = (recommendation.get("excluded") or {}).get(label)
     return why is not None and why.startswith("disturbed")
 
 

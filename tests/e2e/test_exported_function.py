@@ -96,7 +96,9 @@ def test_exported_function_answers_in_a_fresh_venv_like_base(app, tiny_image_mod
     assert summary["status"] == "complete", summary["failures"]
     out = tmp_path / "export"
     data_dir = str(tmp_path / "data")  # the app fixture's store
-    if disturbed_away(summary, "intel/onnx/b1/1769MB"):  # a busy host: no pick, the function exported by name
+    if disturbed_away(
+        summary["recommendation"], "intel/onnx/b1/1769MB"
+    ):  # a busy host: no pick, the function exported by name
         assert summary["recommendation"]["balanced"] is None
         chosen = ["--combination", "intel/onnx/b1/1769MB"]
     else:

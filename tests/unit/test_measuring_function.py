@@ -17,12 +17,18 @@ from adapters.aws import S3Store
 from adapters.aws_calls import CALLER_ENV, ENV, iam_action, recorded, recorded_calls
 from adapters.lambda_sizes import LambdaSizes
 from ayci.lambda_entry import make_measuring_handler
+from core.runtime import Delayed
 from infra.stack import TEMPLATE
 from schemas import keys
 from schemas.combos import Combo, combo_key, reference_key
 from schemas.documents import ArtifactManifest, CombinationProfile, MeasuredResult
 from schemas.events import ComboFailed, Envelope, InferenceDone, ModelConverted, ProfileRequested
-from services.inference.handlers import InferenceDeps, on_model_converted, on_profile_requested
+from services.inference.handlers import (
+    DISTURBED_MEASURED_AGAIN,
+    InferenceDeps,
+    on_model_converted,
+    on_profile_requested,
+)
 from tests.iam_roles import Deployment, not_granted
 from tests.lambda_emulation import LambdaContext, fill_moto_gaps, run_invocations_in_process
 
@@ -105,6 +111,18 @@ def converted_event(model, memory_mb: int, hardware: str = "intel") -> Envelope:
     return Envelope.wrap(payload, run_id="r1", producer="converter")
 
 
+def measured(event: Envelope, deps: InferenceDeps) -> list:
+    """What the handler emits for `event`, following its measurements again: a busy host disturbs a measurement,
+    and the handler asks for it again later (`measure_again_later`), at most DISTURBED_MEASURED_AGAIN times; the
+    test takes the retry at once rather than waiting for it."""
+    for _ in range(DISTURBED_MEASURED_AGAIN + 1):
+        out = on_model_converted(event, deps)
+        if not (len(out) == 1 and isinstance(out[0], Delayed)):
+            return out
+        event = Envelope.wrap(out[0].payload, run_id=event.run_id, producer="converter")
+    pytest.fail(f"measured again more than {DISTURBED_MEASURED_AGAIN} times")
+
+
 def role_actions(role: str) -> set[str]:
     from cfnlint.decode import decode
 
@@ -121,7 +139,7 @@ def role_actions(role: str) -> set[str]:
 def test_each_size_is_measured_in_a_function_of_that_size_and_every_call_is_granted(aws):
     lam = boto3.client("lambda")
     for memory in (1769, 3008):
-        (done,) = on_model_converted(converted_event(aws["model"], memory), aws["deps"])
+        (done,) = measured(converted_event(aws["model"], memory), aws["deps"])
         assert isinstance(done, InferenceDone), done
         result = MeasuredResult.read(aws["store"].get_bytes(done.result_key))
         assert result.confined is True and result.confinement_reason == f"by the Lambda function itself ({memory} MB)"
@@ -160,7 +178,7 @@ def test_the_profiled_pass_runs_in_the_measuring_function_and_every_call_is_gran
     """The profile pass runs the user's model: in the measuring function of its size, as its
     measurement did, never in the 256 MB inference function (whose role cannot write a trace
     anyway); the measuring function stores the profile and the trace next to the result."""
-    (done,) = on_model_converted(converted_event(aws["model"], 1769), aws["deps"])
+    (done,) = measured(converted_event(aws["model"], 1769), aws["deps"])
     result = MeasuredResult.read(aws["store"].get_bytes(done.result_key))
     deps = dataclasses.replace(aws["deps"], profile=lambda *_, **__: pytest.fail("profiled in the inference function"))
     requested = ProfileRequested(combo=result.combo, combo_key=result.combo_key, result_key=done.result_key)
@@ -183,7 +201,7 @@ def test_the_profiled_pass_runs_in_the_measuring_function_and_every_call_is_gran
 
 
 def test_a_size_the_account_is_not_offered_fails_its_combination_before_anything_is_made(aws):
-    (failed,) = on_model_converted(converted_event(aws["model"], 4096), aws["deps"])
+    (failed,) = measured(converted_event(aws["model"], 4096), aws["deps"])
     assert isinstance(failed, ComboFailed) and failed.stage == "inference"
     assert "Lambda does not offer 4096 MB" in failed.reason and "3008" in failed.reason
     assert boto3.client("lambda").list_aliases(FunctionName=INTEL)["Aliases"] == []

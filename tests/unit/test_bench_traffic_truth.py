@@ -31,3 +31,20 @@ def test_a_row_may_ask_for_more_requests_than_the_default_never_fewer():
     ]
     edge = [row for row in parse_rows(DEFAULT_ROWS, 2.0, 2000) if row[2] == 2.0]
     assert len(edge) == 4 and all(row[3] == 10000 for row in edge)  # the edge rows: a p99 on one side of the waited
+
+
+def _measured(requests: int, needs: float | None) -> dict:
+    return {"observed": {"requests": requests}, "regime": {"p99_determined_at": needs}}
+
+
+def test_a_row_whose_p99_its_requests_did_not_pin_is_run_again_with_what_its_shares_need_within_the_time():
+    from bench.bench_traffic_truth import requests_to_pin
+
+    assert requests_to_pin(_measured(2000, 1200.0), "steady", 20, 1800) is None  # pinned
+    # steady 20 at idle 30 s, shares needing 12,800 (docs/benchmarks.md): a quarter more, in thousands
+    assert requests_to_pin(_measured(2000, 12_800.0), "steady", 20, 1800) == 16_000
+    assert requests_to_pin(_measured(10_000, 30_700.0), "steady", 20, 1800) == 36_000  # 38,375 wanted: 30 min hold
+    assert requests_to_pin(_measured(10_000, 30_700.0), "steady", 10, 1800) == 18_000  # 30 min at 10 req/s
+    assert requests_to_pin(_measured(2000, None), "spiky", 5, 1800) == 22_000  # no count pins it: the most 30 min hold
+    assert requests_to_pin(_measured(20_000, 30_700.0), "steady", 10, 1800) is None  # no run within the time sends more
+    assert requests_to_pin(_measured(2000, 12_800.0), "steady", 20, 0) is None

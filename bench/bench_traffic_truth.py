@@ -10,13 +10,17 @@ load (1-minute load average) before and after.
 The default rows: each pattern at two rates in each regime, by the idle time: 30 s (the pool keeps
 its workers: the p99 among warm requests), 0.3-0.5 s (a few percent of the requests start a
 worker: the p99 among cold starts) and 2 s (the cold-start share just under 1 %: the p99 on the
-edge between them, where a few cold starts more or less move it; these rows send 10,000 requests, and every row
-prints how many its own shares need for a p99 on one side of the requests that waited for a cold start, with `!`
-where it sent fewer).
+edge between them, where a few cold starts more or less move it; these rows send 10,000 requests).
+
+Every row prints how many requests its own shares need for a p99 on one side of the requests that waited for a
+cold start, with `!` where it sent fewer. Such a row is run again, longer, with a quarter more than that (in
+thousands, within `--max-row-s`), and the second run is the row's verdict (`requests_to_pin`; the first stays in
+the JSON; not under `--repeat`, which runs the same arrivals again as they are). The total says how many rows pass
+and how many of them sent the requests that pin their p99.
 
     .venv/bin/python bench/bench_traffic_truth.py [--run RUN_ID --data-dir DIR]
         [--rows steady:10:30,spiky:5:0.5,steady:20:2:10000,...] [--requests 2000] [--max-workers 2]
-        [--repeat N] [--json out.json]
+        [--repeat N] [--max-row-s 1800] [--json out.json]
 
 `--repeat N` runs each row N times on the same arrivals (the same seed) and prints how far the live pool's
 own figures moved between those runs: a figure the pool does not reproduce within the bound cannot be

@@ -9,7 +9,7 @@ from ayci.cli import main as cli_main
 from ayci.settings import Settings
 from core.results import stored_profile
 from schemas import keys
-from schemas.combos import Matrix
+from schemas.combos import Combo, Matrix
 from schemas.documents import SummaryResult
 from schemas.events import RequestSubmitted
 from services.request.submission import new_run, store_model
@@ -54,8 +54,12 @@ def test_complete_run_then_reuse(app, tiny_image_model):
         assert cost["per_million_inferences_usd"] > 0.2 / result["combo"]["batch_size"]  # at least the request price
         assert cost["cold_start_usd"] > cost["per_request_usd"]
     rec = summary["recommendation"]
-    assert rec["fastest"] is not None and rec["cheapest"] is not None and rec["balanced"] is not None
-    assert rec["pareto"] and set(rec["pareto"]) <= set(rec["candidates"])
+    labels = [Combo.model_validate(r["combo"]).label for r in summary["results"]]
+    if all(disturbed_away(rec, label) for label in labels):  # a busy host disturbed every row: none is picked
+        assert rec["fastest"] is None and not rec["candidates"]
+    else:
+        assert rec["fastest"] is not None and rec["cheapest"] is not None and rec["balanced"] is not None
+        assert rec["pareto"] and set(rec["pareto"]) <= set(rec["candidates"])
     # every event of the run is in its log, in order, starting with the request
     log = app.store.list_keys(f"runs/{run_id}/events/")
     assert "RequestSubmitted" in log[0] and any("RunArchived" in k for k in log)
@@ -469,5 +473,7 @@ def test_onnx_int8_is_quantized_measured_with_its_agreement_and_never_recommende
     conversion = by["onnx_int8"]["conversion"]  # the run's minimum reached the recipe choice
     assert conversion["min_agreement"] == 0.9999999 and conversion["meets_minimum"] is False
     rec = summary["recommendation"]
-    assert {rec[kind] for kind in ("fastest", "cheapest", "balanced")} == {"intel/onnx/b1/1769MB"}
-    assert "below the threshold 0.9999999" in rec["excluded"]["intel/onnx_int8/b1/1769MB"]
+    picked = None if disturbed_away(rec, "intel/onnx/b1/1769MB") else "intel/onnx/b1/1769MB"  # a busy host: none
+    assert {rec[kind] for kind in ("fastest", "cheapest", "balanced")} == {picked}
+    if not disturbed_away(rec, "intel/onnx_int8/b1/1769MB"):  # the first reason given is the one shown
+        assert "below the threshold 0.9999999" in rec["excluded"]["intel/onnx_int8/b1/1769MB"]

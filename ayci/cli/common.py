@@ -178,6 +178,21 @@ def say_impossible(plan) -> None:
             err.print(f"  {planned.combo.label}: {planned.reason}", markup=False)
 
 
+def estimate_line(plan) -> str | None:
+    """The plan's time for the run as it is submitted (`ayci plan` shows what the estimate rests on); None when
+    nothing is measured."""
+    measured = plan.count("measure")
+    if not measured:
+        return None
+    seconds = plan.wall_s
+    about = f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+    how = "racing: a quick pass, then what can still be an answer" if plan.precision == "quick" else "each"
+    return (
+        f"plan: about {about} to measure {measured} combination{'s' if measured > 1 else ''} ({how} to full "
+        "precision; `ayci plan` shows what the estimate rests on)"
+    )
+
+
 def submit(
     store: ObjectStore,
     publisher,
@@ -195,7 +210,10 @@ def submit(
     inputs_sha = store_inputs(store, inputs_path) if inputs_path else None
     model = store_model(store, model_path, workload, input_size, inputs_sha)
     request = build_request(args, model)
-    say_impossible(plan_of(request, model_path, inputs_path, store))
+    plan = plan_of(request, model_path, inputs_path, store)
+    say_impossible(plan)
+    if line := estimate_line(plan):
+        err.print(line, highlight=False, soft_wrap=True)
     submit_run(store, publisher, request, run_id)
     return model, request
 

@@ -8,6 +8,7 @@ comes within 25 % of that run's wall time; and that racing's expected saving fol
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime, timedelta
 
@@ -466,3 +467,20 @@ def test_another_workloads_results_do_not_replace_a_plans_priors():
     assert nlp.conversion_s == PRIORS[Workload.nlp].conversion_s and nlp.overhead_s == PRIORS[Workload.nlp].overhead_s
     assert nlp.racing_runs == 0 and nlp.refined_share == PRIORS[Workload.nlp].refined_share
     assert nlp.source().startswith("priors")
+
+
+def test_a_run_says_the_plans_time_as_it_is_submitted():
+    from ayci.cli.common import estimate_line
+
+    store = MemoryStore()
+    _store_run(store, _request())
+    quick = plan_run(_request(precision="quick"), None, store, shapes=lambda batch: {})
+    exact = plan_run(_request(), None, store, shapes=lambda batch: {})
+    measured = quick.count("measure")
+
+    def about(plan) -> str:
+        return f"{plan.wall_s:.0f} s" if plan.wall_s < 90 else f"{plan.wall_s / 60:.0f} min"
+
+    assert estimate_line(quick).startswith(f"plan: about {about(quick)} to measure {measured} combinations (racing")
+    assert estimate_line(exact).startswith(f"plan: about {about(exact)} to measure {measured} combinations (each to")
+    assert estimate_line(dataclasses.replace(exact, combos=[])) is None  # nothing measured: nothing to say

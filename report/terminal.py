@@ -77,10 +77,12 @@ def shared_notes(rows: list[TableRow]) -> list[str]:
 
 
 def recommendation_lines(summary: RunSummary | dict) -> list[Text]:
-    """The recommendation under the table: each pick, the Pareto front, what checking the
-    predicted picks found, what was not recommended and why."""
+    """The recommendation under the table: each pick (with its margin over the next where a race gave one,
+    `core/racing.margins`), the Pareto front, what checking the predicted picks found, what was not recommended and
+    why."""
     rec = as_summary(summary).recommendation
-    lines = [f"{kind}: {label or 'none qualifies'}" for kind, label in picks(rec)]
+    margins = (getattr(rec, "margins", None) or {}) if rec else {}
+    lines = [margins.get(kind) or f"{kind}: {label or 'none qualifies'}" for kind, label in picks(rec)]
     if rec and rec.pareto:
         lines.append(f"pareto front (p99 against cost): {', '.join(rec.pareto)}")
     lines += check_lines(rec)

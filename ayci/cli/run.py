@@ -28,7 +28,7 @@ from report import print_report
 from schemas import keys
 from schemas.combos import ModelRef, Workload
 
-REPORT_WIDTH = 170  # the results table's columns at least this wide, whatever the terminal
+REPORT_WIDTH = 200  # the results table's columns at least this wide, whatever the terminal (its note column readable)
 
 
 def register(sub, executing: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -124,12 +124,8 @@ def run_on_localstack(
 
 
 def print_margins(summary) -> None:
-    """Each pick with its margin over the next best (racing, `core/racing.margins`), and what the
-    quick pass stopped as dominated."""
-    recommendation = summary.recommendation
-    margins = (getattr(recommendation, "margins", None) or {}) if recommendation else {}
-    for line in margins.values():
-        terminal.out(REPORT_WIDTH).print(line, highlight=False, soft_wrap=True)
+    """What the quick pass stopped as dominated (each pick's margin over the next is in the recommendation's
+    lines, `report.terminal.recommendation_lines`)."""
     stopped = [r for r in summary.results if getattr(r, "dominated_by", None)]
     if stopped:
         terminal.out(REPORT_WIDTH).print(

@@ -120,3 +120,20 @@ def test_rows_that_are_not_candidates_can_span_the_balanced_scale():
     spanned = balance_scores(p99, cost, 0.5, scale=([500.0], [2.4]))
     assert alone["a"] == alone["b"] == 0.5
     assert min(spanned, key=spanned.get) == "b" and spanned["b"] < spanned["a"] < alone["a"]
+
+
+def test_a_racing_runs_picks_are_printed_once_each_with_its_margin():
+    import json
+    from pathlib import Path
+
+    from report.terminal import recommendation_lines
+
+    stored = json.loads((Path(__file__).parent / "fixtures" / "summary_v1_predicted.json").read_text())
+    fastest = stored["recommendation"]["fastest"]
+    plain = [line.plain for line in recommendation_lines(stored)]
+    assert f"fastest: {fastest}" in plain  # an exact run: the pick alone
+    margin = f"fastest: {fastest}; the next, intel/onnx/b1/512MB, has a p99 12 % ± 3 % higher"
+    stored["recommendation"]["margins"] = {"fastest": margin}
+    raced = [line.plain for line in recommendation_lines(stored)]
+    assert margin in raced and sum(line.startswith("fastest: ") for line in raced) == 1
+    assert raced[1:] == plain[1:]  # the other lines as they were

@@ -113,13 +113,19 @@ def requests_to_pin(row: dict, pattern: str, rps: float, max_row_s: float) -> in
     cold start (`serving.loadtest.p99_determined_requests`, in the row's regime), or None: its p99 is pinned, or no
     run within `max_row_s` sends more than it did. A share at 1 % itself (no count pins it) gets the most
     `max_row_s` holds."""
-    sent = row["observed"]["requests"]
-    needs = row["regime"].get("p99_determined_at")
-    if needs is not None and needs <= sent:
+    sent, needs = row["observed"]["requests"], row["regime"].get("p99_determined_at")
+    if pinned_by(row):
         return None
     most = int(max_row_s * mean_rate(pattern, rps)) // 1000 * 1000
     wanted = most if needs is None else min(most, math.ceil(needs * PIN_MARGIN / 1000) * 1000)
     return wanted if wanted > sent else None
+
+
+def pinned_by(row: dict) -> bool:
+    """Whether `row` sent the requests its shares need for a p99 on one side of those that waited (0 where none
+    waited; None where no count does)."""
+    needs = row["regime"].get("p99_determined_at")
+    return needs is not None and row["observed"]["requests"] >= needs
 
 
 def parse_rows(text: str, idle_default: float, requests_default: int) -> list[tuple[str, float, float, int]]:
@@ -261,7 +267,7 @@ def main() -> int:
                 print_row(row)
     judged = [r for r in rows if "superseded_by_requests" not in r]
     passed = sum(r["comparison"]["verdict"] == "pass" for r in judged)
-    pinned = sum(r["observed"]["requests"] >= (r["regime"].get("p99_determined_at") or math.inf) for r in judged)
+    pinned = sum(pinned_by(r) for r in judged)
     print(f"{passed} of {len(judged)} pass; {pinned} of them sent the requests that pin their p99")
     if args.repeat > 1:
         print_reproduction(rows)

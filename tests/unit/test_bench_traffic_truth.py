@@ -48,3 +48,10 @@ def test_a_row_whose_p99_its_requests_did_not_pin_is_run_again_with_what_its_sha
     assert requests_to_pin(_measured(2000, None), "spiky", 5, 1800) == 22_000  # no count pins it: the most 30 min hold
     assert requests_to_pin(_measured(20_000, 30_700.0), "steady", 10, 1800) is None  # no run within the time sends more
     assert requests_to_pin(_measured(2000, 12_800.0), "steady", 20, 0) is None
+
+
+def test_a_row_where_no_request_waited_is_pinned_and_one_at_one_percent_is_not():
+    from bench.bench_traffic_truth import pinned_by
+
+    assert pinned_by(_measured(2000, 0.0)) and pinned_by(_measured(2000, 2000.0))
+    assert not pinned_by(_measured(2000, None)) and not pinned_by(_measured(2000, 2001.0))

@@ -605,7 +605,8 @@ def time_left_s(doc: dict[str, Any]) -> float | None:
     return sum(estimates.get(label, 0.0) for label in doc.get("refining") or []) + float(doc.get("checks_s") or 0.0)
 
 
-def _duration(seconds: float) -> str:
+def duration_text(seconds: float) -> str:
+    """A time left or expected, as the running answer and the plan's line say it: seconds below 90 s, else minutes."""
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
@@ -617,7 +618,7 @@ def answer_lines(doc: dict[str, Any]) -> list[str]:
     stage = doc.get("stage", "")
     refining = doc.get("refining") or []
     left = time_left_s(doc)
-    about = f", about {_duration(left)} to go" if left is not None else ""
+    about = f", about {duration_text(left)} to go" if left is not None else ""
     head = {
         "provisional": f"first answer, provisional: {doc.get('ended', 0)} of {doc.get('total', 0)} combinations "
         "measured (quick pass); picks may change",

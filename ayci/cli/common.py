@@ -184,12 +184,12 @@ def estimate_line(plan) -> str | None:
     measured = plan.count("measure")
     if not measured:
         return None
-    seconds = plan.wall_s
-    about = f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+    from core.racing import duration_text
+
     how = "racing: a quick pass, then what can still be an answer" if plan.precision == "quick" else "each"
     return (
-        f"plan: about {about} to measure {measured} combination{'s' if measured > 1 else ''} ({how} to full "
-        "precision; `ayci plan` shows what the estimate rests on)"
+        f"plan: about {duration_text(plan.wall_s)} to measure {measured} combination{'s' if measured > 1 else ''} "
+        f"({how} to full precision; `ayci plan` shows what the estimate rests on)"
     )
 
 

@@ -91,7 +91,7 @@ def run_embedded(
     what = f"{model_path.name} (sha256 {model.sha256[:12]})"
     summary = follow_embedded(app, run_id, len(measured_combos(request)), what)
     print_report(summary, terminal.out(REPORT_WIDTH))
-    print_margins(summary)
+    print_stopped(summary)
     err.print(f"results: {settings.data_dir / keys.summary(run_id)}", highlight=False, soft_wrap=True)
     if args.profile:  # measured combinations were profiled after their measurement; reused ones are now
         from ayci.cli.profile import profile_run
@@ -119,11 +119,11 @@ def run_on_localstack(
         combos = [combo_key(model, c, request.tuning) for c in measured_combos(request)]
         summary = follow_store(wiring.store, run_id, combos, args.timeout, processes)
     print_report(summary, terminal.out(REPORT_WIDTH))
-    print_margins(summary)
+    print_stopped(summary)
     return EXIT_STATUS[summary.status]
 
 
-def print_margins(summary) -> None:
+def print_stopped(summary) -> None:
     """What the quick pass stopped as dominated (each pick's margin over the next is in the recommendation's
     lines, `report.terminal.recommendation_lines`)."""
     stopped = [r for r in summary.results if getattr(r, "dominated_by", None)]

@@ -471,16 +471,15 @@ def test_another_workloads_results_do_not_replace_a_plans_priors():
 
 def test_a_run_says_the_plans_time_as_it_is_submitted():
     from ayci.cli.common import estimate_line
+    from core.racing import duration_text
 
     store = MemoryStore()
     _store_run(store, _request())
     quick = plan_run(_request(precision="quick"), None, store, shapes=lambda batch: {})
     exact = plan_run(_request(), None, store, shapes=lambda batch: {})
     measured = quick.count("measure")
-
-    def about(plan) -> str:
-        return f"{plan.wall_s:.0f} s" if plan.wall_s < 90 else f"{plan.wall_s / 60:.0f} min"
-
-    assert estimate_line(quick).startswith(f"plan: about {about(quick)} to measure {measured} combinations (racing")
-    assert estimate_line(exact).startswith(f"plan: about {about(exact)} to measure {measured} combinations (each to")
+    about = {plan.precision: duration_text(plan.wall_s) for plan in (quick, exact)}
+    assert quick.wall_s != exact.wall_s  # each line says its own plan's time
+    assert estimate_line(quick).startswith(f"plan: about {about['quick']} to measure {measured} combinations (racing")
+    assert estimate_line(exact).startswith(f"plan: about {about['exact']} to measure {measured} combinations (each to")
     assert estimate_line(dataclasses.replace(exact, combos=[])) is None  # nothing measured: nothing to say

@@ -5,8 +5,9 @@ the run may already hold ONNX Runtime's figures at that batch and a leader: TVM'
 ONNX Runtime's figures times the largest gain TVM has shown on comparable workloads with a
 tuning budget at least the run's (`best_ratio`: the lowest TVM / ONNX Runtime p99 among stored
 results of the same workload kind at the same batch and memory, of at least one vCPU, whose TVM
-was tuned with at least as many trials, and the documented `prior_ratio` for that budget, whichever is lower). A search
-of 64 trials does not find the kernels one of 600 does, so its best case is not 600 trials'. If another
+was tuned with at least as many trials, and the documented `prior_ratio` for that budget, whichever
+is lower). A search of 64 trials does not find the kernels one of 600 does, so its best case is not
+600 trials'. If another
 combination's worst case beats that best case on both p99 and cost at every memory size of the
 batch (`core.racing.dominates`), TVM cannot be fastest, cheapest, balanced, within the SLO where
 the other is not, or on the Pareto front: tuning it is skipped, with that evidence as the reason.

@@ -15,6 +15,13 @@ combination with a quarter of the timing budget (`QUICK_TIME_CAP_SHARE`): rough 
 A quick measurement whose samples converged before the quick pass's cap, with session settings tuned
 at its own size and undisturbed, is already a full one (`converged_in_quick_pass`): a measurement
 to full precision stops at the same rule. It is kept as such (not refined, reusable by later runs).
+A contender that a full measurement would not sharpen keeps its quick figures (`kept_quick`: neither
+interval narrower by a quarter, `REFINEMENT_NARROWS`): what is left of its intervals is the run-to-run
+slack, which another measurement carries too. Measured on the issue's quick runs (docs/benchmarks.md):
+22 of MiniLM's 35 refinements narrowed neither interval by a fifth; over 61 refinements of three
+models `refinement_narrows`, from the quick measurement alone, came within 0.1 of what the
+refinement did in 53; of the other 8 it decided 7 as the refinement's narrowing would have, and
+refined one that then narrowed by less than a quarter (TVM b1 512 MB).
 
 With `predict` a family (hardware, optimizer, batch) stops only when none of its sizes, measured
 or predicted, is a contender: its predicted sizes rest on all of its anchors.
@@ -219,6 +226,55 @@ def converged_in_quick_pass(report: dict[str, Any]) -> bool:
     latency = report.get("latency_ms") or {}
     disturbed = bool((report.get("load") or {}).get("disturbed"))
     return bool(latency.get("converged")) and searched_as_in_full(report.get("engine_tuning")) and not disturbed
+
+
+# A contender is measured again only where that can narrow one of its intervals by at least this share of its width
+# (`refinement_narrows`): the run-to-run slack is in every measurement's interval, a full one's too.
+REFINEMENT_NARROWS = 0.25
+
+
+def refinement_narrows(row: SummaryResult) -> float:
+    """The largest share by which measuring this quick row again to full precision could narrow its p99 or cost
+    interval, as the race compares them (log widths, `run_to_run_slack` included). A full measurement samples
+    until the stopping rule or its cap: where the quick one met the rule (settings aside) it would time as many,
+    else 1 / `QUICK_TIME_CAP_SHARE` times as many. Its cost interval is then the mean's at that count; its
+    p99's sampling part narrows as the root of the samples where both reach `TAIL_MIN_SAMPLES`, goes at most
+    where only the full one would, and stays where neither would (its worst case rests on the same spread).
+    1.0 where the row has no intervals to compare."""
+    quick = figures_of(row)
+    latency = row.latency_ms
+    samples, cv = latency.iterations, latency.cv
+    if quick is None or not samples or cv is None:
+        return 1.0
+    full_samples = samples if getattr(latency, "converged", False) else math.ceil(samples / QUICK_TIME_CAP_SHARE)
+    slack = 2 * math.log(1 + run_to_run_slack(row))
+    cost_now = math.log(quick.cost_high / quick.cost_low)
+    half = min(mean_half_width(cv, full_samples) or 0.0, 0.99)
+    cost_full = math.log((1 + half) / (1 - half)) + slack
+    p99_now = math.log(quick.p99_high / quick.p99_low)
+    if full_samples < TAIL_MIN_SAMPLES:
+        p99_full = p99_now
+    elif samples >= TAIL_MIN_SAMPLES:  # an order statistic's interval narrows as the root of the samples
+        p99_full = slack + max(0.0, p99_now - slack) * math.sqrt(samples / full_samples)
+    else:  # its p99 would rest on samples of its own at last: at most the sampling part goes
+        p99_full = min(p99_now, slack)
+    return max(0.0, 1 - cost_full / cost_now, 1 - p99_full / p99_now)
+
+
+def kept_quick(row: SummaryResult) -> str | None:
+    """Why a contender's quick figures stand without a refinement (None: it is measured again): measured again
+    to full precision it would narrow neither interval by `REFINEMENT_NARROWS` (`refinement_narrows`), its
+    session settings come from the search a full measurement makes (`searched_as_in_full`) and nothing
+    disturbed it. What is left of its intervals is the run-to-run slack, which a second measurement carries too."""
+    if row.disturbed or not searched_as_in_full(row.engine_tuning):
+        return None
+    narrows = refinement_narrows(row)
+    if narrows >= REFINEMENT_NARROWS:
+        return None
+    return (
+        f"quick figures kept (a full measurement narrows them {narrows * 100:.0f} % at most; "
+        f"±{run_to_run_slack(row) * 100:.0f} % run to run in either)"
+    )
 
 
 def searched_as_in_full(tuning: dict[str, Any] | None) -> bool:

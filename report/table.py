@@ -144,6 +144,8 @@ def _notes(result: SummaryResult) -> list[str]:
         notes.append(f"unconfined: {result.confinement_reason}")
     if result.disturbed:
         notes.append(f"disturbed: {result.load.disturbance}")
+    if result.kept_quick:
+        notes.append(result.kept_quick)
     return notes
 
 

@@ -436,6 +436,7 @@ class SummaryResult(Flexible):
     precision: str | None = None  # a racing run's: "quick" for the first pass's rough figures, else "exact"
     dominated_by: str | None = None  # a quick row the race stopped: the combination that dominates it
     evidence: dict[str, Any] | None = None  # and both intervals (`core/racing.Domination.evidence`)
+    kept_quick: str | None = None  # a quick row the race kept as it is: why (`core/racing.kept_quick`)
 
     @property
     def label(self) -> str:

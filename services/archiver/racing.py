@@ -38,6 +38,7 @@ from core.racing import (
     family_of,
     figures_of,
     first_pass,
+    kept_quick,
     margins,
     race,
     with_outcomes,
@@ -141,15 +142,18 @@ def race_quick_pass(
         figures, out, forced = race_figures(plan, results, failures)
         outcome = race(figures, slo_p99_ms=plan.request.slo_p99_ms, out=out)
         labels = set(outcome.contenders) | set(forced)
+        # a contender whose quick figures a full measurement would not sharpen keeps them (`kept_quick`)
+        kept = {r.label: why for r in quick.values() if r.label in labels and (why := kept_quick(r))}
         # a quick result reused from another run is refined from its stored artifact (none left: it stays quick)
         refine = {
             k: r.combo.model_dump(mode="json")
             for k, r in quick.items()
-            if r.label in labels and deps.store.exists(keys.manifest(r.artifact_key))
+            if r.label in labels and r.label not in kept and deps.store.exists(keys.manifest(r.artifact_key))
         }
         decided = {
             "decided_by": event.event_id,
             "refine": refine,
+            "kept": kept,
             "race": outcome.as_dict(),
             "quick": {f.label: f.as_dict() for f in figures},
             "price_region": plan.request.price_region,
@@ -169,6 +173,7 @@ def race_quick_pass(
                 "race_decided",
                 run_id=run_id,
                 refined=len(refine),
+                kept_quick=len(kept),
                 dominated=len(outcome.dominated),
                 out=len(outcome.out),
             )
@@ -219,16 +224,19 @@ def time_left(
 
 def mark_stopped(results: list[SummaryResult], decided: dict | None) -> tuple[list[SummaryResult], dict[str, str]]:
     """The rows a race stopped with what stopped them (`dominated_by` and its `evidence`), and
-    label -> reason for the recommendation's `excluded`."""
+    label -> reason for the recommendation's `excluded`; the contenders whose quick figures stand
+    (`kept_quick`, why: `core.racing.kept_quick`), still candidates."""
     if not decided:
         return results, {}
-    dominated = decided["race"]["dominated"]
+    dominated, kept = decided["race"]["dominated"], decided.get("kept") or {}
     out, reasons = [], {}
     for row in results:
         stop = dominated.get(row.label)
         if stop is not None and is_quick(row):
             row = row.model_copy(update={"dominated_by": stop["by"], "evidence": stop["evidence"]})
             reasons[row.label] = stop["reason"]
+        elif row.label in kept and is_quick(row):
+            row = row.model_copy(update={"kept_quick": kept[row.label]})
         out.append(row)
     return out, reasons
 

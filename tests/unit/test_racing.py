@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from core.racing import (
+    REFINEMENT_NARROWS,
     RUN_TO_RUN_SLACK,
     RUN_TO_RUN_SLACK_EVERY_CORE,
     Figures,
@@ -13,9 +14,11 @@ from core.racing import (
     answer_lines,
     converged_in_quick_pass,
     figures_of,
+    kept_quick,
     margins,
     picks,
     race,
+    refinement_narrows,
 )
 from schemas.documents import SummaryResult
 
@@ -257,3 +260,37 @@ def test_a_quick_measurement_tuned_at_its_own_size_is_a_full_one_only_when_its_s
     cut_short = {**searched, "tried": [*searched["tried"], {"settings": {}, "skipped": "the tuning budget was spent"}]}
     assert not converged_in_quick_pass({**report, "engine_tuning": cut_short})
     assert not converged_in_quick_pass({**report, "engine_tuning": {"settings": None, "failed": "out of memory"}})
+
+
+def _quick(iterations: int, cv: float, p99_interval: tuple[float, float], converged: bool = False, **extra) -> dict:
+    row = measured_row(precision="quick", **extra)
+    low, high = p99_interval
+    latency = {"iterations": iterations, "cv": cv, "p99_ci95_low": low, "p99_ci95_high": high, "converged": converged}
+    return {**row, "latency_ms": {**row["latency_ms"], "mean": 5.0, "max": high, **latency}}
+
+
+def test_a_refinement_is_spent_where_it_narrows_an_interval_the_race_compares():
+    """Measured on MiniLM's quick run: 22 of 35 refinements narrowed neither interval by a fifth; the run-to-run
+    slack is in both measurements' intervals."""
+    # 100 samples that met the stopping rule but for their settings: a full measurement stops at as many
+    settled = SummaryResult.of(_quick(100, 0.02, (7.8, 8.2), converged=True))
+    assert refinement_narrows(settled) == pytest.approx(0.0, abs=0.02)
+    assert kept_quick(settled).startswith("quick figures kept (a full measurement narrows them 0 % at most; ±15 %")
+    # 30 samples at the quick cap: a full measurement times 120, a p99 of its own where the quick one had a spread
+    short = SummaryResult.of(_quick(30, 0.1, (6.0, 12.0)))
+    assert refinement_narrows(short) >= REFINEMENT_NARROWS and kept_quick(short) is None
+    # 6 slow samples: 24 in a full measurement, still no p99 of their own; the mean's interval is what narrows
+    steady = SummaryResult.of(_quick(6, 0.01, (7.9, 8.1)))
+    assert 0 < refinement_narrows(steady) < REFINEMENT_NARROWS and kept_quick(steady)
+    noisy = SummaryResult.of(_quick(6, 0.3, (7.9, 8.1)))  # the same with a 30 % CV: its cost interval halves
+    assert refinement_narrows(noisy) >= REFINEMENT_NARROWS and kept_quick(noisy) is None
+
+
+def test_only_an_undisturbed_quick_measurement_with_a_full_search_s_settings_keeps_its_figures():
+    row = _quick(100, 0.02, (7.8, 8.2), converged=True)
+    assert kept_quick(SummaryResult.of(row))
+    disturbed = {**row, "load": {"disturbed": True, "disturbance": "another process took a core"}}
+    assert kept_quick(SummaryResult.of(disturbed)) is None
+    borrowed = {**row, "engine_tuning": {"settings": {"intra_op_threads": 1}, "tuned_at": "intel/onnx/b1/1769MB"}}
+    assert kept_quick(SummaryResult.of(borrowed)) is None  # measured again with settings searched at its own size
+    assert refinement_narrows(SummaryResult.of({**row, "cost": None})) == 1.0  # nothing to race: measured again

@@ -12,9 +12,10 @@ from adapters.memory_store import MemoryStore
 from core.plan_costs import PRIORS, sampling_s
 from core.racing import answer_lines, time_left_s
 from core.results import latest_result
+from report.table import summary_rows
 from schemas import keys
 from schemas.combos import Matrix, Optimizer, Workload
-from schemas.documents import SummaryResult
+from schemas.documents import RunSummary, SummaryResult
 from schemas.events import STORED, Envelope, RequestSubmitted, RunPlanned
 from services.archiver.racing import time_left
 from services.request.submission import new_run
@@ -36,6 +37,8 @@ class RacingFakes(Fakes):
         self.quick_bias = 1.04
         self.crash_refinements = False
         self.converge_quick: set[tuple[str, int]] = set()  # (optimizer, memory): converges within the quick cap
+        # (optimizer, memory): a slow, steady model: 10 quick samples of a 1 % CV, 40 in a full measurement
+        self.settled_quick: set[tuple[str, int]] = set()
 
     def measure(self, spec, python_command) -> dict:
         quick = spec.time_cap_s < FULL_CAP_S
@@ -45,6 +48,9 @@ class RacingFakes(Fakes):
         converges = not quick or (spec.optimizer, spec.memory_mb) in self.converge_quick
         p50 = SPEED[spec.optimizer] * 1769 / min(spec.memory_mb, 1769) * (1.0 if converges else self.quick_bias)
         samples, tail = (300, 0.05) if converges else (30, 0.25)
+        settled = (spec.optimizer, spec.memory_mb) in self.settled_quick
+        if settled:
+            samples, tail = (10 if quick else 40), 0.01
         report["latency_ms"] |= {
             "p50": p50,
             "p90": p50 * 1.1,
@@ -54,7 +60,7 @@ class RacingFakes(Fakes):
             "ci95_high": p50 * 1.02,
             "p99_ci95_low": p50 * 1.2 * (1 - tail),
             "p99_ci95_high": p50 * 1.2 * (1 + tail),
-            "cv": 0.1,
+            "cv": 0.01 if settled else 0.1,
             "iterations": samples,
             "converged": converges,  # 30 samples cannot (100 at least: measuring/measure.py)
             "billed_ms_mean": float(int(p50) + 1),
@@ -161,6 +167,22 @@ def test_a_quick_measurement_that_converged_is_a_full_one_never_measured_again(a
     assert "intel/onnx_int8/b1/1769MB" in summary["recommendation"]["candidates"]
     final = json.loads(app.store.get_bytes(keys.answer(summary["run_id"])))
     assert final["rows"]["intel/onnx_int8/b1/1769MB"]["precision"] == "exact"
+
+
+def test_a_contender_a_full_measurement_would_not_sharpen_keeps_its_quick_figures_with_the_reason(app, fakes):
+    """10 quick samples of a 1 % CV: 40 in a full measurement would still be too few for a p99 of its own, and
+    the cost's interval is the run-to-run slack already: measuring it again narrows nothing the race compares."""
+    fakes.settled_quick = {("onnx_int8", 1769)}
+    summary = submit(app, precision="quick")
+    assert [cap for o, m, cap in fakes.caps if (o, m) == ("onnx_int8", 1769)] == [FULL_CAP_S / 4]  # measured once
+    row = next(r for r in summary["results"] if label(r) == "intel/onnx_int8/b1/1769MB")
+    assert row["precision"] == "quick" and row["kept_quick"].startswith("quick figures kept")
+    assert "intel/onnx_int8/b1/1769MB" in summary["recommendation"]["candidates"]  # still a candidate, not stopped
+    racing = json.loads(app.store.get_bytes(keys.racing(summary["run_id"])))
+    assert row["combo_key"] not in racing["refine"] and racing["kept"]["intel/onnx_int8/b1/1769MB"] == row["kept_quick"]
+    assert set(racing["refine"])  # the other contenders are still refined
+    table = {r.combination: r for r in summary_rows(RunSummary.model_validate(summary))}
+    assert row["kept_quick"] in table["intel/onnx_int8/b1/1769MB"].note
 
 
 def test_the_running_answer_is_there_after_the_first_pass_and_final_at_the_end(app, fakes):

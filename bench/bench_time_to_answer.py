@@ -12,7 +12,8 @@ precision, a fresh store (nothing reused), the matrix submitted and driven to it
   its picks and whether the summary's picks are the same). Also the quick pass's answer (every
   combination measured quickly: the race decided, stage `quick`), the first answer before issue 38's
   second change. Exact: the summary;
-- measurements: quick-pass ones and full ones (a refinement or an exact measurement);
+- measurements: quick-pass ones and full ones (a refinement or an exact measurement), what the race found
+  dominated and the contenders it kept at their quick figures (`core.racing.kept_quick`);
 - `ayci plan`'s estimate of the run (`plan_of` on the fresh store, before submission: its priors)
   against the run's wall time without lock waits (issue 38's honest plan: within ±25 %);
 - whether the picks agree: each of fastest, cheapest, balanced the same, or the quick pick within the
@@ -222,6 +223,7 @@ def run_once(name: str, precision: str, args: argparse.Namespace, data_dir: Path
         "measured_quick": counts["quick"],
         "measured_full": counts["full"],
         "dominated": sum(1 for r in summary["results"] if r.get("dominated_by")),
+        "kept_quick": sum(1 for r in summary["results"] if r.get("kept_quick")),
         "picks": {k: recommendation.get(k) for k in KINDS},
         "margins": recommendation.get("margins") or {},
         "rows": rows,
@@ -342,7 +344,7 @@ def print_row(name: str, row: dict) -> None:
     print(f"\n{name}")
     print(
         f"  {'precision':<9} {'combos':>6} {'wall s':>8} {'first answer s':>14} "
-        f"{'quick':>6} {'full':>5} {'dominated':>9} {'convert s':>9} {'measure s':>9} {'lock wait s':>11} "
+        f"{'quick':>6} {'full':>5} {'dominated':>9} {'kept':>5} {'convert s':>9} {'measure s':>9} {'lock wait s':>11} "
         f"{'load 1m':>11}"
     )
     for precision in ("quick", "exact"):
@@ -351,7 +353,8 @@ def print_row(name: str, row: dict) -> None:
             load = "{:.1f}->{:.1f}".format(*r["loadavg_1m"])
             print(
                 f"  {precision:<9} {r['combinations']:>6} {r['wall_s']:>8.1f} {r['first_answer_s']:>14.1f} "
-                f"{r['measured_quick']:>6} {r['measured_full']:>5} {r['dominated']:>9} {r['conversion_s']:>9.1f} "
+                f"{r['measured_quick']:>6} {r['measured_full']:>5} {r['dominated']:>9} {r.get('kept_quick', 0):>5} "
+                f"{r['conversion_s']:>9.1f} "
                 f"{r['measuring_s']:>9.1f} {r['lock_wait_s']:>11.1f} {load:>11}"
             )
     for precision in ("quick", "exact"):

@@ -59,6 +59,7 @@ class MeasureSpec:
     reference_path: Path
     memory_mb: int
     time_cap_s: float = 12.0  # timing; warming up takes at most a quarter more: 15 s of overhead at most
+    tuning_cap_s: float | None = None  # the cap the session search's budget follows (None: time_cap_s)
     min_iterations: int = 10
     timeout_s: float = 900.0
     confine: bool = True  # False: run unconfined (e.g. under emulation), and say so
@@ -334,6 +335,7 @@ def _run_child(
                     "reference_path": str(workspace.bring(spec.reference_path, "reference.npz")),
                     "threads": spec.threads,
                     "time_cap_s": spec.time_cap_s,
+                    "tuning_cap_s": spec.tuning_cap_s or spec.time_cap_s,
                     "min_iterations": spec.min_iterations,
                     "mode": mode,
                     "settings": spec.engine_settings,

@@ -198,12 +198,19 @@ def judged_agreement(judge, run, reference_path: str, ref_outputs: list, outputs
     return over_batches(judge, references, produced, samples=samples, inputs=inputs_kind, fed=fed)
 
 
-TUNING_BUDGET_S = 8.0  # all candidates together (the default is always tried), at most half the time cap
+TUNING_BUDGET_S = 8.0  # all candidates together (the default is always tried), at most half the (tuning) time cap
 TUNING_TIMING_S = 1.0  # timing per candidate (less with a short time cap), at least TUNING_MIN_SAMPLES samples
 TUNING_MIN_SAMPLES = 5
 TUNING_MAX_SAMPLES = 25
 AGREEMENT_SLACK = 1e-3  # a candidate agrees if it scores at least the default's score minus this
 TUNING_MARGIN = 0.05  # settings other than the default win only when faster by this much, twice
+
+
+def tuning_budget_s(spec: dict) -> float:
+    """The session search's budget: `TUNING_BUDGET_S`, at most half its cap (`tuning_cap_s`, else the
+    measurement's `time_cap_s`). A racing run's quick pass times its samples for a quarter of the cap and
+    searches with a full measurement's budget: its settings are then the ones a refinement would find."""
+    return min(TUNING_BUDGET_S, 0.5 * float(spec.get("tuning_cap_s") or spec["time_cap_s"]))
 
 
 def tune(spec: dict) -> dict:
@@ -226,7 +233,7 @@ def tune(spec: dict) -> dict:
     inputs, ref_outputs = read_reference(spec["reference_path"])
     judge = workload_module(spec["workload"]).agreement
     candidates = engine.tuning_candidates(threads)
-    budget_s = min(TUNING_BUDGET_S, 0.5 * float(spec["time_cap_s"]))
+    budget_s = tuning_budget_s(spec)
     timing_s = min(TUNING_TIMING_S, budget_s / (len(candidates) + 2))  # + the confirmation's two
 
     def p50_ms(run) -> tuple[float, int]:

@@ -25,7 +25,7 @@ from pathlib import Path
 import structlog
 
 from core.ports import MeasurementRefused, MeasuringFunctions, NotFound, ObjectStore
-from core.racing import QUICK_TIME_CAP_SHARE, converged_in_quick_pass
+from core.racing import QUICK_TIME_CAP_SHARE, converged_in_quick_pass, searched_as_in_full
 from core.results import QUICK_SUFFIX, keep_result, stored_plan
 from core.runtime import Delayed
 from engines.targets import native_hardware
@@ -55,6 +55,8 @@ log = structlog.get_logger()
 class InferenceDeps:
     store: ObjectStore
     time_cap_s: float = 12.0  # warm iterations, per combination
+    # the cap the session search's budget follows (None: `time_cap_s`): a quick pass searches as a full one does
+    tuning_cap_s: float | None = None
     min_iterations: int = 10
     busy_retry_s: float = 60.0  # when the machine's measurement lock stays busy, try again after this
     disturbed_retry_s: float = 90.0  # a disturbed measurement is measured again after this (`measure_again_later`)
@@ -100,7 +102,11 @@ def on_model_converted(event: Envelope, deps: InferenceDeps) -> list[Payload | D
     racing = _run_precision(deps.store, plan, event.run_id, converted.combo_key) == "quick"
     quick = racing and not converted.refine
     if quick:
-        deps = dataclasses.replace(deps, time_cap_s=deps.time_cap_s * QUICK_TIME_CAP_SHARE)
+        # its samples a quarter of the time, its session search a full one's: settings a refinement would search
+        # again are a refinement spent on settings alone (`core.racing.kept_quick`)
+        deps = dataclasses.replace(
+            deps, time_cap_s=deps.time_cap_s * QUICK_TIME_CAP_SHARE, tuning_cap_s=deps.time_cap_s
+        )
     # a racing run judges each artifact's agreement once per threads and settings (`launcher.known_agreement`)
     agreements = judged_agreements(deps.store, plan, event.run_id, converted) if racing and plan else []
     outcome = _measure(event, deps, bound, agreements, quick)
@@ -239,6 +245,7 @@ def judged_agreements(store: ObjectStore, plan: RunPlanned, run_id: str, convert
                     "quick": version != run_id,
                     # where its session settings were tuned (None: not tuned, e.g. an engine without settings)
                     "tuned_at": tuning.get("tuned_at") or (other.label if tuning.get("settings") else None),
+                    "searched_in_full": searched_as_in_full(tuning),
                 }
             )
     return found
@@ -381,6 +388,7 @@ def _measure_here(
             reference_path=reference,
             memory_mb=combo.memory_mb,
             time_cap_s=deps.time_cap_s,
+            tuning_cap_s=deps.tuning_cap_s,
             min_iterations=deps.min_iterations,
             # under emulation neither the CPU share nor the memory of a Lambda function is real
             confine=not emulated,
@@ -394,7 +402,11 @@ def _measure_here(
         try:
             report = estimated(deps.measure(spec, python_command=python_command), spec)
             if tuned is not None:  # where its settings come from (`report/table.py` reads `engine_tuning`)
-                report["engine_tuning"] = {"settings": tuned["settings"], "tuned_at": tuned["tuned_at"]}
+                report["engine_tuning"] = {
+                    "settings": tuned["settings"],
+                    "tuned_at": tuned["tuned_at"],
+                    "searched_in_full": tuned.get("searched_in_full", False),
+                }
             return report, emulated
         except MachineBusy as exc:  # the run's deadline bounds how long it may keep trying
             bound.info("measurement_postponed", reason=exc.reason, retry_s=deps.busy_retry_s)

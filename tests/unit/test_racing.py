@@ -240,6 +240,8 @@ def test_a_quick_measurement_is_a_full_one_only_converged_tuned_at_its_own_size_
     assert not converged_in_quick_pass({**report, "latency_ms": {"converged": False, "iterations": 30}})
     borrowed = {"settings": {"intra_op_threads": 1}, "tuned_at": "intel/onnx/b1/1769MB"}
     assert not converged_in_quick_pass({**report, "engine_tuning": borrowed})  # another size's settings
+    # borrowed at one thread from a search that timed every candidate: that search's settings
+    assert converged_in_quick_pass({**report, "engine_tuning": {**borrowed, "searched_in_full": True}})
     assert not converged_in_quick_pass({**report, "load": {"disturbed": True}})
     assert not converged_in_quick_pass({"latency_ms": {}})
 

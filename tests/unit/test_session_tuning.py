@@ -78,3 +78,11 @@ def test_settings_within_the_margin_do_not_replace_the_default(engine, tmp_path)
     outcome = _tune(engine, tmp_path, default=[6.0], other=[5.9])
     assert outcome["settings"] == {"name": "default"} and "confirmation" not in outcome
     assert engine.loads == ["default", "other"]
+
+
+def test_a_quick_pass_searches_with_a_full_measurement_s_budget():
+    """The quick pass times a quarter of the cap (3 s of 12); its search has the full one's budget."""
+    full = measure.tuning_budget_s({"time_cap_s": 12.0})
+    assert measure.tuning_budget_s({"time_cap_s": 3.0}) < full
+    assert measure.tuning_budget_s({"time_cap_s": 3.0, "tuning_cap_s": 12.0}) == full
+    assert measure.tuning_budget_s({"time_cap_s": 60.0}) == measure.TUNING_BUDGET_S

@@ -279,8 +279,9 @@ def kept_quick(row: SummaryResult) -> str | None:
 
 def searched_as_in_full(tuning: dict[str, Any] | None) -> bool:
     """Whether a measurement's session settings (`engine_tuning`: None for an engine with none to tune) come
-    from the search a full measurement makes: every candidate timed (`skipped`: a search's budget follows the
-    full time cap, in the quick pass too, but a slow candidate may not fit it) and the tuning not failed;
+    from the search a full measurement makes: with a full measurement's budget (`budget_s`: every search since
+    the quick pass's has it, a slow candidate it skipped skipped alike), or, a search that does not say its
+    budget, every candidate timed (`skipped`), and the tuning not failed;
     tuned at its own size, or borrowed at one thread from such a search at another size of the run's quick
     pass (`tuned_at` with `searched_in_full`, `services/inference/handlers.quick_pass_settings`: one thread
     waits on no other, so a CPU quota slows every candidate alike). Measured on the quick runs of 2026-12-07:
@@ -290,7 +291,13 @@ def searched_as_in_full(tuning: dict[str, Any] | None) -> bool:
     if "tuned_at" in tuning:  # borrowed at one thread (`quick_pass_settings`): as the search it came from
         return tuning.get("settings") is not None and bool(tuning.get("searched_in_full"))
     tried = tuning.get("tried") or []
-    return tuning.get("settings") is not None and bool(tried) and not any("skipped" in t for t in tried)
+    # a search that says its budget had a full measurement's (`measuring.measure.tuning_budget_s`): a candidate
+    # it skipped, a full measurement's search skips too; before, a quick pass's search had a quarter of it
+    return (
+        tuning.get("settings") is not None
+        and bool(tried)
+        and ("budget_s" in tuning or not any("skipped" in t for t in tried))
+    )
 
 
 def run_to_run_slack(row: SummaryResult) -> float:

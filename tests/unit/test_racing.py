@@ -260,7 +260,9 @@ def test_a_quick_measurement_tuned_at_its_own_size_is_a_full_one_only_when_its_s
     }
     assert converged_in_quick_pass({**report, "engine_tuning": searched})
     cut_short = {**searched, "tried": [*searched["tried"], {"settings": {}, "skipped": "the tuning budget was spent"}]}
-    assert not converged_in_quick_pass({**report, "engine_tuning": cut_short})
+    assert not converged_in_quick_pass({**report, "engine_tuning": cut_short})  # a quarter of the budget, before
+    # with a full measurement's budget (every search since the quick pass's has one): its skips are a full search's
+    assert converged_in_quick_pass({**report, "engine_tuning": {**cut_short, "budget_s": 6.0}})
     assert not converged_in_quick_pass({**report, "engine_tuning": {"settings": None, "failed": "out of memory"}})
 
 

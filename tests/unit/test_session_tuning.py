@@ -65,6 +65,7 @@ def test_settings_faster_twice_by_the_margin_win(engine, tmp_path):
     assert outcome["settings"] == {"name": "other"}
     assert outcome["confirmation"]["confirmed"] is True
     assert engine.loads == ["default", "other", "other", "default"]  # the challenger first in the confirmation
+    assert outcome["budget_s"] == measure.TUNING_BUDGET_S  # a 60 s cap: the whole budget, said with the outcome
 
 
 def test_settings_that_won_the_screening_by_chance_lose_the_confirmation(engine, tmp_path):

@@ -59,7 +59,7 @@ class Priors:
     tunes."""
 
     overhead_s: dict[Optimizer, float]
-    quick_overhead_s: dict[Optimizer, float]  # in a racing run's quick pass: a quarter of the session tuning budget
+    quick_overhead_s: dict[Optimizer, float]  # in a racing run's quick pass: a quarter of the samples' time
     conversion_s: dict[Optimizer, float]
     next_conversion_s: dict[Optimizer, float]
     trial_s: float
@@ -75,32 +75,32 @@ def _engines(base: float, onnx: float, onnx_int8: float, tvm: float) -> dict[Opt
 
 # Learned (`learn_costs`, at `EXPECTED_SAMPLES`) from the fresh stores of the runs of 2026-12-07: the medians of
 # each model's two exact runs (commits 1bd69ac and a8f50dc), the latency per sample over the sizes of a full vCPU
-# and more; the quick pass's overheads, the medians of each model's two racing runs (commit 7926c97 and the one
-# before: a quarter of ONNX Runtime's session tuning budget halves its overhead); the share of its quick pass its
-# race refined (commit 7926c97); the share of TVM artifacts its racing runs tuned, with the two of each on the
-# earlier host (AMD EPYC, 2026-12-06), as (tuned + 1) / (artifacts + 2): none of 16 tuned is not proof that the
-# next image model never tunes.
+# and more; the quick pass's overheads and the share of its quick pass its race refined, from each model's racing
+# run on commit a38a927 (the quick pass searches ONNX Runtime's session settings with a full measurement's budget,
+# and a contender a full measurement would not sharpen keeps its quick figures: `core.racing.kept_quick`); the
+# share of TVM artifacts its racing runs tuned, with the two of each on the earlier host (AMD EPYC, 2026-12-06), as
+# (tuned + 1) / (artifacts + 2): none of 16 tuned is not proof that the next image model never tunes.
 PRIORS: dict[Workload, Priors] = {
     Workload.image_classification: Priors(
         overhead_s=_engines(5.1, 5.6, 3.2, 13.0),  # TVM's: its slow untuned kernels' warm-up
-        quick_overhead_s=_engines(4.7, 2.6, 2.5, 13.0),  # TVM's: no racing run here tuned it, the full one
+        quick_overhead_s=_engines(3.7, 5.7, 4.3, 13.0),  # TVM's: no racing run here tuned it, the full one
         conversion_s=_engines(0.5, 4.6, 7.7, 51.0),
         next_conversion_s=_engines(0.5, 0.1, 5.4, 61.0),
         trial_s=2.4,
         sample_p50_ms=_engines(20.4, 12.3, 4.2, 269.0),  # ResNet-18 at 224: TVM at 64 trials 11-32x ONNX Runtime
-        refined_share=0.22,  # 6 of the 27 its race weighed (on 7926c97: 8 converged within the quick pass)
+        refined_share=0.15,  # 4 of the 27 its race weighed, 1 kept (6 on 7926c97, before quick figures were kept)
         tvm_tuned_share=0.056,  # (0 + 1) / (16 + 2)
         basis="image classification, measured on ResNet-18",
     ),
     Workload.nlp: Priors(
         overhead_s=_engines(4.2, 6.5, 4.9, 3.0),
-        quick_overhead_s=_engines(4.1, 2.8, 2.9, 3.7),
+        quick_overhead_s=_engines(3.9, 6.5, 5.4, 5.0),
         conversion_s=_engines(0.5, 6.0, 23.5, 12.5),
         next_conversion_s=_engines(0.5, 0.3, 8.6, 12.1),
         trial_s=1.25,
         sample_p50_ms=_engines(13.9, 19.8, 13.3, 34.3),  # all-MiniLM-L6-v2 at 128 tokens
-        refined_share=0.9,  # 35 of 38 (on 7926c97), 35 and 33 of 39 before
-        tvm_tuned_share=0.28,  # (4 + 1) / (16 + 2)
+        refined_share=0.15,  # 6 of 39, 23 kept (35 of 38 on 7926c97, before quick figures were kept)
+        tvm_tuned_share=0.28,  # (4 + 1) / (16 + 2): b1 in each of its four racing runs
         basis="NLP, measured on all-MiniLM-L6-v2",
     ),
 }

@@ -149,8 +149,8 @@ def test_racing_is_expected_to_save_the_sampling_of_the_combinations_it_does_not
     _store_run(store, _request())
     plan = plan_run(_request(precision="quick"), None, store, shapes=lambda batch: {})
     measured = [c for c in plan.combos if c.state == "measure"]
-    # the stored run measured to full precision: a quick pass's overhead is its at the priors' ratio (a quarter of
-    # ONNX Runtime's session tuning), its sampling a quarter of the cap at most
+    # the stored run measured to full precision: a quick pass's overhead is its at the priors' ratio, its sampling
+    # a quarter of the cap at most
     for c in measured:
         engine = c.combo.optimizer
         overhead = plan.costs.overhead_s[engine] * IMAGE.quick_overhead_s[engine] / IMAGE.overhead_s[engine]
@@ -158,7 +158,6 @@ def test_racing_is_expected_to_save_the_sampling_of_the_combinations_it_does_not
         assert c.quick_measurement_s == pytest.approx(
             overhead + min(c.sampling_s, QUICK_TIME_CAP_SHARE * SAMPLING_CAP_S)
         )
-    assert plan.costs.quick_overhead_s[Optimizer.onnx] < plan.costs.overhead_s[Optimizer.onnx] / 1.5
     quick = sum(c.quick_measurement_s for c in measured)
     refined = IMAGE.refined_share * sum(c.measurement_s for c in measured)
     assert plan.racing_wall_s == pytest.approx(sum(c.conversion_s for c in measured) + quick + refined)

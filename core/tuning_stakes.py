@@ -11,13 +11,15 @@ is lower). A search of 64 trials does not find the kernels one of 600 does, so i
 combination's worst case beats that best case on both p99 and cost at every memory size of the
 batch (`core.racing.dominates`), TVM cannot be fastest, cheapest, balanced, within the SLO where
 the other is not, or on the Pareto front: tuning it is skipped, with that evidence as the reason.
-Where the run lacks ONNX Runtime's figure at one of the sizes, nothing is skipped; nor in a run
-of precision `exact`, which measures everything as asked.
+Where the run predicts ONNX Runtime at a TVM size rather than measures it, its predicted figures
+stand there; where it has neither, nothing is skipped; nor in a run of precision `exact`, which
+measures everything as asked.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -112,33 +114,50 @@ def _plan(store: ObjectStore, run_id: str) -> RunPlanned | None:
         return None
 
 
-def run_figures(store: ObjectStore, run_id: str) -> tuple[dict[str, Combo], list[Figures]]:
+# the run's rows of some predicted combinations, from its measured rows (the Lambda model's `predict_run`, which
+# this module does not import: its caller hands it over)
+Predict = Callable[[RunPlanned, list[Combo], list[SummaryResult]], list[SummaryResult]]
+
+
+def run_figures(
+    store: ObjectStore, run_id: str, predict: Predict | None = None
+) -> tuple[dict[str, Combo], list[Figures]]:
     """The run's measured combinations (key -> combo) and the figures of them so far: this run's
-    quick pass where it has one, else the latest stored result. None of either for a run of
+    quick pass where it has one, else the latest stored result; with `predict`, also ONNX Runtime's
+    sizes the run predicts, from those (with their intervals). None of either for a run of
     precision `exact`: it measures everything, TVM tuned."""
     planned = _plan(store, run_id)
     if planned is None or planned.request.precision == "exact":  # everything measured, as asked
         return {}, []
     combos = planned.combos
-    figures = []
+    rows = []
     for key in combos:
         try:
             row = json.loads(store.get_bytes(keys.result_version(key, f"{run_id}{QUICK_SUFFIX}")))
         except (NotFound, ValueError):
             stored = latest_result(store, key)
             row = stored.document if stored is not None else None
-        found = figures_of(typed) if row and (typed := _typed({**row, "combo_key": key})) else None
-        if found is not None:
-            figures.append(found)
-    return combos, figures
+        if row and (typed := _typed({**row, "combo_key": key})):
+            rows.append(typed)
+    # ONNX Runtime at the sizes the run predicts: a TVM anchor may be one (its larger peak moves TVM's smallest
+    # measured size up: DistilBERT's TVM at 1024 MB where ONNX Runtime is measured at 512)
+    if predict is not None and planned.predicted:
+        rows += predict(planned, [c for c in planned.predicted.values() if c.optimizer == Optimizer.onnx], rows)
+    return combos, [f for row in rows if (f := figures_of(row)) is not None]
 
 
 def skip_reason(
-    store: ObjectStore, run_id: str, workload: str, hardware: str, batch_size: int, trials: int
+    store: ObjectStore,
+    run_id: str,
+    workload: str,
+    hardware: str,
+    batch_size: int,
+    trials: int,
+    predict: Predict | None = None,
 ) -> str | None:
     """Why tuning TVM for this run at `batch_size` with `trials` trials cannot change its answer
-    (None: it may)."""
-    combos, figures = run_figures(store, run_id)
+    (None: it may). `predict`: ONNX Runtime's rows at the sizes the run predicts (`run_figures`)."""
+    combos, figures = run_figures(store, run_id, predict)
     memories = sorted(
         {
             c.memory_mb

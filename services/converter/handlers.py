@@ -22,6 +22,7 @@ from pathlib import Path
 import structlog
 
 from core import measurement_lock
+from core.lambda_model.prediction import predict_run
 from core.lease import Lease
 from core.ports import NotFound, ObjectStore
 from core.results import stored_plan
@@ -30,8 +31,9 @@ from core.tuning_stakes import skip_reason, waits_for_others
 from engines import Conversion, ConversionError, ConversionJob
 from engines.model_files import NotAModelError
 from schemas import keys
-from schemas.combos import ModelFormat, ModelRef, Optimizer, Tuning, artifact_key, reference_key
-from schemas.documents import ArtifactManifest
+from schemas.combos import Combo, ModelFormat, ModelRef, Optimizer, Tuning, artifact_key, reference_key
+from schemas.cost import default_region as default_price_region
+from schemas.documents import ArtifactManifest, SummaryResult
 from schemas.events import (
     TUNING_TIME_LIMIT_S,
     ComboFailed,
@@ -40,6 +42,7 @@ from schemas.events import (
     FailureStage,
     ModelConverted,
     Payload,
+    RunPlanned,
 )
 from schemas.reasons import whole
 from services.converter.reference import ReferenceFailed, compute_reference
@@ -133,6 +136,7 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
                 combo.hardware.value,
                 combo.batch_size,
                 pending.tuning_trials,
+                predict=onnx_where_predicted,
             )
             if skipped is not None:  # the run's figures so far: tuning TVM here cannot change the answer
                 bound.info("tvm_tuning_skipped", reason=skipped)
@@ -213,6 +217,13 @@ def on_combo_pending(event: Envelope, deps: ConverterDeps) -> list[Payload]:
             tuning_s=round(conversion.tuning_s, 2),
         )
         return [_converted(pending, manifest, reused=False)]
+
+
+def onnx_where_predicted(planned: RunPlanned, combos: list[Combo], rows: list[SummaryResult]) -> list[SummaryResult]:
+    """ONNX Runtime's rows at the sizes the run predicts (`predict_run`, priced as stored results are): where a
+    TVM anchor is one of them, TVM's best case there (`core.tuning_stakes.skip_reason`)."""
+    predicted, _ = predict_run(planned.request, combos, rows, [], default_price_region())
+    return predicted
 
 
 def _run_batch_sizes(store: ObjectStore, run_id: str) -> list[int]:

@@ -20,11 +20,11 @@ With nothing stored of the plan's workload, its `PRIORS`: what the issue-38 matr
 of each precision per model, ResNet-18 for image classification and all-MiniLM-L6-v2 for NLP. The two kinds
 differ most where no engine-wide figure can follow them: TVM's build and its seconds per trial (a
 convolutional network's tasks 4 and 2 times an encoder's), onnx_int8's recipe search (the encoder's 3 times),
-the latency a sample takes and how much of a race is refined (the encoder's engines lie within each other's
-slack: 0.9 of its quick measurements refined, against ResNet-18's 0.22). A workload measured here has its own;
-another (object detection, custom inputs) the mean of those measured. They are one model's each: another model of
-the workload can differ by more than the plan's 25 % (the example encoder, NLP, runs a sample 3 times faster than
-MiniLM and its race refined half as much: its plan came out +97 % quick, +33 % exact). Once results are stored,
+and the latency a sample takes. A workload measured here has its own; another (object detection, custom inputs)
+the mean of those measured. They are one model's each: another model of the workload can differ by more than the
+plan's 25 % (the example encoder, NLP, runs a sample 3 times faster than MiniLM and its int8 recipe search 3 times
+faster: its plan came out +26 % quick, +33 % exact; MobileNetV2 had TVM tuned at 2 of 4 batch sizes, where
+ResNet-18 tunes none: docs/benchmarks.md, "Time to the answer"). Once results are stored,
 what they say replaces the priors: the plan's model's own first, then its workload's (`learn_costs`), so a
 model's second run is estimated from its first.
 """

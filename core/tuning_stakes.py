@@ -7,10 +7,10 @@ tuning budget at least the run's (`best_ratio`: the lowest TVM / ONNX Runtime p9
 results of the same workload kind at the same batch and memory, of at least one vCPU, whose TVM
 was tuned with at least as many trials, and the documented `prior_ratio` for that budget, whichever
 is lower). A search of 64 trials does not find the kernels one of 600 does, so its best case is not
-600 trials'. If another
-combination's worst case beats that best case on both p99 and cost at every memory size of the
-batch (`core.racing.dominates`), TVM cannot be fastest, cheapest, balanced, within the SLO where
-the other is not, or on the Pareto front: tuning it is skipped, with that evidence as the reason.
+600 trials'. If another combination's worst case beats that best case on both p99 and cost at every
+memory size of the batch (`core.racing.dominates`), TVM cannot be fastest, cheapest, balanced,
+within the SLO where the other is not, or on the Pareto front: tuning it is skipped, with that
+evidence as the reason.
 Where the run predicts ONNX Runtime at a TVM size rather than measures it, its predicted figures
 stand there; where it has neither, nothing is skipped; nor in a run of precision `exact`, which
 measures everything as asked.

@@ -153,12 +153,18 @@ def test_pick_the_model_submit_a_small_matrix_and_read_the_results(page, tiny_im
     page.click("#results-table thead th[data-key=p99_ms]")
     descending = [float(v) for v in rows.evaluate_all(f"rows => rows.map(r => r.cells[{p99_column}].textContent)")]
     assert descending == sorted(ascending, reverse=True)
-    assert "fastest" in page.text_content("#recommendation")
+    recommendation = page.text_content("#recommendation")
+    # a busy host that disturbed both measurements through every retry leaves nothing to pick (tests/conftest.py
+    # disturbed_away): the page says so, row by row; anything else must be picked
+    picked = "fastest" in recommendation
+    assert picked or (recommendation.startswith("no recommendation") and recommendation.count("(disturbed") == 2)
 
     # the chart: one point per measured combination, the front and the recommendation marked
     assert page.locator("#chart-svg g.point").count() == 2
-    assert page.locator("#chart-svg circle.recommended").count() >= 1
-    assert page.locator("#chart-svg #pareto-front, #chart-svg g.point circle[stroke='#18794e']").count() >= 1
+    assert page.locator("#chart-svg circle.recommended").count() >= (1 if picked else 0)
+    assert page.locator("#chart-svg #pareto-front, #chart-svg g.point circle[stroke='#18794e']").count() >= (
+        1 if picked else 0
+    )
 
     with page.expect_download() as csv_download:
         page.click("#download-csv")

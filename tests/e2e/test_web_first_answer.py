@@ -28,7 +28,10 @@ def test_the_page_shows_the_provisional_answer_before_the_run_ends(page, tiny_im
     lines = shown.splitlines()
     assert lines[0].startswith("first answer, provisional: ") and "of 8 combinations measured" in lines[0]
     picks = [line for line in lines if line.strip().startswith(("fastest:", "cheapest:"))]
-    assert picks and all("ms [" in line and "/M [" in line for line in picks)  # each pick with its intervals
+    # a busy host that disturbed both engines' leads leaves nothing to pick yet, and the answer says so per lead
+    disturbed_leads = [line for line in lines if ": out: disturbed" in line]
+    if picks or len(disturbed_leads) < 2:
+        assert picks and all("ms [" in line and "/M [" in line for line in picks)  # each pick with its intervals
 
     page.wait_for_selector("#results:not([hidden])", timeout=600_000)
     assert page.get_attribute("#running-answer", "data-stage") == "final"

@@ -335,7 +335,7 @@ def _run_child(
                     "reference_path": str(workspace.bring(spec.reference_path, "reference.npz")),
                     "threads": spec.threads,
                     "time_cap_s": spec.time_cap_s,
-                    "tuning_cap_s": spec.tuning_cap_s or spec.time_cap_s,
+                    "tuning_cap_s": spec.tuning_cap_s,  # None: the time cap (`measure.tuning_budget_s`)
                     "min_iterations": spec.min_iterations,
                     "mode": mode,
                     "settings": spec.engine_settings,

@@ -35,7 +35,7 @@ import structlog
 from core.lambda_model.prediction import predict_run
 from core.outcomes import Arrived, arrived_outcomes
 from core.ports import NotFound, ObjectStore
-from core.results import pack_results, priced_for_region, reused_result
+from core.results import QUICK_SUFFIX, is_quick, pack_results, priced_for_region, reused_result
 from core.run_plan import measured_combos
 from core.runtime import Delayed, WithId
 from report import RECOMMENDATION_KINDS, recommend
@@ -472,7 +472,7 @@ def _ensure_pack(summary: RunSummary, deps: ArchiverDeps) -> None:
     the run measured, read again from their stored versions."""
     archived_at = datetime.fromisoformat(summary.archived_at)
     measured_keys = [
-        keys.result_version(r.combo_key, r.run_id or summary.run_id)
+        keys.result_version(r.combo_key, f"{r.run_id or summary.run_id}{QUICK_SUFFIX if is_quick(r) else ''}")
         for r in summary.results
         if not r.reused and not r.predicted and r.combo_key
     ]

@@ -32,6 +32,12 @@ def measured(app, model_path, input_size, force=False) -> str:
     return envelope.run_id
 
 
+def key_of(app, run_id: str) -> str:
+    """The combination key of the one row a run measured."""
+    (row,) = json.loads(app.store.get_bytes(keys.summary(run_id)))["results"]
+    return row["combo_key"]
+
+
 def test_a_larger_input_fails_the_gate_and_confirm_re_measures_it(
     tmp_path, tiny_image_model, small_image_model, capsys
 ):
@@ -45,15 +51,18 @@ def test_a_larger_input_fails_the_gate_and_confirm_re_measures_it(
     out = capsys.readouterr().out
     assert f"- `{LABEL}`: p99 ms " in out and "| input size | 32x32 | 128x128 |" in out
 
+    stored_before = {k: app.store.get_bytes(k) for k in app.store.list_keys("results/")}
+    assert any(k.startswith(f"results/{key_of(app, large)}/{large}.") for k in stored_before)  # the run's own
     confirm = ["--confirm", "6", "--confirm-time-cap", "0.3"]
     assert cli_main(["gate", "--baseline", small, large, *confirm, "--format", "json", *data]) == 1
     document = json.loads(capsys.readouterr().out)
     assert document["gate"]["confirmations"] == 6 and document["gate"]["paired"][0]["combination"] == LABEL
     p99 = next(r for r in document["gate"]["regressions"] if r["figure"] == "p99_ms")
     assert "; confirmed by 6 paired rounds: x" in p99["reason"] and p99["change_pct"] > 100  # 16 times the pixels
-    key = document["combinations"][0]["key_b"]
-    versions = [k for k in app.store.list_keys(f"results/{key}/") if k.endswith(".json") and k.count(".") == 1]
-    assert len(versions) == 1  # measured side by side, not stored as a result of the run
+    assert document["combinations"][0]["key_b"] == key_of(app, large)
+    # measured side by side, not stored as a result: every stored result is as it was, and none is new
+    # (whether the run's own measurement is a refined version or a quick one its race kept)
+    assert {k: app.store.get_bytes(k) for k in app.store.list_keys("results/")} == stored_before
 
     # the run measured by the gate itself, from run options: the 32x32 model again is answered
     # from its stored result (nothing measured twice) and passes against its own baseline

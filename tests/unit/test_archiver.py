@@ -416,3 +416,29 @@ def test_a_run_archives_after_its_price_region_left_the_price_table(tmp_path, mo
     assert summary["status"] == "complete" and len(summary["results"]) == 2
     for row in summary["results"]:
         assert row["cost"] is None and "us-east-1" in row["cost_unavailable"]
+
+
+def test_the_archiving_event_again_writes_a_missing_pack_with_the_kept_quick_measurements():
+    """The archiver died between the summary and the pack; the archiving event, delivered again,
+    writes the pack from the stored versions: a row a race kept at its quick figures is read
+    from its quick version (`results/{key}/{run}.quick.json`), the only one it has."""
+    store = MemoryStore()
+    deps = ArchiverDeps(store)
+    plan = planned(request(batches=(1,)))
+    on_run_planned(plan, deps)
+    arrivals = [done(store, k, c) for k, c in plan.payload.combos.items()]
+    for e in arrivals:
+        on_inference_done(e, deps)
+    summary = json.loads(store.objects[keys.summary(RUN)])
+    for row in summary["results"]:
+        row["precision"] = "quick"
+        stored = {**json.loads(store.objects[keys.result(row["combo_key"])]), "precision": "quick"}
+        store.objects[keys.result_version(row["combo_key"], f"{row['run_id']}.quick")] = json.dumps(stored).encode()
+    store.objects[keys.summary(RUN)] = json.dumps(summary).encode()
+    (pack,) = store.list_keys(keys.result_packs_prefix(MODEL.sha256))
+    del store.objects[pack]
+
+    on_inference_done(arrivals[-1], deps)  # the archiving event again (its own event id)
+    packed = json.loads(store.objects[pack])["results"]
+    quick = sorted(keys.result_version(r["combo_key"], f"{r['run_id']}.quick") for r in summary["results"])
+    assert len(quick) == 2 and sorted(packed) == quick

@@ -171,6 +171,8 @@ class EngineCosts:
     # tuned, and the racing runs both rest on (0: the priors)
     refined_share: float = field(init=False)
     tvm_tuned_share: float = field(init=False)
+    # why a race will tune TVM at none of its batch sizes, whatever its figures (`core.planning.tvm_skipped`)
+    tvm_skipped: str | None = None
     racing_runs: int = 0
     racing_runs_own: bool = False  # the shares are the plan's model's own racing runs'
 
@@ -448,13 +450,16 @@ def of_workload(results: list[dict], workload: str | None) -> list[dict]:
 
 
 def stored_costs(
-    store: ObjectStore | None, model_sha256: str | None = None, workload: str | None = None
+    store: ObjectStore | None,
+    model_sha256: str | None = None,
+    workload: str | None = None,
+    stored: list[dict] | None = None,
 ) -> EngineCosts:
     """The costs learned from what `store` holds of `workload` (its priors without any), `model_sha256`'s
-    own first where it holds enough (`learn_costs`)."""
+    own first where it holds enough (`learn_costs`). `stored`: `stored_results(store)`, if read already."""
     if store is None:
         return EngineCosts(priors=priors_for(workload))
-    results = of_workload(stored_results(store), workload)
+    results = of_workload(stored_results(store) if stored is None else stored, workload)
     costs = learn_costs(
         results, submitted_at(store, {r["run_id"] for r in results if r.get("run_id")}), model_sha256, workload
     )

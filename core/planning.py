@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.lambda_rules import LambdaFit, lambda_fit, output_shapes
-from core.plan_costs import EngineCosts, sampling_s, stored_costs
+from core.plan_costs import EngineCosts, sampling_s, stored_costs, stored_results
 from core.ports import NotFound, ObjectStore
 from core.results import reused_result
 from core.run_plan import MAX_CHECKS, measured_and_predicted, runtime_floor_mb
+from core.tuning_stakes import never_ahead
 from schemas import keys
 from schemas.combos import Combo, Hardware, Optimizer, combo_key
 from schemas.cost import load_prices
@@ -199,6 +200,7 @@ class Plan:
                 "racing": {
                     "refined_share": round(self.costs.refined_share, 3),
                     "tvm_tuned_share": round(self.costs.tvm_tuned_share, 3),
+                    "tvm_skipped": self.costs.tvm_skipped,
                     "from": self.costs.racing_source(),
                 },
             },
@@ -216,9 +218,9 @@ def plan_run(
     measure with estimates."""
     shapes = shapes or request_shapes(store, request)
     prices = load_prices().region(request.price_region)
-    plan = Plan(
-        costs=stored_costs(store, request.model.sha256, request.model.workload.value), precision=request.precision
-    )
+    kept = stored_results(store) if store is not None else []
+    workload = request.model.workload.value
+    plan = Plan(costs=stored_costs(store, request.model.sha256, workload, kept), precision=request.precision)
     costs = plan.costs
     converted: set[tuple] = set()  # artifacts (hardware, optimizer, batch) this plan converts
     measured, predicted = measured_and_predicted(request)
@@ -272,9 +274,28 @@ def plan_run(
             + measurement * AWS_INFERENCE_MB / 1024 * prices.per_gb_second(combo.hardware)
             + conversion * AWS_CONVERTER_MB / 1024 * prices.per_gb_second(Hardware.intel)
         )
+    if skipped := tvm_skipped(plan.combos, kept, workload, request.tuning_trials):
+        costs.tvm_skipped, costs.tvm_tuned_share = skipped, 0.0
     checked = [c for c in plan.combos if c.state == "predict"][:MAX_CHECKS]
     plan.checks_s = sum(costs.combination_s(request.model.sha256, c.combo) for c in checked)
     return plan
+
+
+def tvm_skipped(combos: list[PlannedCombo], stored: list[dict], workload: str, tuning_trials: int) -> str | None:
+    """Why a race will tune TVM at none of its batch sizes: ONNX Runtime is measured, reused or
+    predicted at every size TVM is to be measured at, and at the run's budget TVM has never been
+    seen ahead of it on the workload (`core.tuning_stakes.never_ahead`). None where the race decides
+    from the figures it gets (`Plan.costs.tvm_tuned_share` then expects what stored races did)."""
+    tvm = [c.combo for c in combos if c.state == "measure" and c.combo.optimizer == Optimizer.tvm]
+    onnx = {
+        (c.combo.hardware, c.combo.batch_size, c.combo.memory_mb)
+        for c in combos
+        if c.combo.optimizer == Optimizer.onnx and c.state in ("measure", "reused", "predict")
+    }
+    if not tvm or any((c.hardware, c.batch_size, c.memory_mb) not in onnx for c in tvm):
+        return None
+    reason = never_ahead(stored, workload, tuning_trials)
+    return None if reason is None else f"{reason}, and ONNX Runtime has a figure at each of TVM's sizes"
 
 
 def conversion_s(costs: EngineCosts, optimizer: Optimizer, tuning_trials: int, after_first: bool = False) -> float:

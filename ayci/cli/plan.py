@@ -67,8 +67,13 @@ def estimate_basis(plan) -> str:
     costs = plan.costs
     return (
         f"estimates {basis}; racing (`--precision quick`: a quick pass at {QUICK_TIME_CAP_SHARE:.0%} of the timing, "
-        f"then {costs.refined_share:.0%} of the combinations measured fully and TVM tuned at "
-        f"{costs.tvm_tuned_share:.0%} of its batch sizes: {costs.racing_source()}) {racing:.1f} min, "
+        f"then {costs.refined_share:.0%} of the combinations measured fully and "
+        + (
+            f"TVM tuned at none of its batch sizes: {costs.tvm_skipped}; {costs.racing_source()}"
+            if costs.tvm_skipped
+            else f"TVM tuned at {costs.tvm_tuned_share:.0%} of its batch sizes: {costs.racing_source()}"
+        )
+        + f") {racing:.1f} min, "
         f"everything to full precision (`--precision exact`) {exact:.1f} min: racing "
         + (f"saves {saves / 60:.1f} min" if saves >= 0 else f"costs {-saves / 60:.1f} min more here")
     )

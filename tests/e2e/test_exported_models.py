@@ -33,7 +33,8 @@ def run(app, request):
 def test_a_positional_export_runs_on_every_engine(app, tmp_path):
     model = store_model(app.store, export(tmp_path, "pos.pt2", positional=True, dynamic=True), "nlp", [6])
     matrix = Matrix(optimizers={"intel": ["base", "onnx", "tvm"]}, batch_sizes=[1, 2], memory_sizes_mb=[1769])
-    summary = run(app, RequestSubmitted(model=model, matrix=matrix, tuning_trials=0))
+    # exact: a race would skip untuned TVM (never seen ahead of ONNX Runtime, `core.tuning_stakes.never_ahead`)
+    summary = run(app, RequestSubmitted(model=model, matrix=matrix, tuning_trials=0, precision="exact"))
     assert not summary["failures"], summary["failures"]
     assert len(summary["results"]) == 6
     assert all(r["agreement"]["score"] > 0.999 for r in summary["results"])

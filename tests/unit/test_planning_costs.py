@@ -190,6 +190,31 @@ def test_racing_expects_tvm_tuned_only_at_the_share_of_batch_sizes_racing_runs_t
     assert plan.exact_wall_s > plan.racing_wall_s + 0.5 * sum(c.conversion_s for c in tvm)
 
 
+def test_where_tvm_was_never_ahead_at_the_budget_a_race_is_planned_without_its_tuning():
+    """At 64 trials TVM has never been seen ahead of ONNX Runtime (`core.tuning_stakes.never_ahead`):
+    with ONNX Runtime at each of TVM's sizes, a race skips TVM at every batch size, so its plan
+    charges none of TVM's work and says why; where ONNX Runtime is not in the matrix, or the budget
+    has shown a gain (600 trials), the plan charges the share stored races tuned."""
+    from ayci.cli.plan import estimate_basis
+
+    matrix = {"optimizers": {"intel": ["onnx", "tvm"]}, "batch_sizes": [1, 4], "memory_sizes_mb": [1024, 3538]}
+    plan = plan_run(_request(precision="quick", matrix=matrix, tuning_trials=64), None, MemoryStore(), lambda b: {})
+    onnx = [c for c in plan.combos if c.state == "measure" and c.combo.optimizer == Optimizer.onnx]
+    quick = sum(c.conversion_s + c.quick_measurement_s for c in onnx)
+    assert plan.racing_wall_s == pytest.approx(quick + IMAGE.refined_share * sum(c.measurement_s for c in onnx))
+    assert plan.costs.tvm_tuned_share == 0.0
+    assert plan.as_dict()["estimates"]["racing"]["tvm_skipped"] == plan.costs.tvm_skipped
+    assert "TVM tuned at none of its batch sizes: TVM tuned with 64 trials has never been seen ahead of ONNX " in (
+        estimate_basis(plan)
+    )
+    assert "p99 1.20), and ONNX Runtime has a figure at each of TVM's sizes" in plan.costs.tvm_skipped
+    longer = plan_run(_request(precision="quick", matrix=matrix, tuning_trials=600), None, MemoryStore(), lambda b: {})
+    assert longer.costs.tvm_skipped is None and longer.costs.tvm_tuned_share == IMAGE.tvm_tuned_share
+    alone = {**matrix, "optimizers": {"intel": ["base", "tvm"]}}
+    without = plan_run(_request(precision="quick", matrix=alone, tuning_trials=64), None, MemoryStore(), lambda b: {})
+    assert without.costs.tvm_skipped is None and without.costs.tvm_tuned_share == IMAGE.tvm_tuned_share
+
+
 def _store_racing_run(
     store: MemoryStore, run_id: str, *, quick: int, refined: int, tvm: dict[int, str], model: str = SHA
 ) -> None:

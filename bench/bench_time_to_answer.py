@@ -262,7 +262,18 @@ FIGURE = {
     "p99": lambda row: row["latency_ms"]["p99"],
     "cost": lambda row: row["cost"]["per_million_inferences_usd"],
 }
-STATED = re.compile(r"(\d+) % ± (\d+) %")
+# a margin as `core.racing.Margin.text` states it: "31 % ± 4 % more" or "1 % more (95 %: 8 % less to 213 % more)"
+WORD = r"(?:higher|lower|more|less)"
+STATED = re.compile(rf"(\d+) % ± (\d+) % {WORD}|\d+ % {WORD} \(95 %: (\d+) % {WORD} to (\d+) % {WORD}\)")
+
+
+def stated_bounds(text: str) -> list[float]:
+    """How far each margin stated in `text` reaches, in % either way (its value and spread, or the
+    farther end of its range), in order (p99 first for balanced)."""
+    return [
+        float(value) + float(spread) if value else max(float(low), float(high))
+        for value, spread, low, high in STATED.findall(text)
+    ]
 
 
 def agree(quick: dict, exact: dict) -> dict[str, str]:
@@ -276,17 +287,16 @@ def agree(quick: dict, exact: dict) -> dict[str, str]:
         if q == e:
             out[kind] = "same"
             continue
-        stated = STATED.findall(quick["margins"].get(kind, ""))
+        stated = stated_bounds(quick["margins"].get(kind, ""))
         figures = {"fastest": ["p99"], "cheapest": ["cost"], "balanced": ["p99", "cost"]}[kind]
         q_row, e_row = exact["rows"].get(q or ""), exact["rows"].get(e or "")
         if len(stated) < len(figures) or not (q_row and e_row):
             out[kind] = "differs"
             continue
         verdicts = []
-        for what, (value, spread) in zip(figures, stated, strict=False):
+        for what, bound in zip(figures, stated, strict=False):
             gap = (FIGURE[what](q_row) / FIGURE[what](e_row) - 1) * 100
-            bound = int(value) + int(spread)
-            verdicts.append((gap <= bound, f"{what} {gap:+.0f} % vs {bound} %"))
+            verdicts.append((gap <= bound, f"{what} {gap:+.0f} % vs {bound:.0f} %"))
         detail = ", ".join(text for _, text in verdicts)
         out[kind] = f"within margin ({detail})" if all(ok for ok, _ in verdicts) else f"differs ({detail})"
     return out

@@ -375,14 +375,23 @@ def learn_costs(
     return costs
 
 
-def learn_racing(store: ObjectStore, results: list[dict], costs: EngineCosts, model_sha256: str | None = None) -> None:
+def learn_racing(
+    store: ObjectStore,
+    results: list[dict],
+    costs: EngineCosts,
+    model_sha256: str | None = None,
+    tuning_trials: int | None = None,
+) -> None:
     """What the newest stored racing runs (those with quick results among `results`, archived)
     did, into `costs`: the share of their quick pass's measurements (`racing.json`'s `quick`, predicted sizes
     apart) they refined (its `refine`) and of their TVM artifacts (hardware and batch size, measured or failed,
     predictions apart) they tuned rather than skipped (their summaries' failures at stage `skipped`). The racing
     runs of `model_sha256` alone where there are any: how much a race refines and whether TVM is worth tuning are
     the model's (its engines within each other's slack or not), and its own race says it; else every racing run
-    of the workload, beside the priors (`PRIOR_RACING_RUNS`)."""
+    of the workload, beside the priors (`PRIOR_RACING_RUNS`). With `tuning_trials`, TVM's share is learned from
+    the races that tuned with that budget alone: whether tuning can change the answer is the budget's (at 64
+    trials TVM has never been seen ahead of ONNX Runtime, and a race skips it wherever ONNX Runtime has figures,
+    `core.tuning_stakes.paired_outpaces`; at 600 the figures decide)."""
     newest: dict[str, str] = {}
     measured: dict[str, int] = defaultdict(int)  # run -> its quick measurements
     model_of: dict[str, str] = {}
@@ -399,12 +408,15 @@ def learn_racing(store: ObjectStore, results: list[dict], costs: EngineCosts, mo
         except (NotFound, ValueError):
             continue  # not raced yet, or not archived yet
         was_tuned: dict[tuple, bool] = {}
+        budget = (summary.get("request") or {}).get("tuning_trials")
         for row, stage in [(r, None) for r in summary.get("results", [])] + [
             (f, f.get("stage")) for f in summary.get("failures", [])
         ]:
             combo = row.get("combo") or {}
             if combo.get("optimizer") != Optimizer.tvm.value or row.get("predicted") or stage in ("plan", "prediction"):
                 continue
+            if tuning_trials is not None and budget != tuning_trials:
+                continue  # another budget's race: what it found worth tuning says nothing of this one's
             where = (combo.get("hardware"), combo.get("batch_size"))
             was_tuned[where] = was_tuned.get(where, False) or stage != "skipped"
         # the quick pass's measurements the race weighed (those converged within it included; predicted sizes not)
@@ -454,14 +466,16 @@ def stored_costs(
     model_sha256: str | None = None,
     workload: str | None = None,
     stored: list[dict] | None = None,
+    tuning_trials: int | None = None,
 ) -> EngineCosts:
     """The costs learned from what `store` holds of `workload` (its priors without any), `model_sha256`'s
-    own first where it holds enough (`learn_costs`). `stored`: `stored_results(store)`, if read already."""
+    own first where it holds enough (`learn_costs`); TVM's tuned share from races with `tuning_trials`
+    (`learn_racing`). `stored`: `stored_results(store)`, if read already."""
     if store is None:
         return EngineCosts(priors=priors_for(workload))
     results = of_workload(stored_results(store) if stored is None else stored, workload)
     costs = learn_costs(
         results, submitted_at(store, {r["run_id"] for r in results if r.get("run_id")}), model_sha256, workload
     )
-    learn_racing(store, results, costs, model_sha256)
+    learn_racing(store, results, costs, model_sha256, tuning_trials)
     return costs

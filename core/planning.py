@@ -220,7 +220,10 @@ def plan_run(
     prices = load_prices().region(request.price_region)
     kept = stored_results(store) if store is not None else []
     workload = request.model.workload.value
-    plan = Plan(costs=stored_costs(store, request.model.sha256, workload, kept), precision=request.precision)
+    plan = Plan(
+        costs=stored_costs(store, request.model.sha256, workload, kept, request.tuning_trials),
+        precision=request.precision,
+    )
     costs = plan.costs
     converted: set[tuple] = set()  # artifacts (hardware, optimizer, batch) this plan converts
     measured, predicted = measured_and_predicted(request)

@@ -216,7 +216,14 @@ def test_where_tvm_was_never_ahead_at_the_budget_a_race_is_planned_without_its_t
 
 
 def _store_racing_run(
-    store: MemoryStore, run_id: str, *, quick: int, refined: int, tvm: dict[int, str], model: str = SHA
+    store: MemoryStore,
+    run_id: str,
+    *,
+    quick: int,
+    refined: int,
+    tvm: dict[int, str],
+    model: str = SHA,
+    trials: int = 600,
 ) -> None:
     """A racing run's traces: its quick results (what marks it a racing run), its race (figures
     that raced, predicted sizes among them, and `refine`) and its summary, TVM at each batch size
@@ -246,7 +253,8 @@ def _store_racing_run(
         failures.append(
             {"combo": {**combo, "optimizer": "tvm", "batch_size": batch, "memory_mb": 2048}, "stage": "prediction"}
         )  # a predicted size: not a TVM artifact of its own
-    store.put_bytes(keys.summary(run_id), json.dumps({"results": rows, "failures": failures}).encode())
+    summary = {"results": rows, "failures": failures, "request": {"tuning_trials": trials}}
+    store.put_bytes(keys.summary(run_id), json.dumps(summary).encode())
 
 
 def test_racing_shares_are_learned_from_the_racing_runs_stored():
@@ -288,6 +296,19 @@ def test_a_models_own_racing_run_says_how_much_its_next_race_refines():
     assert stored_costs(store, other, "image_classification").racing_source() == (
         "learned from this model's 1 stored racing run"
     )
+
+
+def test_tvm_s_tuned_share_is_learned_from_the_races_with_the_plan_s_budget():
+    """At 64 trials a race skips TVM wherever ONNX Runtime has figures; at 600 the figures decide: a
+    600-trial plan does not take the 64-trial races' skips for its own, though their refinements count."""
+    store = MemoryStore()
+    _store_racing_run(store, "small", quick=20, refined=4, tvm={1: "skipped", 2: "skipped"}, trials=64)
+    _store_racing_run(store, "large", quick=20, refined=2, tvm={1: "tuned", 2: "skipped"}, trials=600)
+    assert stored_costs(store, SHA, "image_classification", tuning_trials=600).tvm_tuned_share == pytest.approx(1 / 2)
+    assert stored_costs(store, SHA, "image_classification", tuning_trials=64).tvm_tuned_share == 0.0
+    assert stored_costs(store, SHA, "image_classification").tvm_tuned_share == pytest.approx(1 / 4)  # any budget
+    for trials in (64, 600, None):
+        assert stored_costs(store, SHA, "image_classification", tuning_trials=trials).refined_share == 6 / 40
 
 
 def test_a_conversion_this_run_did_not_do_is_not_taken_out_of_its_combination():

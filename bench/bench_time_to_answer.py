@@ -262,9 +262,10 @@ FIGURE = {
     "p99": lambda row: row["latency_ms"]["p99"],
     "cost": lambda row: row["cost"]["per_million_inferences_usd"],
 }
-# a margin as `core.racing.Margin.text` states it: "31 % ± 4 % more" or "1 % more (95 %: 8 % less to 213 % more)"
+# a margin as `core.racing.Margin.text` states it: "31 % ± 4 % more", "1 % more (95 %: 8 % less to 213 % more)"
+# or "40 % higher (95 %: 3 % to 137 % higher)"
 WORD = r"(?:higher|lower|more|less)"
-STATED = re.compile(rf"(\d+) % ± (\d+) % {WORD}|\d+ % {WORD} \(95 %: (\d+) % {WORD} to (\d+) % {WORD}\)")
+STATED = re.compile(rf"(\d+) % ± (\d+) % {WORD}|\d+ % {WORD} \(95 %: (\d+) %(?: {WORD})? to (\d+) % {WORD}\)")
 
 
 def stated_bounds(text: str) -> list[float]:

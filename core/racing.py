@@ -434,6 +434,9 @@ class Margin(NamedTuple):
         below, above = self.value - self.low, self.high - self.value
         if max(below, above) <= SYMMETRIC_WITHIN * min(below, above) or max(below, above) < 1:
             return f"{abs(self.value):.0f} % ± {max(below, above):.0f} % {word(self.value)}"
+        if word(self.low) == word(self.high):  # "40 % higher (95 %: 3 % to 137 % higher)"
+            near, far = sorted((abs(self.low), abs(self.high)))
+            return f"{abs(self.value):.0f} % {word(self.value)} (95 %: {near:.0f} % to {far:.0f} % {word(self.high)})"
         return (
             f"{abs(self.value):.0f} % {word(self.value)} "
             f"(95 %: {abs(self.low):.0f} % {word(self.low)} to {abs(self.high):.0f} % {word(self.high)})"

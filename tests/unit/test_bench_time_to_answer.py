@@ -26,3 +26,13 @@ def test_a_pick_within_a_lopsided_range_is_within_its_margin_and_beyond_it_diffe
 
     assert agree(quick, exact(2.5))["cheapest"].startswith("within margin (cost +150 % vs 213 %)")
     assert agree(quick, exact(3.5))["cheapest"].startswith("differs (cost +250 % vs 213 %)")
+
+
+def test_every_form_of_a_stated_margin_is_read_with_its_farthest_reach():
+    from bench.bench_time_to_answer import stated_bounds
+
+    text = (
+        "balanced: a; the next, b, has a p99 40 % higher (95 %: 3 % to 137 % higher) and costs 31 % ± 6 % more; "
+        "cheapest: a; the next, c, costs 1 % more (95 %: 8 % less to 213 % more)"
+    )
+    assert stated_bounds(text) == [137.0, 37.0, 213.0]

@@ -125,6 +125,14 @@ def test_a_lopsided_interval_is_stated_as_its_range_not_as_a_symmetric_spread():
     )
     low, high = margin(best, throttled, "cost").low, margin(best, throttled, "cost").high
     assert low < 0 < 1 < high and high > 20 * -low  # reaching far above, little below: no ± of either side
+    # both ends on one side: said once ("the next ... has a p99 40 % higher (95 %: 3 % to 137 % higher)")
+    slower = replace(fig("intel/onnx/b1/1769MB", p99=17.1, cost=1.0), p99_low=14.4, p99_high=22.8)
+    faster = replace(fig("intel/onnx/b1/3538MB", p99=12.2, cost=1.0), p99_low=7.86, p99_high=15.8)
+    assert margin(faster, slower, "p99").text("higher", "lower") == "40 % higher (95 %: 3 % to 137 % higher)"
+    wide = replace(fig("b", p99=5.0, cost=1.0), p99_low=2.0, p99_high=5.2)
+    assert margin(fig("a", p99=10.0, cost=1.0), wide, "p99").text("higher", "lower") == (
+        "50 % lower (95 %: 47 % to 80 % lower)"
+    )
     # a symmetric interval keeps its ± form, with the wider side (the "31 % ± 4 % more")
     even = fig("intel/onnx/b1/3538MB", p99=16.0, cost=1.31, spread=0.03)
     assert margins([fig("a", 10, 1.0, spread=0.03), even], {"cheapest": "a"})["cheapest"].endswith(

@@ -426,7 +426,8 @@ class Margin(NamedTuple):
     high: float
 
     def text(self, up: str, down: str) -> str:
-        """ "31 % ± 4 % more", or where the interval is lopsided "1 % more (95 %: 62 % less to 210 % more)"."""
+        """ "31 % ± 4 % more"; where the interval is lopsided, its range: "1 % more (95 %: 8 % less to 213 %
+        more)", or on one side of 0 "40 % higher (95 %: 3 % to 137 % higher)"."""
 
         def word(x: float) -> str:
             return up if x >= 0 else down

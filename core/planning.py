@@ -27,7 +27,7 @@ from core.plan_costs import EngineCosts, sampling_s, stored_costs, stored_result
 from core.ports import NotFound, ObjectStore
 from core.results import reused_result
 from core.run_plan import MAX_CHECKS, measured_and_predicted, runtime_floor_mb
-from core.tuning_stakes import never_ahead
+from core.tuning_stakes import never_tuned
 from schemas import keys
 from schemas.combos import Combo, Hardware, Optimizer, combo_key
 from schemas.cost import load_prices
@@ -285,20 +285,21 @@ def plan_run(
 
 
 def tvm_skipped(combos: list[PlannedCombo], stored: list[dict], workload: str, tuning_trials: int) -> str | None:
-    """Why a race will tune TVM at none of its batch sizes: ONNX Runtime is measured, reused or
-    predicted at every size TVM is to be measured at, and at the run's budget TVM has never been
-    seen ahead of it on the workload (`core.tuning_stakes.never_ahead`). None where the race decides
-    from the figures it gets (`Plan.costs.tvm_tuned_share` then expects what stored races did)."""
-    tvm = [c.combo for c in combos if c.state == "measure" and c.combo.optimizer == Optimizer.tvm]
-    onnx = {
-        (c.combo.hardware, c.combo.batch_size, c.combo.memory_mb)
-        for c in combos
-        if c.combo.optimizer == Optimizer.onnx and c.state in ("measure", "reused", "predict")
-    }
-    if not tvm or any((c.hardware, c.batch_size, c.memory_mb) not in onnx for c in tvm):
-        return None
-    reason = never_ahead(stored, workload, tuning_trials)
-    return None if reason is None else f"{reason}, and ONNX Runtime has a figure at each of TVM's sizes"
+    """Why a race will tune TVM at none of its batch sizes (`core.tuning_stakes.never_tuned`: ONNX
+    Runtime measured, reused or predicted at each size TVM is to be measured at, and a budget at which
+    TVM has never been seen ahead of it). None where the race decides from the figures it gets
+    (`Plan.costs.tvm_tuned_share` then expects what stored races did)."""
+    return never_tuned(
+        [c.combo for c in combos if c.state == "measure" and c.combo.optimizer == Optimizer.tvm],
+        [
+            c.combo
+            for c in combos
+            if c.combo.optimizer == Optimizer.onnx and c.state in ("measure", "reused", "predict")
+        ],
+        stored,
+        workload,
+        tuning_trials,
+    )
 
 
 def conversion_s(costs: EngineCosts, optimizer: Optimizer, tuning_trials: int, after_first: bool = False) -> float:

@@ -582,19 +582,30 @@ def telling_order(combos: dict[str, Combo]) -> list[str]:
 PROVISIONAL_STAGES = ("gathering", "provisional")
 
 
-def first_pass(combos: dict[str, Combo], *, tuned: set[str], criteria: dict[str, Any]) -> dict[str, Any]:
+WAITING_FOR_FIGURES = "its tuning waits for the other engines' figures"
+
+
+def first_pass(
+    combos: dict[str, Combo], *, tuned: set[str], criteria: dict[str, Any], skipping: dict[str, str] | None = None
+) -> dict[str, Any]:
     """A racing run's running answer before its first answer (stage `gathering`): each engine's
-    lead (`tuned`: the engines not waited for) and the request's `criteria` (balance_weight,
-    slo_p99_ms, min_agreement, price_region)."""
+    lead (`tuned`: the engines not waited for; `skipping`: the engines whose tuning the run will skip,
+    not waited for either, with why, `core.tuning_stakes.never_tuned`) and the request's `criteria`
+    (balance_weight, slo_p99_ms, min_agreement, price_region)."""
+    skipping = skipping or {}
+
+    def lead(engine: str, key: str) -> dict[str, Any]:
+        found = {"label": combos[key].label, "combo_key": key, "state": "pending"}
+        if engine in skipping:
+            return {**found, "required": False, "why": f"its tuning will be skipped: {skipping[engine]}"}
+        return {**found, "required": engine not in tuned}
+
     return {
         "stage": "gathering",
         **criteria,
         "total": len(combos),
         "ended": 0,
-        "leads": {
-            engine: {"label": combos[key].label, "combo_key": key, "required": engine not in tuned, "state": "pending"}
-            for engine, key in leads(combos).items()
-        },
+        "leads": {engine: lead(engine, key) for engine, key in leads(combos).items()},
         "rows": {},
         "dominated": {},
         "out": {},
@@ -754,7 +765,7 @@ def answer_lines(doc: dict[str, Any]) -> list[str]:
     if stage in PROVISIONAL_STAGES:
         for engine, lead in (doc.get("leads") or {}).items():
             if lead["state"] == "pending":
-                why = "" if lead["required"] else " (its tuning waits for the other engines' figures)"
+                why = "" if lead["required"] else f" ({lead.get('why') or WAITING_FOR_FIGURES})"
                 lines.append(f"  {engine}: not measured yet{why}")
             elif lead["state"] in ("failed", "out"):
                 lines.append(f"  {lead['label']}: {lead['state']}: {(lead.get('reason') or '')[:200]}")

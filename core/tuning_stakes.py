@@ -27,7 +27,7 @@ measures everything as asked.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -135,6 +135,20 @@ def never_ahead(results: list[dict], workload: str, trials: int) -> str | None:
         f"TVM tuned with {trials} trials has never been seen ahead of ONNX Runtime on {workload} workloads "
         f"(its largest gain: TVM / ONNX Runtime p99 {ratio:.2f})"
     )
+
+
+def never_tuned(
+    tvm: Iterable[Combo], onnx: Iterable[Combo], results: list[dict], workload: str, trials: int
+) -> str | None:
+    """Why a race will tune TVM at none of the `tvm` combinations' batch sizes, before anything is
+    measured: ONNX Runtime has a figure (`onnx`: measured, reused or predicted) at each of their sizes,
+    and at `trials` TVM has never been seen ahead of it (`never_ahead`). None where the figures decide."""
+    have = {(c.hardware, c.batch_size, c.memory_mb) for c in onnx}
+    tvm = list(tvm)
+    if not tvm or any((c.hardware, c.batch_size, c.memory_mb) not in have for c in tvm):
+        return None
+    reason = never_ahead(results, workload, trials)
+    return None if reason is None else f"{reason}, and ONNX Runtime has a figure at each of TVM's sizes"
 
 
 def _plan(store: ObjectStore, run_id: str) -> RunPlanned | None:

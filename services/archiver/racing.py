@@ -28,7 +28,7 @@ import structlog
 
 from core.lambda_model.prediction import predict_run
 from core.outcomes import Arrived, arrived_outcomes
-from core.plan_costs import EngineCosts, priors_for
+from core.plan_costs import EngineCosts, priors_for, stored_results
 from core.ports import NotFound, ObjectStore
 from core.racing import (
     PROVISIONAL_STAGES,
@@ -45,6 +45,7 @@ from core.racing import (
 )
 from core.results import is_quick, priced_for_region
 from core.run_plan import MAX_CHECKS
+from core.tuning_stakes import never_tuned
 from report.recommendation import exclusion
 from schemas import keys
 from schemas.combos import Combo, Optimizer
@@ -345,9 +346,31 @@ def _read_result(store: ObjectStore, result_key: str, document: dict | None = No
         return None
 
 
+def _skipping(plan: RunPlanned, store: ObjectStore) -> dict[str, str]:
+    """The TVM engines whose tuning the run will skip, known from its plan (`core.tuning_stakes.never_tuned`),
+    with why: its first answer does not wait for them, and says so."""
+    tvm = [c for c in plan.combos.values() if c.optimizer == Optimizer.tvm]
+    if not tvm:
+        return {}
+    onnx = [c for c in [*plan.combos.values(), *plan.predicted.values()] if c.optimizer == Optimizer.onnx]
+    stored = stored_results(store)
+    skipping = {}
+    for hardware in {c.hardware for c in tvm}:
+        reason = never_tuned(
+            [c for c in tvm if c.hardware == hardware],
+            onnx,
+            stored,
+            plan.model.workload.value,
+            plan.request.tuning_trials,
+        )
+        if reason is not None:
+            skipping[f"{hardware.value}/{Optimizer.tvm.value}"] = reason
+    return skipping
+
+
 def _built(plan: RunPlanned, deps, run_id: str) -> dict[str, Any]:
     """The gathering answer of a racing run from its plan and every outcome arrived so far."""
-    doc = first_pass(plan.combos, tuned=_tuned(plan), criteria=_criteria(plan))
+    doc = first_pass(plan.combos, tuned=_tuned(plan), criteria=_criteria(plan), skipping=_skipping(plan, deps.store))
     arrived = arrived_outcomes(deps.store, run_id)
     outcomes = []
     for key, combo in plan.combos.items():

@@ -87,6 +87,43 @@ def test_the_first_answer_waits_for_every_engine_s_lead_and_shows_intervals_and_
     assert "  intel/tvm: not measured yet (its tuning waits for the other engines' figures)" in lines
 
 
+def test_a_tvm_the_run_will_skip_is_not_waited_for_and_the_answer_says_why():
+    """At 64 trials (or untuned) TVM has never been seen ahead of ONNX Runtime, which the run measures
+    at each of TVM's sizes: its tuning will be skipped (`core.tuning_stakes.never_tuned`), so the first
+    answer neither waits for it nor says it waits for the other engines' figures. At 600 trials the
+    figures decide: it says it waits."""
+    from services.archiver.racing import start_first_pass
+
+    def started(trials: int) -> dict:
+        store = MemoryStore()
+        request = RequestSubmitted(model=MODEL, matrix=ISSUE_MATRIX, predict=True, tuning_trials=trials)
+        plan = RunPlanned(
+            model=MODEL,
+            combos={combo_key(MODEL, c, request.tuning): c for c in measured_combos(request)},
+            deadline=datetime.now(UTC) + timedelta(hours=1),
+            request=request,
+        )
+        start_first_pass("run-1", plan, type("Deps", (), {"store": store})())
+        return json.loads(store.get_bytes(keys.answer("run-1")))
+
+    for trials in (64, 0):
+        tvm = started(trials)["leads"]["intel/tvm"]
+        assert not tvm["required"]
+        assert tvm["why"].startswith(f"its tuning will be skipped: TVM tuned with {trials} trials has never been seen")
+        assert tvm["why"].endswith("and ONNX Runtime has a figure at each of TVM's sizes")
+    tuned = started(600)["leads"]["intel/tvm"]
+    assert not tuned["required"] and "why" not in tuned
+    doc, by_label = gathering()
+    doc = {
+        **doc,
+        "leads": {**doc["leads"], "intel/tvm": {**doc["leads"]["intel/tvm"], "why": "its tuning will be skipped: x"}},
+    }
+    for i, engine in enumerate(("base", "onnx", "onnx_int8")):
+        label = f"intel/{engine}/b1/1769MB"
+        doc = add(doc, by_label, label, i + 1, figures=fig(label, 10 + i, 2.0 + i))
+    assert "  intel/tvm: not measured yet (its tuning will be skipped: x)" in answer_lines(doc)
+
+
 def test_an_untuned_tvm_is_waited_for_and_a_failed_lead_counts_with_its_reason():
     doc, by_label = gathering(tuned=set())
     for i, engine in enumerate(("base", "onnx", "onnx_int8")):

@@ -57,7 +57,9 @@ def convert(job: ConversionJob) -> Conversion:
         "kernels_seeded_from_other_batches": tuning.seeded,
         **chosen,
         **(
-            {"variants_estimated_ms": {k: round(v, 3) for k, v in tuning.estimates.items()}} if tuning.estimates else {}
+            {"variants_estimated_ms": {k: float(f"{v:.4g}") for k, v in tuning.estimates.items()}}
+            if tuning.estimates
+            else {}
         ),
         **scheduled,
         "tuned": (tuning.trials > 0 or tuning.borrowed > 0) and hardware != "arm",

@@ -268,8 +268,11 @@ def test_after_a_first_round_over_both_builds_the_rest_of_the_budget_goes_to_the
 
     estimated = conversion.details["variants_estimated_ms"]
     assert set(estimated) == {"nhwc", "nhwc-winograd"} and all(value > 0 for value in estimated.values())
-    fastest = min(estimated, key=estimated.get)
-    assert any(m.endswith(f"kernels that matter of {fastest}") for m in messages), messages
+    # the build the rest of the budget went to is the one estimated fastest (to the 4 significant digits kept: a
+    # tiny model's builds, 0.06706 and 0.0671 ms, once rounded to 0.067 both, and the first of them was taken)
+    went_to = [m.rsplit("kernels that matter of ", 1)[1] for m in messages if "kernels that matter of " in m]
+    fastest = went_to[-1] if went_to else None
+    assert fastest in estimated and estimated[fastest] == min(estimated.values()), (went_to, estimated, messages)
     database = ms.database.JSONDatabase(work_dir=str(tmp_path / "tuning"), module_equality=tvm_records.MODULE_EQUALITY)
 
     def records(kernel) -> int:

@@ -187,9 +187,11 @@ def estimate_line(plan) -> str | None:
     from core.racing import duration_text
 
     how = "racing: a quick pass, then what can still be an answer" if plan.precision == "quick" else "each"
+    skipped = plan.costs.tvm_skipped if plan.precision == "quick" else None
     return (
         f"plan: about {duration_text(plan.wall_s)} to measure {measured} combination{'s' if measured > 1 else ''} "
         f"({how} to full precision; `ayci plan` shows what the estimate rests on)"
+        + (f"; TVM's tuning will be skipped: {skipped} (`--precision exact` measures it)" if skipped else "")
     )
 
 

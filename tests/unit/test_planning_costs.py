@@ -208,6 +208,13 @@ def test_where_tvm_was_never_ahead_at_the_budget_a_race_is_planned_without_its_t
         estimate_basis(plan)
     )
     assert "p99 1.20), and ONNX Runtime has a figure at each of TVM's sizes" in plan.costs.tvm_skipped
+    from ayci.cli.common import estimate_line
+
+    assert estimate_line(plan).endswith(
+        f"; TVM's tuning will be skipped: {plan.costs.tvm_skipped} (`--precision exact` measures it)"
+    )
+    exact = plan_run(_request(precision="exact", matrix=matrix, tuning_trials=64), None, MemoryStore(), lambda b: {})
+    assert exact.costs.tvm_skipped is not None and "skipped" not in estimate_line(exact)  # exact tunes it
     longer = plan_run(_request(precision="quick", matrix=matrix, tuning_trials=600), None, MemoryStore(), lambda b: {})
     assert longer.costs.tvm_skipped is None and longer.costs.tvm_tuned_share == IMAGE.tvm_tuned_share
     alone = {**matrix, "optimizers": {"intel": ["base", "tvm"]}}

@@ -65,15 +65,15 @@ def estimate_basis(plan) -> str:
     saves = totals["estimated_racing_saves_s"]
     exact, racing = totals["estimated_wall_s_exact"] / 60, totals["estimated_wall_s_racing"] / 60
     costs = plan.costs
+    tvm = (
+        f"none of its batch sizes: {costs.tvm_skipped};"
+        if costs.tvm_skipped
+        else f"{costs.tvm_tuned_share:.0%} of its batch sizes:"
+    )
     return (
         f"estimates {basis}; racing (`--precision quick`: a quick pass at {QUICK_TIME_CAP_SHARE:.0%} of the timing, "
-        f"then {costs.refined_share:.0%} of the combinations measured fully and "
-        + (
-            f"TVM tuned at none of its batch sizes: {costs.tvm_skipped}; {costs.racing_source()}"
-            if costs.tvm_skipped
-            else f"TVM tuned at {costs.tvm_tuned_share:.0%} of its batch sizes: {costs.racing_source()}"
-        )
-        + f") {racing:.1f} min, "
+        f"then {costs.refined_share:.0%} of the combinations measured fully and TVM tuned at {tvm} "
+        f"{costs.racing_source()}) {racing:.1f} min, "
         f"everything to full precision (`--precision exact`) {exact:.1f} min: racing "
         + (f"saves {saves / 60:.1f} min" if saves >= 0 else f"costs {-saves / 60:.1f} min more here")
     )
